@@ -1,0 +1,3 @@
+from skyline_engine.cli import main
+
+raise SystemExit(main())
