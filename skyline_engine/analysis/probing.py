@@ -1,0 +1,81 @@
+"""Choosing the batch sizes to measure for the batch-size models, around the user's, OOM-aware.
+
+The user's batch size is measured first (it must fit: it is what they train with), then half of
+it, then twice it. Before a larger probe, the memory line through the samples so far says whether
+it would fit; a probe that runs out of memory anyway narrows the range (halfway back towards the
+user's batch size) and never ends the analysis.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
+from skyline_engine.predict.linear import fit_line
+
+PROBES = 3
+
+Progress = Callable[[str, float], None]
+
+
+class Probing:
+    def __init__(self, runner: IterationRunner, usable_memory_bytes: int, progress: Progress) -> None:
+        self.runner = runner
+        self.usable = usable_memory_bytes
+        self.progress = progress
+        self.samples: List[Sample] = []
+        self.notes: List[str] = []
+        self._tried: set = set()
+
+    def run(self, user_batch_size: int) -> List[Sample]:
+        """Measure the user's batch size (its OOM propagates) and up to PROBES-1 more."""
+        self._measure(user_batch_size)
+        self._try(max(1, user_batch_size // 2))
+        if not self._try_larger(user_batch_size, 2 * user_batch_size):
+            self._try(max(1, user_batch_size // 4))
+        for extra in (3 * user_batch_size, 4 * user_batch_size):
+            if len(self.samples) >= PROBES:
+                break
+            self._try_larger(user_batch_size, extra)
+        return sorted(self.samples, key=lambda s: s.batch_size)
+
+    def _try(self, batch_size: int) -> bool:
+        if len(self.samples) >= PROBES or batch_size in self._tried:
+            return False
+        try:
+            self._measure(batch_size)
+            return True
+        except OutOfMemoryAtBatchSize:
+            self.notes.append(f"Batch size {batch_size} ran out of memory; it is left out of the models.")
+            return False
+
+    def _try_larger(self, user_batch_size: int, batch_size: int) -> bool:
+        """Measure a batch size above the user's, lowered to what is predicted to fit and halved
+        towards the user's on out-of-memory."""
+        candidate: Optional[int] = self._largest_predicted_to_fit(batch_size)
+        while candidate is not None and candidate > user_batch_size and len(self.samples) < PROBES:
+            if candidate in self._tried:
+                return False
+            try:
+                self._measure(candidate)
+                return True
+            except OutOfMemoryAtBatchSize:
+                self.notes.append(
+                    f"Batch size {candidate} ran out of memory; probing a smaller one instead."
+                )
+                candidate = (user_batch_size + candidate) // 2
+        return False
+
+    def _largest_predicted_to_fit(self, batch_size: int) -> int:
+        if len({s.batch_size for s in self.samples}) < 2:
+            return batch_size
+        memory = fit_line([s.batch_size for s in self.samples], [s.peak_memory_bytes for s in self.samples])
+        if memory.slope <= 0 or memory(batch_size) <= self.usable:
+            return batch_size
+        return min(batch_size, int(memory.inverse(self.usable)))
+
+    def _measure(self, batch_size: int) -> None:
+        self._tried.add(batch_size)
+        done = len(self.samples)
+        self.progress(f"measuring batch size {batch_size} ({done + 1}/{PROBES})", done / PROBES)
+        self.samples.append(self.runner.measure(batch_size))

@@ -1,0 +1,98 @@
+"""One analysis, end to end: load the entry point → measure → fit the batch-size models → document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from skyline_engine.analysis.document import build_document
+from skyline_engine.analysis.probing import Probing
+from skyline_engine.entry.batch_size import find_batch_size_location
+from skyline_engine.entry.loader import load_entry_point, resolve_entry_path
+from skyline_engine.errors import OutOfMemory, SkylineError
+from skyline_engine.measure.device import describe_device, resolve_device
+from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
+from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.predict.batch_models import MEMORY_HEADROOM_FRACTION, BatchSizeModels
+
+Progress = Callable[[str, float], None]
+
+
+def no_progress(phase: str, fraction: float) -> None:
+    pass
+
+
+@dataclass
+class AnalysisRequest:
+    entry_point: str
+    project_root: Path
+    batch_size: Optional[int] = None
+    device: str = "auto"
+    budget: TimingBudget = field(default_factory=TimingBudget)
+    # Where a relative `entry_point` is looked up (the CLI's working directory); the root if None.
+    base_dir: Optional[Path] = None
+
+
+def analyze(request: AnalysisRequest, progress: Progress = no_progress) -> dict:
+    _check_batch_size(request.batch_size)
+    root = Path(request.project_root).resolve()
+    path = resolve_entry_path(request.entry_point, root, request.base_dir)
+    progress("loading the entry point", 0.0)
+    device = resolve_device(request.device)
+    device_info = describe_device(device)
+    entry = load_entry_point(path, root)
+    try:
+        location = find_batch_size_location(path.read_text(encoding="utf-8"), entry.relative_path)
+        batch_size = request.batch_size or entry.default_batch_size
+        progress("building the model", 0.0)
+        runner = IterationRunner(entry, device, request.budget)
+        usable = int(device_info.memory_capacity_bytes * (1 - MEMORY_HEADROOM_FRACTION))
+        probing = Probing(runner, usable, progress)
+        try:
+            samples = probing.run(batch_size)
+        except OutOfMemoryAtBatchSize as exc:
+            raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
+        progress("fitting the batch-size models", 0.95)
+        models = None
+        if len(samples) >= 2:
+            models = BatchSizeModels.fit(
+                [s.batch_size for s in samples],
+                [s.run_time_ms for s in samples],
+                [s.peak_memory_bytes for s in samples],
+                device_info.memory_capacity_bytes,
+            )
+        warnings = probing.notes + (models.warnings() if models else ["Only one batch size could be measured, so nothing is predicted."])
+        document = build_document(
+            project_root=str(root),
+            entry_point=entry.relative_path,
+            device=device_info,
+            batch_size=batch_size,
+            samples=samples,
+            models=models,
+            batch_size_location=location,
+            warnings=warnings,
+        )
+    finally:
+        entry.unload()
+    progress("done", 1.0)
+    return document
+
+
+def _check_batch_size(batch_size: Optional[int]) -> None:
+    if batch_size is None:
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise SkylineError(f"the batch size must be a positive integer, not {batch_size!r}.")
+
+
+def _does_not_fit(exc: OutOfMemoryAtBatchSize, device, location, entry_path: str) -> OutOfMemory:
+    path = location.path if location else entry_path
+    line = location.line if location else None
+    return OutOfMemory(
+        f"batch size {exc.batch_size} does not fit in the memory of {device.name} "
+        f"({device.memory_capacity_bytes / 2**30:.1f} GiB): {exc.__str__().split(': ', 1)[-1]}",
+        path=path,
+        line=line,
+        hint="Lower the batch size.",
+    )

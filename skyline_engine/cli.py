@@ -1,0 +1,141 @@
+"""The `skyline` command line: the same analysis as the editor's, without an editor."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from skyline_engine import __version__
+from skyline_engine.errors import SkylineError
+
+EXIT_ANALYSIS_ERROR = 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except SkylineError as exc:
+        print(f"skyline: error: {exc.format()}", file=sys.stderr)
+        return EXIT_ANALYSIS_ERROR
+    except KeyboardInterrupt:
+        print("skyline: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="skyline", description="Profile PyTorch training iterations.")
+    parser.add_argument("--version", action="version", version=f"skyline {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    profile = commands.add_parser(
+        "profile",
+        help="analyze an entry point: throughput, peak memory and batch-size predictions",
+        description="Analyze a Skyline entry point and print a report.",
+    )
+    profile.add_argument("entry_point", metavar="ENTRY", help="the entry point file (relative to the working directory)")
+    profile.add_argument("--batch-size", type=_positive_int, help="profile at this batch size instead of the default")
+    profile.add_argument(
+        "--set-batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="rewrite the batch_size default in the entry point to N, then profile at N",
+    )
+    _add_common_options(profile)
+    profile.add_argument("--json", metavar="PATH", help="also write the analysis document as JSON")
+    profile.set_defaults(run=_run_profile)
+    return parser
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help="auto (default: CUDA when available), cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--project-root",
+        default=None,
+        help="the project's root folder (default: the working directory); results name files relative to it",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"the batch size must be positive, not {value}")
+    return value
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    from skyline_engine.analysis.session import AnalysisRequest, analyze
+    from skyline_engine.render.files import write_json_atomic
+    from skyline_engine.render.terminal import render_report
+
+    cwd = Path.cwd()
+    root = Path(args.project_root) if args.project_root else cwd
+    batch_size = args.batch_size
+    if args.set_batch_size is not None:
+        if batch_size is not None and batch_size != args.set_batch_size:
+            raise SkylineError("--batch-size and --set-batch-size disagree; give one of them.")
+        _set_batch_size(args.entry_point, root, cwd, args.set_batch_size)
+        batch_size = args.set_batch_size
+    request = AnalysisRequest(args.entry_point, root, batch_size=batch_size, device=args.device, base_dir=cwd)
+    progress = StderrProgress(enabled=not args.quiet)
+    try:
+        document = analyze(request, progress)
+    finally:
+        progress.finish()
+    if args.json:
+        write_json_atomic(args.json, document)
+    sys.stdout.write(render_report(document))
+    return 0
+
+
+def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int) -> None:
+    from skyline_engine.entry.batch_size import rewrite_batch_size
+    from skyline_engine.entry.loader import resolve_entry_path
+    from skyline_engine.entry.user_frames import ProjectFiles
+    from skyline_engine.render.files import write_text_atomic
+
+    path = resolve_entry_path(entry, root, cwd)
+    relative = ProjectFiles(root).relative(str(path))
+    with open(path, encoding="utf-8", newline="") as f:
+        source = f.read()
+    try:
+        rewritten = rewrite_batch_size(source, batch_size, relative)
+    except SyntaxError as exc:
+        raise SkylineError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
+    if rewritten != source:
+        write_text_atomic(path, rewritten)
+
+
+class StderrProgress:
+    """Progress on stderr: one line rewritten in place on a terminal, plain lines otherwise."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.interactive = enabled and sys.stderr.isatty()
+        self._last = None
+        self._width = 0
+
+    def __call__(self, phase: str, fraction: float) -> None:
+        if not self.enabled or phase == self._last:
+            return
+        self._last = phase
+        text = f"skyline: [{fraction:4.0%}] {phase}"
+        if self.interactive:
+            sys.stderr.write("\r" + text.ljust(self._width))
+            self._width = len(text)
+        else:
+            sys.stderr.write(text + os.linesep)
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.interactive and self._width:
+            sys.stderr.write("\r" + " " * self._width + "\r")
+            sys.stderr.flush()

@@ -1,0 +1,179 @@
+"""Find and rewrite the `batch_size` default of an entry point's `skyline_input_provider`.
+
+Columns are UTF-8 *byte* offsets into the line, the way `ast` counts them
+(`col_offset` / `end_col_offset`), because Neovim's `nvim_buf_set_text` counts
+bytes too: the editor can replace the span as given, with no conversion.
+Lines are 1-based and split only at `\\n`, `\\r\\n` and `\\r`, the breaks the
+Python tokenizer knows (`str.splitlines` also splits at form feeds, U+2028 and
+others, which would shift line numbers).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+PROVIDER_NAME = "skyline_input_provider"
+PARAMETER_NAME = "batch_size"
+
+_HINT = "Write the default as an integer literal, e.g. `def skyline_input_provider(batch_size=32):`."
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True)
+class BatchSizeLocation:
+    """Where the `batch_size` default lies, and whether it can be rewritten in place.
+
+    `col_start`/`col_end` are byte offsets into line `line`. For a default that spans
+    several lines, `col_end` is clipped to the end of its first line.
+    """
+
+    path: str
+    line: int
+    col_start: int
+    col_end: int
+    editable: bool
+    value: Optional[int]
+    reason: Optional[str]
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "col_start": self.col_start,
+            "col_end": self.col_end,
+            "editable": self.editable,
+            "value": self.value,
+            "reason": self.reason,
+        }
+
+
+def find_batch_size_location(source: str, path: str) -> Optional[BatchSizeLocation]:
+    """The location of the `batch_size` default, or None when there is no provider,
+    no `batch_size` parameter, or no default. Raises SyntaxError when `source` does not parse."""
+    tree = ast.parse(source, filename=path)
+    provider = _last_module_level_provider(tree)
+    if provider is None:
+        return None
+    default = _batch_size_default(provider.args)
+    if default is None:
+        return None
+    return _locate(default, _split_lines(source), path)
+
+
+def rewrite_batch_size(source: str, new_batch_size: int, path: str = "<entry point>") -> str:
+    """`source` with the `batch_size` literal replaced by `new_batch_size`; every other byte unchanged."""
+    if isinstance(new_batch_size, bool) or not isinstance(new_batch_size, int) or new_batch_size <= 0:
+        raise ValueError(f"The new batch size must be an integer greater than 0, not {new_batch_size!r}.")
+    location = find_batch_size_location(source, path)
+    if location is None:
+        from skyline_engine.errors import EntryPointError
+
+        raise EntryPointError(
+            f"Found no `{PROVIDER_NAME}` with a `{PARAMETER_NAME}` default to rewrite.",
+            path=path,
+            hint=_HINT,
+        )
+    if not location.editable:
+        from skyline_engine.errors import EntryPointError
+
+        raise EntryPointError(
+            f"Cannot rewrite the batch size: {location.reason}.",
+            path=path,
+            line=location.line,
+            hint=_HINT,
+        )
+    lines = _split_lines(source)
+    index = location.line - 1
+    raw = lines[index].encode("utf-8")
+    new_raw = raw[: location.col_start] + str(new_batch_size).encode("ascii") + raw[location.col_end :]
+    lines[index] = new_raw.decode("utf-8")
+    return "".join(lines)
+
+
+def _split_lines(source: str) -> List[str]:
+    """Lines with their endings kept, numbered as `ast` numbers them."""
+    lines = []
+    start = 0
+    for match in _LINE_BREAK.finditer(source):
+        lines.append(source[start : match.end()])
+        start = match.end()
+    if start < len(source):
+        lines.append(source[start:])
+    return lines
+
+
+def _module_level_statements(body: List[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements run at module level, in source order: also those inside module-level
+    `if`/`try`/`with`/loops, but not inside functions or classes."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from _module_level_statements(getattr(statement, field, []))
+        for handler in getattr(statement, "handlers", []):
+            yield from _module_level_statements(handler.body)
+
+
+def _last_module_level_provider(tree: ast.Module) -> Optional[ast.FunctionDef]:
+    found = None
+    for statement in _module_level_statements(tree.body):
+        if isinstance(statement, ast.FunctionDef) and statement.name == PROVIDER_NAME:
+            found = statement
+    return found
+
+
+def _batch_size_default(arguments: ast.arguments) -> Optional[ast.expr]:
+    """The default expression of `batch_size`, positional or keyword-only; None when it has none."""
+    positional = arguments.posonlyargs + arguments.args
+    first_with_default = len(positional) - len(arguments.defaults)
+    for index, arg in enumerate(positional):
+        if arg.arg == PARAMETER_NAME:
+            return arguments.defaults[index - first_with_default] if index >= first_with_default else None
+    for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults):
+        if arg.arg == PARAMETER_NAME:
+            return default  # None when the keyword-only parameter has no default
+    return None
+
+
+def _locate(default: ast.expr, lines: List[str], path: str) -> BatchSizeLocation:
+    value = _int_literal_value(default)
+    reason = _not_editable_reason(default, value)
+    col_end = default.end_col_offset
+    if default.end_lineno != default.lineno:
+        col_end = len(lines[default.lineno - 1].rstrip("\r\n").encode("utf-8"))
+    return BatchSizeLocation(
+        path=path,
+        line=default.lineno,
+        col_start=default.col_offset,
+        col_end=col_end,
+        editable=reason is None,
+        value=value,
+        reason=reason,
+    )
+
+
+def _int_literal_value(node: ast.expr) -> Optional[int]:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _not_editable_reason(node: ast.expr, value: Optional[int]) -> Optional[str]:
+    """Why the default cannot be rewritten in place, or None when it can."""
+    text = ast.unparse(node)
+    if value is not None:
+        return None if value > 0 else f"the default is `{text}`, but the batch size must be greater than 0"
+    if node.end_lineno != node.lineno:
+        return f"the default `{text}` spans lines {node.lineno}-{node.end_lineno}, not one integer literal"
+    if isinstance(node, ast.Constant):
+        kind = {bool: "a boolean", float: "a float", str: "a string", complex: "a complex number"}.get(
+            type(node.value), f"a {type(node.value).__name__}"
+        )
+        return f"the default is `{text}`, {kind}, not an integer literal"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return f"the default is `{text}`, but the batch size must be greater than 0"
+    return f"the default is the expression `{text}`, not an integer literal"

@@ -1,0 +1,277 @@
+"""Loading a Skyline entry point and checking its three providers against Skyline's contract.
+
+An entry point is a Python file with:
+
+    def skyline_model_provider() -> torch.nn.Module
+    def skyline_input_provider(batch_size=32) -> tuple of inputs
+    def skyline_iteration_provider(model) -> callable(*inputs) running one training iteration
+
+Every violation becomes an `EntryPointError` naming the file and line and what to write instead;
+every exception raised by the user's code becomes a `UserCodeError` at the user's innermost frame.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Optional
+
+from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame, user_traceback_text
+from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
+
+MODEL_PROVIDER = "skyline_model_provider"
+INPUT_PROVIDER = "skyline_input_provider"
+ITERATION_PROVIDER = "skyline_iteration_provider"
+_MODULE_NAME = "skyline_entry_point"
+
+_EXAMPLES = {
+    MODEL_PROVIDER: "def skyline_model_provider():\n    return MyModel()",
+    INPUT_PROVIDER: "def skyline_input_provider(batch_size=32):\n    return (torch.randn(batch_size, 10),)",
+    ITERATION_PROVIDER: (
+        "def skyline_iteration_provider(model):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    def iteration(*inputs):\n"
+        "        optimizer.zero_grad()\n"
+        "        model(*inputs).backward()\n"
+        "        optimizer.step()\n"
+        "    return iteration"
+    ),
+}
+
+
+@dataclass
+class EntryPoint:
+    path: Path  # absolute
+    relative_path: str  # relative to the project root
+    files: ProjectFiles
+    module: ModuleType
+    model_provider: Callable[[], Any]
+    input_provider: Callable[..., Any]
+    iteration_provider: Callable[[Any], Callable[..., Any]]
+    default_batch_size: int
+    imports: "ImportScope"
+
+    def unload(self) -> None:
+        self.imports.undo()
+
+    def line_of(self, fn: Callable) -> Optional[int]:
+        code = getattr(fn, "__code__", None)
+        return code.co_firstlineno if code is not None else None
+
+    def call(self, what: str, fn: Callable, *args, **kwargs):
+        """Run user code; an exception becomes a `UserCodeError` at the user's innermost frame."""
+        return call_user_code(self.files, what, fn, *args, **kwargs)
+
+
+def resolve_entry_path(entry: str, project_root: Path, base: Optional[Path] = None) -> Path:
+    """The entry point as an absolute path, checked to exist and to lie inside the project root.
+
+    A relative `entry` is taken relative to `base` (the CLI's working directory) or else the root.
+    """
+    root = project_root.resolve()
+    if not root.is_dir():
+        raise SkylineError(f"the project root {str(project_root)!r} is not a directory.")
+    path = Path(entry)
+    if not path.is_absolute():
+        path = (base or root) / path
+    path = path.resolve()
+    if not path.exists():
+        raise EntryPointError(f"the entry point {entry!r} does not exist (looked for {path}).")
+    if not path.is_file():
+        raise EntryPointError(f"the entry point {entry!r} is not a file.")
+    try:
+        path.relative_to(root)
+    except ValueError:
+        raise EntryPointError(
+            f"the entry point {entry!r} lies outside the project root {root}.",
+            hint="Run from the project's folder or pass --project-root.",
+        ) from None
+    return path
+
+
+def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
+    """Import the entry point (its folder importable, as with `python entry_point.py`) and check it."""
+    files = ProjectFiles(project_root)
+    relative = files.relative(str(path))
+    source = path.read_text(encoding="utf-8")
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise EntryPointError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
+    imports = ImportScope(path.parent, files)
+    try:
+        module = _import(path, code, files)
+        providers = {name: _provider(module, name, relative) for name in (MODEL_PROVIDER, INPUT_PROVIDER, ITERATION_PROVIDER)}
+        _check_no_required_parameters(providers[MODEL_PROVIDER], relative)
+        default_batch_size = _default_batch_size(providers[INPUT_PROVIDER], relative)
+        _check_takes_model(providers[ITERATION_PROVIDER], relative)
+    except BaseException:
+        imports.undo()
+        raise
+    return EntryPoint(
+        path=path,
+        relative_path=relative,
+        files=files,
+        module=module,
+        model_provider=providers[MODEL_PROVIDER],
+        input_provider=providers[INPUT_PROVIDER],
+        iteration_provider=providers[ITERATION_PROVIDER],
+        default_batch_size=default_batch_size,
+        imports=imports,
+    )
+
+
+class ImportScope:
+    """Makes the entry point's folder importable (as `python entry_point.py` does) and can undo what
+    importing it changed, so that the next analysis in this process imports the user's (maybe
+    edited) files afresh."""
+
+    def __init__(self, folder: Path, files: ProjectFiles) -> None:
+        self.files = files
+        self.modules_before = frozenset(sys.modules)
+        self.added_path: Optional[str] = None
+        if str(folder) not in sys.path:
+            self.added_path = str(folder)
+            sys.path.insert(0, self.added_path)
+
+    def undo(self) -> None:
+        for name in set(sys.modules) - self.modules_before:
+            filename = getattr(sys.modules.get(name), "__file__", None)
+            if name == _MODULE_NAME or (filename and self.files.contains(filename)):
+                del sys.modules[name]
+        if self.added_path is not None and self.added_path in sys.path:
+            sys.path.remove(self.added_path)
+
+
+def call_user_code(files: ProjectFiles, what: str, fn: Callable, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except SkylineError:
+        raise
+    except Exception as exc:
+        raise user_code_error(files, what, exc) from exc
+
+
+def user_code_error(files: ProjectFiles, what: str, exc: BaseException) -> UserCodeError:
+    frame = innermost_user_frame(exc.__traceback__, files)
+    path = files.relative(frame.filename) if frame else None
+    line = frame.lineno if frame else None
+    message = f"{type(exc).__name__}: {exc} (raised while running {what})."
+    trace = user_traceback_text(exc.__traceback__, files)
+    if trace:
+        message += "\nYour code's frames, innermost last:\n" + trace
+    return UserCodeError(message, path=path, line=line)
+
+
+def _import(path: Path, code, files: ProjectFiles) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        raise user_code_error(files, f"the entry point {files.relative(str(path))}", exc) from exc
+    return module
+
+
+def _provider(module: ModuleType, name: str, relative: str) -> Callable:
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise EntryPointError(
+            f"the entry point does not define `{name}`.",
+            path=relative,
+            hint="Skyline needs three providers; add:\n" + _EXAMPLES[name],
+        )
+    if not callable(fn):
+        raise EntryPointError(
+            f"`{name}` is a {type(fn).__name__}, not a function.", path=relative, hint="Define it with:\n" + _EXAMPLES[name]
+        )
+    return fn
+
+
+def _line(fn: Callable) -> Optional[int]:
+    code = getattr(fn, "__code__", None)
+    return code.co_firstlineno if code is not None else None
+
+
+def _signature(fn: Callable, name: str, relative: str) -> inspect.Signature:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        raise EntryPointError(f"cannot read the parameters of `{name}`.", path=relative, line=_line(fn)) from None
+
+
+def _required(sig: inspect.Signature):
+    return [
+        p
+        for p in sig.parameters.values()
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def _check_no_required_parameters(fn: Callable, relative: str) -> None:
+    required = _required(_signature(fn, MODEL_PROVIDER, relative))
+    if required:
+        names = ", ".join(p.name for p in required)
+        raise EntryPointError(
+            f"`{MODEL_PROVIDER}` must take no arguments, but it requires: {names}.",
+            path=relative,
+            line=_line(fn),
+            hint="Write `def skyline_model_provider():`.",
+        )
+
+
+def _default_batch_size(fn: Callable, relative: str) -> int:
+    sig = _signature(fn, INPUT_PROVIDER, relative)
+    line = _line(fn)
+    hint = "Write `def skyline_input_provider(batch_size=32):` with your batch size."
+    param = sig.parameters.get("batch_size")
+    if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+        raise EntryPointError(
+            f"`{INPUT_PROVIDER}` must take a `batch_size` argument.", path=relative, line=line, hint=hint
+        )
+    others = [p.name for p in _required(sig) if p.name != "batch_size"]
+    if others:
+        raise EntryPointError(
+            f"`{INPUT_PROVIDER}` may take only `batch_size`, but it also requires: {', '.join(others)}.",
+            path=relative,
+            line=line,
+            hint=hint,
+        )
+    default = param.default
+    if default is inspect.Parameter.empty:
+        raise EntryPointError(
+            f"`batch_size` of `{INPUT_PROVIDER}` has no default; Skyline profiles at the default batch size.",
+            path=relative,
+            line=line,
+            hint=hint,
+        )
+    if isinstance(default, bool) or not isinstance(default, int):
+        raise EntryPointError(
+            f"the default batch size must be an integer, not {default!r} ({type(default).__name__}).",
+            path=relative,
+            line=line,
+            hint=hint,
+        )
+    if default <= 0:
+        raise EntryPointError(
+            f"the default batch size must be positive, not {default}.", path=relative, line=line, hint=hint
+        )
+    return default
+
+
+def _check_takes_model(fn: Callable, relative: str) -> None:
+    sig = _signature(fn, ITERATION_PROVIDER, relative)
+    positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_varargs = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
+    if not (positional or takes_varargs) or len(_required(sig)) > 1:
+        raise EntryPointError(
+            f"`{ITERATION_PROVIDER}` must take exactly one argument, the model.",
+            path=relative,
+            line=_line(fn),
+            hint="Write `def skyline_iteration_provider(model):`.",
+        )

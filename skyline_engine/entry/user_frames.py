@@ -1,0 +1,66 @@
+"""Finding the user's own frames: which files belong to the project, and where in them an error arose."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Optional, Tuple
+
+
+def _library_roots() -> Tuple[str, ...]:
+    # A venv inside the project root must not make torch "user code": anything under an
+    # installation prefix is library code, wherever that prefix lies.
+    paths = sysconfig.get_paths()
+    roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
+
+
+_LIBRARY_ROOTS = _library_roots()
+
+
+class ProjectFiles:
+    """Decides whether a source file is the user's (inside the project root, not an installed library)."""
+
+    def __init__(self, project_root: Path) -> None:
+        self.root = os.path.realpath(project_root)
+        self._prefix = self.root + os.sep
+        self._cache: dict = {}
+
+    def contains(self, filename: str) -> bool:
+        known = self._cache.get(filename)
+        if known is None:
+            real = os.path.realpath(filename)
+            known = real.startswith(self._prefix) and not real.startswith(_LIBRARY_ROOTS) and (
+                "site-packages" not in real
+            )
+            self._cache[filename] = known
+        return known
+
+    def relative(self, filename: str) -> str:
+        return os.path.relpath(os.path.realpath(filename), self.root)
+
+
+def innermost_user_frame(
+    tb: Optional[TracebackType], files: ProjectFiles
+) -> Optional[traceback.FrameSummary]:
+    """The deepest frame of a traceback that lies in a project file."""
+    found = None
+    for frame in traceback.extract_tb(tb):
+        if files.contains(frame.filename):
+            found = frame
+    return found
+
+
+def user_traceback_text(tb: Optional[TracebackType], files: ProjectFiles, limit: int = 6) -> str:
+    """The user's frames of a traceback, innermost last, as `path:line in function: source`."""
+    frames = [f for f in traceback.extract_tb(tb) if files.contains(f.filename)][-limit:]
+    lines = []
+    for f in frames:
+        source = f" | {f.line.strip()}" if f.line else ""
+        lines.append(f"  {files.relative(f.filename)}:{f.lineno} in {f.name}{source}")
+    return "\n".join(lines)

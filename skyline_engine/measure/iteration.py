@@ -1,0 +1,198 @@
+"""Measuring the user's training iteration at one batch size: its time and its peak memory."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from skyline_engine.entry.loader import (
+    INPUT_PROVIDER,
+    ITERATION_PROVIDER,
+    MODEL_PROVIDER,
+    EntryPoint,
+    user_code_error,
+)
+from skyline_engine.errors import EntryPointError, UserCodeError
+from skyline_engine.measure.memory import is_out_of_memory, measure_peak_bytes, release_cached_memory
+from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
+
+# Skyline's observation: with optimizers such as Adam, state is created in the first step, so
+# peak memory is measured over steady-state iterations, after warm-up.
+MEMORY_ITERATIONS = 2
+
+
+class OutOfMemoryAtBatchSize(Exception):
+    def __init__(self, batch_size: int, cause: BaseException) -> None:
+        super().__init__(f"out of memory at batch size {batch_size}: {cause}")
+        self.batch_size = batch_size
+
+
+@dataclass(frozen=True)
+class Sample:
+    batch_size: int
+    timing: TimingStats
+    peak_memory_bytes: int
+
+    @property
+    def run_time_ms(self) -> float:
+        return self.timing.median_ms
+
+    def to_dict(self) -> dict:
+        return {
+            "batch_size": self.batch_size,
+            "run_time_ms": self.run_time_ms,
+            "run_time_iqr_ms": self.timing.iqr_ms,
+            "repetitions": self.timing.iterations,
+            "peak_memory_bytes": self.peak_memory_bytes,
+        }
+
+
+class IterationRunner:
+    """Builds the user's model and iteration once, then measures them at any batch size."""
+
+    def __init__(self, entry: EntryPoint, device: torch.device, budget: TimingBudget) -> None:
+        self.entry = entry
+        self.device = device
+        self.budget = budget
+        self.clock = clock_for(device)
+        with self._default_device():
+            self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
+            _check_model(self.model, entry)
+            self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
+        if not callable(self.iteration):
+            raise EntryPointError(
+                f"`{ITERATION_PROVIDER}` returned {_describe(self.iteration)}, not a function.",
+                path=entry.relative_path,
+                line=entry.line_of(entry.iteration_provider),
+                hint="Return the function that runs one training iteration: `return iteration`.",
+            )
+        self._last_output: Optional[Any] = None
+        self.model.register_forward_hook(self._remember_output)
+        self._ran_once = False
+
+    def measure(self, batch_size: int) -> Sample:
+        """Time and peak memory at `batch_size`; raises OutOfMemoryAtBatchSize when it does not fit."""
+        inputs = None
+        try:
+            inputs = self._inputs(batch_size)
+            self._run(inputs, batch_size, self.budget.warmup_iterations)
+            self._check_loss_finite(batch_size)
+            timing = measure_iteration_time(lambda: self._call_iteration(inputs, batch_size), self.clock, self.budget)
+            peak = measure_peak_bytes(self.device, lambda: self._run(inputs, batch_size, MEMORY_ITERATIONS))
+            self._check_loss_finite(batch_size)
+            self._check_parameters_finite(batch_size)
+            return Sample(batch_size, timing, peak)
+        except (UserCodeError, RuntimeError, MemoryError) as exc:
+            cause = exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
+            if is_out_of_memory(cause):
+                raise OutOfMemoryAtBatchSize(batch_size, cause) from None
+            raise
+        finally:
+            del inputs
+            self._last_output = None
+            release_cached_memory(self.device)
+
+    def _inputs(self, batch_size: int) -> Sequence[Any]:
+        entry = self.entry
+        with self._default_device():
+            inputs = entry.call(INPUT_PROVIDER, entry.input_provider, batch_size=batch_size)
+        if isinstance(inputs, torch.Tensor) or isinstance(inputs, (str, bytes, dict)) or not _is_iterable(inputs):
+            raise EntryPointError(
+                f"`{INPUT_PROVIDER}` returned {_describe(inputs)}; it must return a tuple of the "
+                "iteration's inputs, which Skyline passes as `iteration(*inputs)`.",
+                path=entry.relative_path,
+                line=entry.line_of(entry.input_provider),
+                hint="Wrap the inputs in a tuple, e.g. `return (images, labels)` or `return (x,)`.",
+            )
+        return tuple(inputs)
+
+    def _run(self, inputs: Sequence[Any], batch_size: int, times: int) -> None:
+        for _ in range(times):
+            self._call_iteration(inputs, batch_size)
+
+    def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
+        try:
+            self.iteration(*inputs)
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise
+            raise self._iteration_error(exc, batch_size) from exc
+        self._ran_once = True
+
+    def _iteration_error(self, exc: BaseException, batch_size: int) -> UserCodeError:
+        where = f"the training iteration at batch size {batch_size}"
+        if self._ran_once:
+            where += " (it had run at another batch size before)"
+        return user_code_error(self.entry.files, where, exc)
+
+    def _remember_output(self, module, args, output) -> None:
+        self._last_output = output
+
+    def _check_loss_finite(self, batch_size: int) -> None:
+        loss = self._last_output
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.is_floating_point():
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise self._not_finite_error(f"the model returned a {value} loss at batch size {batch_size}")
+
+    def _check_parameters_finite(self, batch_size: int) -> None:
+        for name, param in self.model.named_parameters():
+            if param.is_floating_point() and not bool(torch.isfinite(param.detach()).all()):
+                raise self._not_finite_error(
+                    f"parameter `{name}` holds NaN or infinite values after training at batch size {batch_size}"
+                )
+
+    def _not_finite_error(self, what: str) -> UserCodeError:
+        path, line = self._model_forward_location()
+        return UserCodeError(
+            f"{what}; the iteration diverges, so its measurements would not describe training.",
+            path=path,
+            line=line,
+            hint="Check the learning rate, the inputs and the loss (a log of zero, a division by zero).",
+        )
+
+    def _model_forward_location(self):
+        forward = getattr(type(self.model), "forward", None)
+        code = getattr(forward, "__code__", None)
+        if code is not None and self.entry.files.contains(code.co_filename):
+            return self.entry.files.relative(code.co_filename), code.co_firstlineno
+        return self.entry.relative_path, self.entry.line_of(self.entry.model_provider)
+
+    def _default_device(self):
+        # Providers create tensors and modules on the analysis device without naming it. The
+        # iteration itself runs without a default device: torch implements it as a function mode
+        # that would add overhead to every operation we time.
+        if self.device.type == "cpu":
+            return contextlib.nullcontext()
+        return torch.device(self.device)
+
+
+def _check_model(model: Any, entry: EntryPoint) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise EntryPointError(
+            f"`{MODEL_PROVIDER}` returned {_describe(model)}, not a torch.nn.Module.",
+            path=entry.relative_path,
+            line=entry.line_of(entry.model_provider),
+            hint="Return the model, e.g. `return MyModel()`; Skyline's convention is a model that returns the loss.",
+        )
+
+
+def _is_iterable(value: Any) -> bool:
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return f"a bare Tensor of shape {tuple(value.shape)}"
+    return f"a value of type {type(value).__name__}"
+

@@ -1,0 +1,113 @@
+"""Timing an iteration: a device clock, and adaptive repetitions until the estimate is stable.
+
+The repetition scheme follows `torch.utils.benchmark.Timer.blocked_autorange`: iterations are timed
+in blocks (several iterations per block when one is too short to time well), blocks are collected
+until a minimum time has passed, and the median per-iteration time is reported with its
+interquartile range. We add a stop on stability: once the relative spread is small enough, more
+blocks would not change the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, List
+
+import numpy as np
+import torch
+
+
+class CpuClock:
+    """Wall-clock time of a block of iterations."""
+
+    def time_ms(self, run_block: Callable[[], None]) -> float:
+        start = time.perf_counter_ns()
+        run_block()
+        return (time.perf_counter_ns() - start) / 1e6
+
+
+class CudaClock:
+    """Device time of a block of iterations, between two CUDA events, after synchronising.
+
+    Synchronising first keeps earlier queued work out of the block; synchronising on the end
+    event makes the block's device work complete before it is read.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def time_ms(self, run_block: Callable[[], None]) -> float:
+        torch.cuda.synchronize(self.device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        run_block()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+
+def clock_for(device: torch.device):
+    return CudaClock(device) if device.type == "cuda" else CpuClock()
+
+
+@dataclass(frozen=True)
+class TimingBudget:
+    """How long to time one batch size.
+
+    Stop when at least `min_run_s` has been spent on at least `min_blocks` blocks and the
+    interquartile range is within `target_relative_iqr` of the median, or when `max_run_s` is spent.
+    """
+
+    warmup_iterations: int = 2
+    min_run_s: float = 0.2
+    max_run_s: float = 2.0
+    min_blocks: int = 3
+    target_relative_iqr: float = 0.05
+    min_block_ms: float = 5.0
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_ms: float
+    iqr_ms: float
+    iterations: int
+    block_size: int
+
+    def to_dict(self) -> dict:
+        return {
+            "median_ms": self.median_ms,
+            "iqr_ms": self.iqr_ms,
+            "iterations": self.iterations,
+            "block_size": self.block_size,
+        }
+
+
+def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBudget) -> TimingStats:
+    """Median time of one iteration, timed in blocks until stable. Assumes warm-up is done."""
+    first_ms = clock.time_ms(run_once)
+    block_size = max(1, int(np.ceil(budget.min_block_ms / max(first_ms, 1e-3))))
+
+    def run_block() -> None:
+        for _ in range(block_size):
+            run_once()
+
+    per_iteration: List[float] = []
+    spent_ms = first_ms
+    while True:
+        block_ms = clock.time_ms(run_block)
+        spent_ms += block_ms
+        per_iteration.append(block_ms / block_size)
+        if len(per_iteration) < budget.min_blocks:
+            continue
+        if spent_ms >= budget.max_run_s * 1000:
+            break
+        if spent_ms >= budget.min_run_s * 1000 and _relative_iqr(per_iteration) <= budget.target_relative_iqr:
+            break
+    q1, median, q3 = np.percentile(per_iteration, [25, 50, 75])
+    return TimingStats(float(median), float(q3 - q1), len(per_iteration) * block_size, block_size)
+
+
+def _relative_iqr(values: List[float]) -> float:
+    q1, median, q3 = np.percentile(values, [25, 50, 75])
+    return float((q3 - q1) / median) if median > 0 else 0.0

@@ -1,0 +1,114 @@
+"""Predicting iteration time, throughput and peak memory at any batch size.
+
+Two straight lines fitted to the measured samples: run time (ms) against batch size, and peak
+memory (bytes) against batch size, as Skyline does. Throughput follows from the run-time line:
+samples/s = batch_size / run_time(batch_size) * 1000.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from skyline_engine.predict.linear import LinearModel, fit_line
+
+# Memory kept free when deciding what fits: the device needs some for itself (CUDA context,
+# allocator fragmentation, the interpreter on CPU), which a tensor-level peak does not show.
+MEMORY_HEADROOM_FRACTION = 0.10
+
+# Below this R² a model's predictions are flagged as unreliable.
+POOR_FIT_R2 = 0.95
+
+
+@dataclass(frozen=True)
+class Prediction:
+    batch_size: int
+    run_time_ms: float
+    samples_per_second: Optional[float]
+    peak_memory_bytes: float
+    fits: bool
+
+    def to_dict(self) -> dict:
+        return {
+            "batch_size": self.batch_size,
+            "run_time_ms": self.run_time_ms,
+            "samples_per_second": self.samples_per_second,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class BatchSizeModels:
+    run_time: LinearModel
+    peak_memory: LinearModel
+    memory_capacity_bytes: int
+    headroom_fraction: float = MEMORY_HEADROOM_FRACTION
+
+    @classmethod
+    def fit(cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int):
+        return cls(fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity)
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        return int(self.memory_capacity_bytes * (1.0 - self.headroom_fraction))
+
+    def predict(self, batch_size: int) -> Prediction:
+        run_time = self.run_time(batch_size)
+        throughput = batch_size / run_time * 1000.0 if run_time > 0 else None
+        memory = self.peak_memory(batch_size)
+        return Prediction(batch_size, run_time, throughput, memory, memory <= self.usable_memory_bytes)
+
+    def max_batch_size(self) -> Optional[int]:
+        """The largest batch size predicted to fit in usable memory; None when memory does not grow
+        with the batch size (nothing bounds it), 0 when not even one sample fits."""
+        if self.peak_memory.slope <= 0:
+            return None
+        largest = math.floor(self.peak_memory.inverse(self.usable_memory_bytes))
+        return max(largest, 0)
+
+    def asymptotic_samples_per_second(self) -> Optional[float]:
+        """Throughput as the batch size grows without bound (Skyline's "predicted maximum")."""
+        return 1000.0 / self.run_time.slope if self.run_time.slope > 0 else None
+
+    def predicted_max_samples_per_second(self) -> Optional[float]:
+        """The best throughput reachable within device memory: at the largest batch size that fits."""
+        largest = self.max_batch_size()
+        if largest is None:
+            return self.asymptotic_samples_per_second()
+        if largest == 0:
+            return None
+        return self.predict(largest).samples_per_second
+
+    def warnings(self) -> List[str]:
+        notes = []
+        for what, model in (("run-time", self.run_time), ("peak-memory", self.peak_memory)):
+            if model.r2 is None:
+                notes.append(
+                    f"The {what} model rests on {model.points} batch sizes only, so its fit cannot be checked."
+                )
+            elif model.r2 < POOR_FIT_R2:
+                notes.append(
+                    f"The {what} model fits the measurements poorly (R² = {model.r2:.2f}); "
+                    "its predictions are unreliable."
+                )
+        if self.run_time.slope <= 0:
+            notes.append(
+                "Iteration time did not grow with the batch size over the measured range, "
+                "so throughput predictions beyond it are unreliable."
+            )
+        if self.run_time(1) <= 0:
+            notes.append("The run-time model predicts a non-positive time at small batch sizes.")
+        return notes
+
+    def to_dict(self) -> dict:
+        return {
+            "run_time_ms": self.run_time.to_dict(),
+            "peak_memory_bytes": self.peak_memory.to_dict(),
+            "memory_headroom_fraction": self.headroom_fraction,
+            "usable_memory_bytes": self.usable_memory_bytes,
+            "max_batch_size": self.max_batch_size(),
+            "predicted_max_samples_per_second": self.predicted_max_samples_per_second(),
+            "asymptotic_samples_per_second": self.asymptotic_samples_per_second(),
+        }

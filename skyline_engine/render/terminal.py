@@ -1,0 +1,116 @@
+"""The terminal report of an analysis document."""
+
+from __future__ import annotations
+
+from typing import List
+
+from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
+
+
+def render_report(document: dict) -> str:
+    sections = [_header(document), _summary(document), _predictions(document), _models(document), _warnings(document)]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _header(doc: dict) -> str:
+    device = doc["device"]
+    return (
+        f"Skyline · {doc['entry_point']} · batch size {doc['batch_size']}\n"
+        f"on {device['type'].upper()} ({device['name']}), torch {doc['torch_version']}"
+    )
+
+
+def _summary(doc: dict) -> str:
+    it = doc["iteration"]
+    capacity = doc["device"]["memory_capacity_bytes"]
+    share = it["peak_memory_bytes"] / capacity if capacity else 0.0
+    lines = [
+        f"Throughput     {format_rate(it['samples_per_second'])} samples "
+        f"(one iteration {format_ms(it['run_time_ms'])}, IQR {format_ms(it['run_time_iqr_ms'])}, "
+        f"{it['repetitions']} repetitions)",
+        f"Peak memory    {format_bytes(it['peak_memory_bytes'])} of {format_bytes(capacity)} "
+        f"{bar(share)} {share:.1%}",
+    ]
+    models = doc.get("models")
+    if models:
+        best = models["predicted_max_samples_per_second"]
+        largest = models["max_batch_size"]
+        if largest is None:
+            lines.append(f"Predicted max  {format_rate(best)} samples (memory does not grow with the batch size)")
+        elif largest == 0:
+            lines.append("Predicted max  — (not even batch size 1 is predicted to fit)")
+        else:
+            headroom = models["memory_headroom_fraction"]
+            lines.append(
+                f"Predicted max  {format_rate(best)} samples at batch size {largest:,}, "
+                f"the largest predicted to fit ({headroom:.0%} of memory kept free)"
+            )
+    return "\n".join(lines)
+
+
+def _predictions(doc: dict) -> str:
+    predictions = doc.get("predictions") or []
+    if not predictions:
+        return ""
+    models = doc["models"]
+    measured = {s["batch_size"] for s in models["samples"]}
+    rows = [("batch size", "iteration", "throughput", "peak memory", "")]
+    for p in predictions:
+        notes = []
+        if p["batch_size"] == doc["batch_size"]:
+            notes.append("yours")
+        if p["batch_size"] in measured:
+            notes.append("measured")
+        if p["batch_size"] == models["max_batch_size"]:
+            notes.append("largest that fits")
+        if not p["fits"]:
+            notes.append("does not fit")
+        rows.append(
+            (
+                f"{p['batch_size']:,}",
+                format_ms(p["run_time_ms"]),
+                format_rate(p["samples_per_second"]),
+                format_bytes(p["peak_memory_bytes"]),
+                ", ".join(notes),
+            )
+        )
+    return "Predicted at other batch sizes\n" + _table(rows, right_aligned=(0, 1, 2, 3))
+
+
+def _models(doc: dict) -> str:
+    models = doc.get("models")
+    if not models:
+        return ""
+    sizes = ", ".join(str(s["batch_size"]) for s in models["samples"])
+    rt = models["run_time_ms"]
+    mem = models["peak_memory_bytes"]
+    return (
+        f"Batch-size models (least squares over batch sizes {sizes})\n"
+        f"  iteration time = {rt['slope']:.4g} ms × batch size + {format_ms(rt['bias'])}   {_fit(rt)}\n"
+        f"  peak memory    = {format_bytes(mem['slope'])} × batch size + {format_bytes(mem['bias'])}   {_fit(mem)}"
+    )
+
+
+def _fit(model: dict) -> str:
+    residual = f"largest residual {model['max_relative_residual']:.1%}"
+    if model["r2"] is None:
+        return f"(two points: fit unchecked, {residual})"
+    return f"(R² {model['r2']:.3f}, {residual})"
+
+
+def _warnings(doc: dict) -> str:
+    warnings = doc.get("warnings") or []
+    if not warnings:
+        return ""
+    return "Warnings\n" + "\n".join(f"  ! {w}" for w in warnings)
+
+
+def _table(rows: List[tuple], right_aligned=()) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]) for i, cell in enumerate(row)
+        ]
+        out.append("  " + "   ".join(cells).rstrip())
+    return "\n".join(out)

@@ -1,0 +1,253 @@
+"""find_batch_size_location / rewrite_batch_size: spans are UTF-8 byte offsets, rewrites touch only the literal."""
+
+from __future__ import annotations
+
+import pytest
+
+from skyline_engine.entry.batch_size import (
+    BatchSizeLocation,
+    find_batch_size_location,
+    rewrite_batch_size,
+)
+from skyline_engine.errors import EntryPointError
+
+PATH = "entry.py"
+
+
+def find(source: str) -> BatchSizeLocation:
+    location = find_batch_size_location(source, PATH)
+    assert location is not None
+    return location
+
+
+def literal_bytes(source: str, location: BatchSizeLocation) -> bytes:
+    """The bytes the location spans, splitting lines as ast does."""
+    line = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")[location.line - 1]
+    return line.encode("utf-8")[location.col_start : location.col_end]
+
+
+# --- finding -------------------------------------------------------------------------------
+
+
+def test_positional_default():
+    source = "import torch\n\ndef skyline_input_provider(batch_size=32):\n    return (torch.zeros(batch_size),)\n"
+    location = find(source)
+    assert (location.line, location.col_start, location.col_end) == (3, 38, 40)
+    assert location.editable and location.value == 32 and location.reason is None
+    assert literal_bytes(source, location) == b"32"
+    assert location.to_dict() == {
+        "path": PATH,
+        "line": 3,
+        "col_start": 38,
+        "col_end": 40,
+        "editable": True,
+        "value": 32,
+        "reason": None,
+    }
+
+
+def test_keyword_only_default():
+    source = "def skyline_input_provider(*, seed=0, batch_size=64, device='cuda'):\n    pass\n"
+    location = find(source)
+    assert location.value == 64 and location.editable
+    assert literal_bytes(source, location) == b"64"
+
+
+def test_defaults_align_to_the_end_of_the_parameters():
+    source = "def skyline_input_provider(a, batch_size=16, other=3):\n    pass\n"
+    location = find(source)
+    assert location.value == 16
+    assert literal_bytes(source, location) == b"16"
+
+
+def test_positional_only_parameters_count_for_alignment():
+    source = "def skyline_input_provider(a=1, /, b=2, batch_size=8, c=4):\n    pass\n"
+    assert find(source).value == 8
+
+
+def test_decorated_function():
+    source = "import functools\n\n@functools.lru_cache()\n@other\ndef skyline_input_provider(batch_size=12):\n    pass\n"
+    location = find(source)
+    assert (location.line, location.value) == (5, 12)
+
+
+def test_last_top_level_definition_wins():
+    source = (
+        "def skyline_input_provider(batch_size=8):\n    pass\n\n"
+        "def skyline_input_provider(batch_size=48):\n    pass\n"
+    )
+    location = find(source)
+    assert (location.line, location.value) == (4, 48)
+
+
+def test_definition_inside_module_level_if_counts():
+    source = "if True:\n    def skyline_input_provider(batch_size=24):\n        pass\n"
+    assert find(source).value == 24
+
+
+def test_nested_function_and_method_of_the_same_name_are_ignored():
+    source = (
+        "def skyline_input_provider(batch_size=32):\n"
+        "    def skyline_input_provider(batch_size=99):\n        pass\n\n"
+        "class Provider:\n"
+        "    def skyline_input_provider(self, batch_size=77):\n        pass\n"
+    )
+    location = find(source)
+    assert (location.line, location.value) == (1, 32)
+
+
+def test_only_nested_definitions_give_none():
+    source = "class P:\n    def skyline_input_provider(self, batch_size=77):\n        pass\n"
+    assert find_batch_size_location(source, PATH) is None
+
+
+def test_missing_function_gives_none():
+    assert find_batch_size_location("def provider(batch_size=32):\n    pass\n", PATH) is None
+
+
+def test_missing_parameter_gives_none():
+    assert find_batch_size_location("def skyline_input_provider(size=32):\n    pass\n", PATH) is None
+
+
+@pytest.mark.parametrize(
+    "signature",
+    ["(batch_size)", "(batch_size, other=3)", "(*, batch_size)", "(*, batch_size, other=3)"],
+)
+def test_missing_default_gives_none(signature):
+    assert find_batch_size_location(f"def skyline_input_provider{signature}:\n    pass\n", PATH) is None
+
+
+def test_syntax_error_is_raised():
+    with pytest.raises(SyntaxError):
+        find_batch_size_location("def skyline_input_provider(batch_size=32:\n", PATH)
+
+
+@pytest.mark.parametrize(
+    "default, value, words",
+    [
+        ("BATCH * 2", None, "the expression `BATCH * 2`, not an integer literal"),
+        ("BATCH", None, "the expression `BATCH`"),
+        ("True", None, "a boolean"),
+        ("32.0", None, "a float"),
+        ("'32'", None, "a string"),
+        ("-5", None, "greater than 0"),
+        ("0", 0, "greater than 0"),
+    ],
+)
+def test_non_editable_defaults(default, value, words):
+    source = f"def skyline_input_provider(batch_size={default}):\n    pass\n"
+    location = find(source)
+    assert not location.editable
+    assert location.value == value
+    assert words in location.reason
+    assert literal_bytes(source, location) == default.encode()
+
+
+def test_multi_line_default_is_not_editable():
+    source = "def skyline_input_provider(batch_size=(BATCH *\n                                      2)):\n    pass\n"
+    location = find(source)
+    assert not location.editable and location.value is None
+    assert "spans lines 1-2" in location.reason
+    assert location.line == 1
+    assert literal_bytes(source, location) == b"BATCH *"  # the node, without its parenthesis
+
+
+@pytest.mark.parametrize("literal, value", [("1_024", 1024), ("0x20", 32), ("0o10", 8), ("0b100", 4)])
+def test_int_literal_spellings(literal, value):
+    source = f"def skyline_input_provider(batch_size={literal}):\n    pass\n"
+    location = find(source)
+    assert location.editable and location.value == value
+    assert literal_bytes(source, location) == literal.encode()
+
+
+def test_parenthesized_literal_spans_the_digits():
+    source = "def skyline_input_provider(batch_size=( 32 )):\n    pass\n"
+    assert literal_bytes(source, find(source)) == b"32"
+
+
+def test_non_ascii_before_the_literal_gives_byte_offsets():
+    source = "def skyline_input_provider(name='héllo wörld ✓', batch_size=32):  # ünïcode\n    pass\n"
+    location = find(source)
+    line_bytes = source.splitlines()[0].encode("utf-8")
+    assert line_bytes[location.col_start : location.col_end] == b"32"
+    assert location.col_start != source.splitlines()[0].index("32")  # characters would be wrong
+
+
+def test_line_numbers_follow_ast_not_str_splitlines():
+    # Form feed and U+2028 in a comment are no line breaks for Python, but are for str.splitlines.
+    source = "# a\x0cb \u2028 c\r\nx = 1\rdef skyline_input_provider(é=1, batch_size=32):\n    pass\n"
+    location = find(source)
+    assert location.line == 3
+    assert literal_bytes(source, location) == b"32"
+
+
+# --- rewriting -----------------------------------------------------------------------------
+
+
+def test_rewrite_preserves_every_other_byte():
+    source = (
+        "# entry point\r\n"
+        'HELP = "call it as skyline_input_provider(batch_size=32)"\r\n'
+        "def helper(batch_size=32):\r\n"
+        "    return batch_size\r\n"
+        "def skyline_input_provider(batch_size=32):   # the batch size, batch_size=32\r\n"
+        "    return (helper(batch_size),)  \r\n"
+        "\r\n"
+        "# end without newline   "
+    )
+    rewritten = rewrite_batch_size(source, 64, PATH)
+    expected = source.replace(
+        "def skyline_input_provider(batch_size=32):", "def skyline_input_provider(batch_size=64):"
+    )
+    assert rewritten == expected
+    assert rewritten.count("batch_size=32") == source.count("batch_size=32") - 1
+
+
+@pytest.mark.parametrize("old, new", [(8, 1024), (1024, 8), (32, 32)])
+def test_rewrite_grows_and_shrinks_digits(old, new):
+    source = f"def skyline_input_provider(x=1, batch_size={old}, y=2):\n    pass"
+    assert rewrite_batch_size(source, new) == f"def skyline_input_provider(x=1, batch_size={new}, y=2):\n    pass"
+
+
+def test_rewrite_with_non_ascii_before_the_literal():
+    source = "def skyline_input_provider(name='ä✓', batch_size=32):\r\n    pass\r\n"
+    assert rewrite_batch_size(source, 256) == source.replace("=32", "=256")
+
+
+def test_rewrite_underscore_literal():
+    source = "def skyline_input_provider(batch_size=1_024):\n    pass\n"
+    assert rewrite_batch_size(source, 16) == "def skyline_input_provider(batch_size=16):\n    pass\n"
+
+
+def test_round_trip():
+    source = "import torch\r\ndef skyline_input_provider(é='ü', *, batch_size=8):  # keep\r\n    pass"
+    rewritten = rewrite_batch_size(source, 1024, PATH)
+    before, after = find(source), find(rewritten)
+    assert after.value == 1024 and after.editable
+    assert (after.line, after.col_start) == (before.line, before.col_start)
+    assert after.col_end == after.col_start + len("1024")
+    assert literal_bytes(rewritten, after) == b"1024"
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, False, 2.0, "64", None])
+def test_rewrite_rejects_bad_batch_sizes(bad):
+    with pytest.raises(ValueError, match="greater than 0"):
+        rewrite_batch_size("def skyline_input_provider(batch_size=32):\n    pass\n", bad)
+
+
+def test_rewrite_rejects_non_editable_default_and_names_the_line():
+    source = "BATCH = 16\n\ndef skyline_input_provider(batch_size=BATCH * 2):\n    pass\n"
+    with pytest.raises(EntryPointError) as caught:
+        rewrite_batch_size(source, 64, PATH)
+    error = caught.value
+    assert (error.path, error.line) == (PATH, 3)
+    assert "`BATCH * 2`" in error.message
+    assert "integer literal" in error.hint
+    assert str(error).startswith("entry.py:3: ")
+
+
+def test_rewrite_rejects_missing_location():
+    with pytest.raises(EntryPointError) as caught:
+        rewrite_batch_size("def skyline_input_provider(batch_size):\n    pass\n", 64, PATH)
+    assert caught.value.path == PATH
+    assert "skyline_input_provider" in caught.value.message
