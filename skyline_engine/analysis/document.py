@@ -58,22 +58,23 @@ def _models(samples: Sequence[Sample], models: Optional[BatchSizeModels]) -> Opt
     return {"samples": [s.to_dict() for s in samples], **models.to_dict()}
 
 
-def prediction_batch_sizes(batch_size: int, max_batch_size: Optional[int]) -> List[int]:
-    """A ladder of batch sizes worth showing: powers of two around the user's, theirs, and the
-    largest that fits."""
-    upper = max_batch_size if max_batch_size else batch_size * 16
-    sizes = {batch_size}
+def prediction_batch_sizes(batch_size: int, smallest: int, largest: Optional[int]) -> List[int]:
+    """Batch sizes worth showing: the user's, powers of two from the smallest measured batch size
+    up to 16 times the user's, and the largest that fits; none above the largest that fits."""
+    upper = min(largest, batch_size * 16) if largest else batch_size * 16
+    sizes = {batch_size, smallest}
     step = 1
     while step <= upper:
-        if batch_size // 4 <= step <= batch_size * 16:
+        if step >= smallest:
             sizes.add(step)
         step *= 2
-    if max_batch_size:
-        sizes.add(max_batch_size)
-    return sorted(s for s in sizes if s >= 1 and (max_batch_size is None or s <= max_batch_size or s == batch_size))
+    if largest:
+        sizes.add(largest)
+    return sorted(s for s in sizes if largest is None or s <= largest or s == batch_size)
 
 
 def _predictions(batch_size: int, models: Optional[BatchSizeModels]) -> List[dict]:
     if models is None:
         return []
-    return [models.predict(bs).to_dict() for bs in prediction_batch_sizes(batch_size, models.max_batch_size())]
+    sizes = prediction_batch_sizes(batch_size, models.smallest_measured_batch_size, models.max_batch_size())
+    return [models.predict(bs).to_dict() for bs in sizes]

@@ -44,11 +44,14 @@ class BatchSizeModels:
     run_time: LinearModel
     peak_memory: LinearModel
     memory_capacity_bytes: int
+    # The models are not trusted below the smallest measured batch size: there a line with a
+    # negative bias would predict times near zero and absurd throughput.
+    smallest_measured_batch_size: int
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
 
     @classmethod
     def fit(cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int):
-        return cls(fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity)
+        return cls(fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity, min(batch_sizes))
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -72,14 +75,26 @@ class BatchSizeModels:
         """Throughput as the batch size grows without bound (Skyline's "predicted maximum")."""
         return 1000.0 / self.run_time.slope if self.run_time.slope > 0 else None
 
-    def predicted_max_samples_per_second(self) -> Optional[float]:
-        """The best throughput reachable within device memory: at the largest batch size that fits."""
+    def best_batch_size(self) -> Optional[int]:
+        """The batch size with the highest predicted throughput among those that fit, from the
+        smallest measured one up. Throughput = b / (slope·b + bias) is monotone in b: it rises
+        with b when the bias is positive (fixed costs get shared) and falls when it is negative.
+        None when no upper bound exists (then the asymptote is the answer) or nothing fits."""
         largest = self.max_batch_size()
-        if largest is None:
-            return self.asymptotic_samples_per_second()
-        if largest == 0:
+        if largest is None or largest < 1:
             return None
-        return self.predict(largest).samples_per_second
+        if self.run_time.bias >= 0:
+            return largest
+        return min(self.smallest_measured_batch_size, largest)
+
+    def predicted_max_samples_per_second(self) -> Optional[float]:
+        """The best throughput reachable within device memory (see `best_batch_size`)."""
+        best = self.best_batch_size()
+        if best is not None:
+            return self.predict(best).samples_per_second
+        if self.max_batch_size() is None and self.run_time.bias >= 0:
+            return self.asymptotic_samples_per_second()
+        return None
 
     def warnings(self) -> List[str]:
         notes = []
@@ -98,8 +113,11 @@ class BatchSizeModels:
                 "Iteration time did not grow with the batch size over the measured range, "
                 "so throughput predictions beyond it are unreliable."
             )
-        if self.run_time(1) <= 0:
-            notes.append("The run-time model predicts a non-positive time at small batch sizes.")
+        elif self.run_time.bias < 0:
+            notes.append(
+                "Iteration time grows faster than the batch size over the measured range (the run-time "
+                "line has a negative intercept), so throughput is predicted to fall at larger batch sizes."
+            )
         return notes
 
     def to_dict(self) -> dict:
@@ -109,6 +127,7 @@ class BatchSizeModels:
             "memory_headroom_fraction": self.headroom_fraction,
             "usable_memory_bytes": self.usable_memory_bytes,
             "max_batch_size": self.max_batch_size(),
+            "best_batch_size": self.best_batch_size(),
             "predicted_max_samples_per_second": self.predicted_max_samples_per_second(),
             "asymptotic_samples_per_second": self.asymptotic_samples_per_second(),
         }

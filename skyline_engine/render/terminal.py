@@ -6,6 +6,8 @@ from typing import List
 
 from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
 
+SAMPLES = " samples/s"
+
 
 def render_report(document: dict) -> str:
     sections = [_header(document), _summary(document), _predictions(document), _models(document), _warnings(document)]
@@ -25,7 +27,7 @@ def _summary(doc: dict) -> str:
     capacity = doc["device"]["memory_capacity_bytes"]
     share = it["peak_memory_bytes"] / capacity if capacity else 0.0
     lines = [
-        f"Throughput     {format_rate(it['samples_per_second'])} samples "
+        f"Throughput     {format_rate(it['samples_per_second'], SAMPLES)} "
         f"(one iteration {format_ms(it['run_time_ms'])}, IQR {format_ms(it['run_time_iqr_ms'])}, "
         f"{it['repetitions']} repetitions)",
         f"Peak memory    {format_bytes(it['peak_memory_bytes'])} of {format_bytes(capacity)} "
@@ -33,19 +35,21 @@ def _summary(doc: dict) -> str:
     ]
     models = doc.get("models")
     if models:
-        best = models["predicted_max_samples_per_second"]
-        largest = models["max_batch_size"]
-        if largest is None:
-            lines.append(f"Predicted max  {format_rate(best)} samples (memory does not grow with the batch size)")
-        elif largest == 0:
-            lines.append("Predicted max  — (not even batch size 1 is predicted to fit)")
-        else:
-            headroom = models["memory_headroom_fraction"]
-            lines.append(
-                f"Predicted max  {format_rate(best)} samples at batch size {largest:,}, "
-                f"the largest predicted to fit ({headroom:.0%} of memory kept free)"
-            )
+        lines.append("Predicted max  " + _predicted_max(models))
     return "\n".join(lines)
+
+
+def _predicted_max(models: dict) -> str:
+    rate = format_rate(models["predicted_max_samples_per_second"], SAMPLES)
+    largest, best = models["max_batch_size"], models["best_batch_size"]
+    if largest is None:
+        return f"{rate} (memory does not grow with the batch size, so nothing bounds it)"
+    if largest == 0:
+        return "— (not even batch size 1 is predicted to fit)"
+    fits = f"the largest predicted to fit is {largest:,} ({models['memory_headroom_fraction']:.0%} of memory kept free)"
+    if best == largest:
+        return f"{rate} at batch size {best:,}, {fits}"
+    return f"{rate} at batch size {best:,}; {fits}"
 
 
 def _predictions(doc: dict) -> str:
@@ -86,9 +90,13 @@ def _models(doc: dict) -> str:
     mem = models["peak_memory_bytes"]
     return (
         f"Batch-size models (least squares over batch sizes {sizes})\n"
-        f"  iteration time = {rt['slope']:.4g} ms × batch size + {format_ms(rt['bias'])}   {_fit(rt)}\n"
-        f"  peak memory    = {format_bytes(mem['slope'])} × batch size + {format_bytes(mem['bias'])}   {_fit(mem)}"
+        f"  iteration time = {rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}   {_fit(rt)}\n"
+        f"  peak memory    = {format_bytes(mem['slope'])} × batch size {_signed(mem['bias'], format_bytes)}   {_fit(mem)}"
     )
+
+
+def _signed(value: float, fmt) -> str:
+    return f"− {fmt(-value)}" if value < 0 else f"+ {fmt(value)}"
 
 
 def _fit(model: dict) -> str:

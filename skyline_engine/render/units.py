@@ -28,12 +28,12 @@ def format_ms(ms: Optional[float]) -> str:
     return f"{ms:.2f} ms"
 
 
-def format_rate(samples_per_second: Optional[float]) -> str:
+def format_rate(samples_per_second: Optional[float], unit: str = "/s") -> str:
     if samples_per_second is None:
         return "—"
     if samples_per_second >= 100:
-        return f"{samples_per_second:,.0f}/s"
-    return f"{samples_per_second:.1f}/s"
+        return f"{samples_per_second:,.0f}{unit}"
+    return f"{samples_per_second:.1f}{unit}"
 
 
 def bar(fraction: float, width: int = 30) -> str:

@@ -1,0 +1,161 @@
+"""End-to-end: `skyline profile` on the bundled examples, on the CPU, through the real CLI."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import EXAMPLES, REPO, run_skyline
+
+EXAMPLE_NAMES = ["default", "cnn", "transformer"]
+
+
+@pytest.fixture(scope="module", params=EXAMPLE_NAMES)
+def profiled(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param) / "analysis.json"
+    result = run_skyline("profile", f"examples/{request.param}/entry_point.py", "--device", "cpu", "--json", out)
+    assert result.returncode == 0, result.stderr
+    return request.param, json.loads(out.read_text()), result
+
+
+def test_document_has_the_documented_fields_with_their_types(profiled):
+    name, doc, _ = profiled
+    assert doc["schema"] == "skyline.analysis/1"
+    assert doc["project_root"] == str(REPO)
+    assert doc["entry_point"] == f"examples/{name}/entry_point.py"
+    assert doc["device"]["type"] == "cpu"
+    assert isinstance(doc["device"]["name"], str) and doc["device"]["name"]
+    assert isinstance(doc["device"]["memory_capacity_bytes"], int)
+    assert isinstance(doc["batch_size"], int)
+    for key in ("run_time_ms", "samples_per_second"):
+        assert isinstance(doc["iteration"][key], float)
+    assert isinstance(doc["iteration"]["peak_memory_bytes"], int)
+    models = doc["models"]
+    for sample in models["samples"]:
+        assert isinstance(sample["batch_size"], int)
+        assert isinstance(sample["run_time_ms"], float)
+        assert isinstance(sample["peak_memory_bytes"], int)
+    for model in ("run_time_ms", "peak_memory_bytes"):
+        for key in ("slope", "bias", "r2"):
+            assert isinstance(models[model][key], float)
+    assert isinstance(models["predicted_max_samples_per_second"], float)
+    assert isinstance(models["max_batch_size"], int)
+    location = doc["batch_size_location"]
+    assert set(location) >= {"path", "line", "col_start", "col_end", "editable"}
+
+
+def test_measurements_are_real_and_consistent(profiled):
+    _, doc, _ = profiled
+    it = doc["iteration"]
+    assert it["run_time_ms"] > 0
+    assert it["peak_memory_bytes"] > 0
+    assert it["samples_per_second"] == pytest.approx(doc["batch_size"] / it["run_time_ms"] * 1000)
+    assert 0 < it["peak_memory_bytes"] < doc["device"]["memory_capacity_bytes"]
+    samples = doc["models"]["samples"]
+    assert len({s["batch_size"] for s in samples}) == 3
+    assert doc["batch_size"] in {s["batch_size"] for s in samples}
+    assert all(s["run_time_ms"] > 0 and s["peak_memory_bytes"] > 0 for s in samples)
+
+
+def test_peak_memory_grows_with_the_batch_size(profiled):
+    _, doc, _ = profiled
+    samples = sorted(doc["models"]["samples"], key=lambda s: s["batch_size"])
+    peaks = [s["peak_memory_bytes"] for s in samples]
+    assert peaks == sorted(peaks) and peaks[0] < peaks[-1]
+
+
+def test_models_reproduce_the_measured_samples_within_their_stated_fit(profiled):
+    _, doc, _ = profiled
+    models = doc["models"]
+    for key in ("run_time_ms", "peak_memory_bytes"):
+        model = models[key]
+        for sample in models["samples"]:
+            fitted = model["slope"] * sample["batch_size"] + model["bias"]
+            error = abs(fitted - sample[key]) / sample[key]
+            assert error <= model["max_relative_residual"] + 1e-9
+    # Tensor memory on the CPU is counted exactly, so it is linear in the batch size.
+    assert models["peak_memory_bytes"]["r2"] > 0.99
+    assert models["peak_memory_bytes"]["max_relative_residual"] < 0.03
+
+
+def test_predictions_follow_the_models_and_respect_capacity(profiled):
+    _, doc, _ = profiled
+    models = doc["models"]
+    rt, mem = models["run_time_ms"], models["peak_memory_bytes"]
+    usable = doc["device"]["memory_capacity_bytes"] * (1 - models["memory_headroom_fraction"])
+    largest = models["max_batch_size"]
+    assert mem["slope"] * largest + mem["bias"] <= usable < mem["slope"] * (largest + 1) + mem["bias"]
+    for p in doc["predictions"]:
+        assert p["run_time_ms"] == pytest.approx(rt["slope"] * p["batch_size"] + rt["bias"])
+        assert p["samples_per_second"] == pytest.approx(p["batch_size"] / p["run_time_ms"] * 1000)
+        assert p["fits"] == (p["peak_memory_bytes"] <= usable)
+    best = max(p["samples_per_second"] for p in doc["predictions"] if p["fits"])
+    assert models["predicted_max_samples_per_second"] == pytest.approx(best)
+
+
+def test_batch_size_location_points_at_the_default_literal(profiled):
+    _, doc, _ = profiled
+    location = doc["batch_size_location"]
+    line = (REPO / location["path"]).read_bytes().splitlines()[location["line"] - 1]
+    assert line[location["col_start"] : location["col_end"]] == str(doc["batch_size"]).encode()
+    assert location["editable"] is True
+
+
+def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
+    name, doc, result = profiled
+    report = result.stdout
+    assert f"examples/{name}/entry_point.py" in report
+    assert "Throughput" in report and "samples/s" in report
+    assert "Peak memory" in report
+    assert f"{doc['models']['max_batch_size']:,}" in report
+    assert "largest that fits" in report
+    assert "measuring batch size" in result.stderr  # progress while it works
+
+
+def test_batch_size_option_profiles_at_that_batch_size(tmp_path):
+    out = tmp_path / "a.json"
+    result = run_skyline(
+        "profile", "examples/default/entry_point.py", "--device", "cpu", "--batch-size", "24", "--json", out, "--quiet"
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["batch_size"] == 24
+    assert 24 in {s["batch_size"] for s in doc["models"]["samples"]}
+    assert result.stderr == ""
+
+
+def test_set_batch_size_rewrites_only_the_literal_then_profiles(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES / "default", project)
+    entry = project / "entry_point.py"
+    before = entry.read_text()
+    out = tmp_path / "a.json"
+    result = run_skyline(
+        "profile", "entry_point.py", "--device", "cpu", "--set-batch-size", "48", "--json", out, "--quiet", cwd=project
+    )
+    assert result.returncode == 0, result.stderr
+    assert entry.read_text() == before.replace("batch_size=128", "batch_size=48")
+    doc = json.loads(out.read_text())
+    assert doc["batch_size"] == 48
+    assert doc["entry_point"] == "entry_point.py"
+
+
+def test_project_root_option_makes_paths_relative_to_it(tmp_path):
+    out = tmp_path / "a.json"
+    result = run_skyline(
+        "profile",
+        "examples/cnn/entry_point.py",
+        "--project-root",
+        "examples/cnn",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "8",
+        "--json",
+        out,
+        "--quiet",
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["entry_point"] == "entry_point.py"
+    assert doc["batch_size_location"]["path"] == "entry_point.py"
