@@ -8,12 +8,14 @@ user's batch size) and never ends the analysis.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.predict.linear import fit_line
 
 PROBES = 3
+# Each out-of-memory probe costs an iteration; after this many, larger batch sizes are abandoned.
+LARGER_ATTEMPTS = 3
 
 Progress = Callable[[str, float], None]
 
@@ -52,9 +54,9 @@ class Probing:
     def _try_larger(self, user_batch_size: int, batch_size: int) -> bool:
         """Measure a batch size above the user's, lowered to what is predicted to fit and halved
         towards the user's on out-of-memory."""
-        candidate: Optional[int] = self._largest_predicted_to_fit(batch_size)
-        while candidate is not None and candidate > user_batch_size and len(self.samples) < PROBES:
-            if candidate in self._tried:
+        candidate = self._largest_predicted_to_fit(batch_size)
+        for _ in range(LARGER_ATTEMPTS):
+            if candidate <= user_batch_size or candidate in self._tried or len(self.samples) >= PROBES:
                 return False
             try:
                 self._measure(candidate)

@@ -1,0 +1,662 @@
+"""Bad input to `skyline profile`: every mistake gets one clear error paragraph, never a traceback.
+
+Each test builds a small project in `tmp_path`, runs the real command line in a subprocess
+(`python -m skyline_engine profile ... --device cpu --quiet`) from that folder, and checks that it
+fails with a non-zero exit code, that the message names the file (relative to the project root)
+and the line where there is one, that it says what is wrong, and that `--json` wrote nothing.
+
+Expected lines are never literals: the fixture's line carries a `# <- HERE` marker comment (or a
+distinctive piece of text) and the test finds it. The models are a `Linear(4, 2)`, so a run that
+gets as far as measuring takes a few seconds and most errors come before any measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from textwrap import dedent, indent
+from typing import Dict, Optional, Sequence, Tuple
+
+import pytest
+
+import skyline_engine
+
+ERROR_PREFIX = "skyline: error: "
+MARKER = "# <- HERE"
+ENGINE_DIR = os.path.dirname(os.path.realpath(skyline_engine.__file__))
+RUN_TIMEOUT_S = 240
+
+# --- fixture sources ------------------------------------------------------------------------
+
+MODEL_HEAD = '''\
+import torch
+import torch.nn as nn
+
+
+class TinyModel(nn.Module):
+    """Returns its loss, as Skyline's entry points expect."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, x):
+'''
+
+
+def model_source(forward_body: str = "return self.linear(x).pow(2).mean()") -> str:
+    """model.py with `TinyModel.forward` running `forward_body`."""
+    return MODEL_HEAD + indent(dedent(forward_body).strip("\n") + "\n", " " * 8)
+
+
+IMPORTS = """
+import torch
+
+from model import TinyModel
+"""
+
+MODEL_PROVIDER = """
+def skyline_model_provider():
+    return TinyModel()
+"""
+
+INPUT_PROVIDER = """
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 4),)
+"""
+
+ITERATION_PROVIDER = """
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(x):
+        optimizer.zero_grad()
+        loss = model(x)
+        loss.backward()
+        optimizer.step()
+
+    return iteration
+"""
+
+DEFAULT_BATCH_SIZE = 8
+
+
+def entry_source(
+    imports: Optional[str] = IMPORTS,
+    model_provider: Optional[str] = MODEL_PROVIDER,
+    input_provider: Optional[str] = INPUT_PROVIDER,
+    iteration_provider: Optional[str] = ITERATION_PROVIDER,
+) -> str:
+    """An entry point from its four parts; None leaves a part out."""
+    parts = [imports, model_provider, input_provider, iteration_provider]
+    return "\n\n".join(dedent(p).strip("\n") + "\n" for p in parts if p is not None)
+
+
+def valid_files() -> Dict[str, str]:
+    return {"entry_point.py": entry_source(), "model.py": model_source()}
+
+
+def line_of(text: str, marker: str = MARKER) -> int:
+    """The 1-based number of the one line of `text` that contains `marker`."""
+    found = [number for number, line in enumerate(text.split("\n"), start=1) if marker in line]
+    assert len(found) == 1, f"{marker!r} should mark exactly one line, found {found}"
+    return found[0]
+
+
+def write_project(root: Path, files: Dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    return root
+
+
+# --- running the command line ---------------------------------------------------------------
+
+
+def run_skyline(
+    cwd: Path, *args: str, entry: str = "entry_point.py", device: str = "cpu"
+) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "skyline_engine", "profile", entry, *args, "--device", device, "--quiet"]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def error_paragraph(result: subprocess.CompletedProcess) -> str:
+    """Skyline's error paragraph: the end of stderr (the user's code may have printed before it)."""
+    stderr = result.stderr
+    assert ERROR_PREFIX in stderr, f"no Skyline error on stderr:\n{stderr}"
+    paragraph = stderr[stderr.index(ERROR_PREFIX) :]
+    assert paragraph.startswith(ERROR_PREFIX)
+    return paragraph
+
+
+def assert_error(
+    result: subprocess.CompletedProcess,
+    path: Optional[str] = None,
+    line: Optional[int] = None,
+    says: Sequence[str] = (),
+) -> str:
+    """Exit code 1 and one error paragraph at `path:line:` (or `path:`) that says all of `says`."""
+    details = f"exit code {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 1, details
+    assert "Traceback (most recent call last)" not in result.stderr, details
+    paragraph = error_paragraph(result)
+    assert "\n\n" not in paragraph.strip(), f"not one paragraph:\n{paragraph}"
+    assert paragraph.count(ERROR_PREFIX) == 1, details
+    assert result.stdout == "", f"a failed analysis printed a report:\n{result.stdout}"
+    location = paragraph[len(ERROR_PREFIX) :]
+    if path is not None:
+        where = f"{path}:{line}: " if line is not None else f"{path}: "
+        assert location.startswith(where), f"expected the location {where!r}:\n{paragraph}"
+    assert not location.startswith(ENGINE_DIR) and "skyline_engine" + os.sep not in location.split(" ")[0], paragraph
+    for phrase in says:
+        assert phrase.lower() in paragraph.lower(), f"expected {phrase!r} in:\n{paragraph}"
+    return paragraph
+
+
+def assert_no_json(project: Path, name: str = "out.json") -> None:
+    assert not (project / name).exists(), f"{name} was written by a failed analysis"
+    leftovers = [p.name for p in project.iterdir() if p.name.startswith(f".{name}.")]
+    assert leftovers == [], f"temporary files left behind: {leftovers}"
+
+
+# --- a bad project: its files, where the error must point, and what it must say -------------
+
+
+@dataclass
+class Case:
+    id: str
+    files: Dict[str, str]
+    says: Tuple[str, ...]
+    path: Optional[str] = "entry_point.py"  # where the error must point (relative to the root)
+    marker: Optional[str] = MARKER  # the text marking the error's line in `path`; None: no line
+
+    def expected_line(self) -> Optional[int]:
+        if self.marker is None:
+            return None
+        text = self.files[self.path]
+        if isinstance(text, bytes):
+            text = text.decode("latin-1")
+        return line_of(text, self.marker)
+
+
+def with_entry(**parts: Optional[str]) -> Dict[str, str]:
+    """The valid project with some parts of its entry point replaced (None: left out)."""
+    return {**valid_files(), "entry_point.py": entry_source(**parts)}
+
+
+def with_model(forward_body: str, **parts: Optional[str]) -> Dict[str, str]:
+    return {**with_entry(**parts), "model.py": model_source(forward_body)}
+
+
+def check(case: Case, tmp_path: Path, *extra_args: str) -> str:
+    project = write_project(tmp_path, case.files)
+    result = run_skyline(project, "--json", "out.json", *extra_args)
+    paragraph = assert_error(result, case.path, case.expected_line(), case.says)
+    assert_no_json(project)
+    return paragraph
+
+
+def cases(*items: Case):
+    return pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in items])
+
+
+# --- the positive control -------------------------------------------------------------------
+
+
+def test_valid_tiny_entry_point_succeeds(tmp_path):
+    """The fixtures are valid apart from each case's one mistake."""
+    project = write_project(tmp_path, valid_files())
+    result = run_skyline(project, "--json", "out.json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "batch size 8" in result.stdout
+    document = json.loads((project / "out.json").read_text(encoding="utf-8"))
+    assert document["batch_size"] == DEFAULT_BATCH_SIZE
+    assert document["entry_point"] == "entry_point.py"
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--batch-size", "0"], "the batch size must be positive, not 0"),
+        (["--batch-size", "-3"], "the batch size must be positive, not -3"),
+        (["--batch-size", "eight"], "'eight' is not an integer"),
+        (["--set-batch-size", "0"], "the batch size must be positive, not 0"),
+    ],
+    ids=["batch-size-0", "batch-size-negative", "batch-size-not-integer", "set-batch-size-0"],
+)
+def test_bad_batch_size_option_is_a_usage_error(tmp_path, args, says):
+    project = write_project(tmp_path, valid_files())
+    before = (project / "entry_point.py").read_bytes()
+    result = run_skyline(project, *args, "--json", "out.json")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"argument {args[0]}: {says}" in result.stderr
+    assert result.stderr.startswith("usage: skyline profile")
+    assert_no_json(project)
+    assert (project / "entry_point.py").read_bytes() == before
+
+
+def test_entry_point_that_does_not_exist(tmp_path):
+    project = write_project(tmp_path, valid_files())
+    result = run_skyline(project, "--json", "out.json", entry="entry_pont.py")
+    assert_error(result, says=["'entry_pont.py' does not exist"])
+    assert_no_json(project)
+
+
+def test_entry_point_that_is_a_folder(tmp_path):
+    project = write_project(tmp_path, {**valid_files(), "experiments/readme.txt": ""})
+    result = run_skyline(project, "--json", "out.json", entry="experiments")
+    assert_error(result, says=["'experiments' is not a file"])
+    assert_no_json(project)
+
+
+def test_entry_point_outside_the_project_root(tmp_path):
+    project = write_project(tmp_path, {**valid_files(), "sub/notes.txt": ""})
+    result = run_skyline(project, "--project-root", "sub", "--json", "out.json")
+    paragraph = assert_error(result, says=["'entry_point.py' lies outside the project root", "--project-root"])
+    assert str((project / "sub").resolve()) in paragraph
+    assert_no_json(project)
+
+
+def test_project_root_that_does_not_exist(tmp_path):
+    project = write_project(tmp_path, valid_files())
+    result = run_skyline(project, "--project-root", "no_such_folder", "--json", "out.json")
+    assert_error(result, says=["project root 'no_such_folder' is not a directory"])
+    assert_no_json(project)
+
+
+@pytest.mark.parametrize(
+    "device, says",
+    [("tpu", "device 'tpu' is not supported"), ("gpu0", "unknown device 'gpu0'")],
+)
+def test_unknown_device(tmp_path, device, says):
+    project = write_project(tmp_path, valid_files())
+    result = run_skyline(project, "--json", "out.json", device=device)
+    assert_error(result, says=[says, "Use auto, cpu, cuda or cuda:N"])
+    assert_no_json(project)
+
+
+@pytest.mark.parametrize("json_path", ["missing_folder/out.json", "a_folder"], ids=["missing-folder", "is-a-folder"])
+def test_json_path_that_cannot_be_written_fails_before_measuring(tmp_path, json_path):
+    project = write_project(tmp_path, {**valid_files(), "a_folder/keep.txt": ""})
+    result = run_skyline(project, "--json", json_path)
+    assert_error(result, says=[json_path, "--json"])
+    assert not (project / "missing_folder").exists()
+    assert sorted(p.name for p in (project / "a_folder").iterdir()) == ["keep.txt"]
+
+
+# --- loading the entry point ----------------------------------------------------------------
+
+HELPER_RAISES = """
+import torch
+
+SCALE = 2.0
+raise RuntimeError("helper could not find its configuration")  # <- HERE
+"""
+
+
+@cases(
+    Case(
+        "syntax-error-in-entry-point",
+        with_entry(model_provider="def skyline_model_provider()  # <- HERE\n    return TinyModel()\n"),
+        says=("syntax error", "expected ':'"),
+    ),
+    Case(
+        "syntax-error-in-imported-model",
+        {**valid_files(), "model.py": model_source("return self.linear(x).pow(2).mean(  # <- HERE\n")},
+        path="model.py",
+        says=("SyntaxError", "never closed"),
+    ),
+    Case(
+        "exception-at-import-in-entry-point",
+        with_entry(imports=IMPORTS + "\nDEFAULTS = {}\nLEARNING_RATE = DEFAULTS['lr']  # <- HERE\n"),
+        says=("KeyError: 'lr'", "entry point"),
+    ),
+    Case(
+        "exception-at-import-in-helper-module",
+        {**with_entry(imports=IMPORTS + "\nimport helper\n"), "helper.py": HELPER_RAISES},
+        path="helper.py",
+        says=("RuntimeError: helper could not find its configuration",),
+    ),
+    Case(
+        "exception-at-import-in-helper-package",
+        {
+            **with_entry(imports=IMPORTS + "\nfrom utils import config\n"),
+            "utils/__init__.py": "",
+            "utils/config.py": HELPER_RAISES,
+        },
+        path=os.path.join("utils", "config.py"),
+        says=("RuntimeError: helper could not find its configuration",),
+    ),
+    Case(
+        "import-of-missing-module",
+        with_entry(imports=IMPORTS + "\nimport no_such_module_for_skyline  # <- HERE\n"),
+        says=("ModuleNotFoundError", "no_such_module_for_skyline"),
+    ),
+    Case(
+        "sys-exit-at-import",
+        with_entry(imports=IMPORTS + "\nimport sys\nsys.exit(0)  # <- HERE\n"),
+        says=("sys.exit(0)",),
+    ),
+    Case(
+        "argparse-at-import",
+        with_entry(
+            imports=IMPORTS
+            + "\nimport argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr', type=float)\n"
+            + "args = parser.parse_args()  # <- HERE\n"
+        ),
+        says=("sys.exit(2)", "__main__"),
+    ),
+)
+def test_entry_point_that_does_not_import(tmp_path, case):
+    paragraph = check(case, tmp_path)
+    assert ENGINE_DIR not in paragraph
+
+
+def test_exception_at_import_names_the_helper_not_the_engine(tmp_path):
+    """The innermost user frame is the helper's line; the entry point's import is an outer frame."""
+    files = {**with_entry(imports=IMPORTS + "\nimport helper  # <- HERE\n"), "helper.py": HELPER_RAISES}
+    project = write_project(tmp_path, files)
+    result = run_skyline(project)
+    paragraph = assert_error(result, "helper.py", line_of(files["helper.py"]), ["helper could not find"])
+    assert f"entry_point.py:{line_of(files['entry_point.py'])}" in paragraph
+    assert ENGINE_DIR not in paragraph and "skyline_engine" not in paragraph
+
+
+def test_entry_point_not_utf8(tmp_path):
+    source = entry_source(imports=IMPORTS + "\n# Modèle  # <- HERE\n").encode("latin-1")
+    case = Case("not-utf8", {**valid_files(), "entry_point.py": source}, says=("UTF-8",))
+    check(case, tmp_path)
+
+
+def test_set_batch_size_on_a_syntax_error_leaves_the_file_alone(tmp_path):
+    files = with_entry(input_provider="def skyline_input_provider(batch_size=8)  # <- HERE\n    return (torch.randn(batch_size, 4),)\n")
+    project = write_project(tmp_path, files)
+    result = run_skyline(project, "--set-batch-size", "4", "--json", "out.json")
+    assert_error(result, "entry_point.py", line_of(files["entry_point.py"]), ["syntax error"])
+    assert (project / "entry_point.py").read_text(encoding="utf-8") == files["entry_point.py"]
+    assert_no_json(project)
+
+
+# --- the providers' contract ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "missing", ["skyline_model_provider", "skyline_input_provider", "skyline_iteration_provider"]
+)
+def test_missing_provider(tmp_path, missing):
+    part = {
+        "skyline_model_provider": "model_provider",
+        "skyline_input_provider": "input_provider",
+        "skyline_iteration_provider": "iteration_provider",
+    }[missing]
+    case = Case(
+        f"missing-{missing}",
+        with_entry(**{part: None}),
+        marker=None,
+        says=(f"does not define `{missing}`", f"def {missing}("),
+    )
+    check(case, tmp_path)
+
+
+@cases(
+    Case(
+        "provider-not-a-function",
+        with_entry(model_provider=MODEL_PROVIDER.replace("def skyline_model_provider", "def make_model") + "\nskyline_model_provider = make_model()\n"),
+        marker=None,
+        says=("`skyline_model_provider` is a TinyModel, not a function", "def skyline_model_provider():"),
+    ),
+    Case(
+        "model-provider-requires-an-argument",
+        with_entry(model_provider="def skyline_model_provider(hidden_size):  # <- HERE\n    return TinyModel()\n"),
+        says=("`skyline_model_provider` must take no arguments", "hidden_size"),
+    ),
+    Case(
+        "input-provider-without-batch-size",
+        with_entry(input_provider="def skyline_input_provider(size=8):  # <- HERE\n    return (torch.randn(size, 4),)\n"),
+        says=("must take a `batch_size` argument", "def skyline_input_provider(batch_size=32):"),
+    ),
+    Case(
+        "input-provider-without-default",
+        with_entry(input_provider="def skyline_input_provider(batch_size):  # <- HERE\n    return (torch.randn(batch_size, 4),)\n"),
+        says=("`batch_size` of `skyline_input_provider` has no default",),
+    ),
+    Case(
+        "input-provider-float-default",
+        with_entry(input_provider="def skyline_input_provider(batch_size=32.0):  # <- HERE\n    return (torch.randn(int(batch_size), 4),)\n"),
+        says=("the default batch size must be an integer, not 32.0 (float)",),
+    ),
+    Case(
+        "input-provider-string-default",
+        with_entry(input_provider="def skyline_input_provider(batch_size='32'):  # <- HERE\n    return (torch.randn(int(batch_size), 4),)\n"),
+        says=("the default batch size must be an integer, not '32' (str)",),
+    ),
+    Case(
+        "input-provider-zero-default",
+        with_entry(input_provider="def skyline_input_provider(batch_size=0):  # <- HERE\n    return (torch.randn(batch_size, 4),)\n"),
+        says=("the default batch size must be positive, not 0",),
+    ),
+    Case(
+        "input-provider-extra-required-argument",
+        with_entry(input_provider="def skyline_input_provider(path, batch_size=8):  # <- HERE\n    return (torch.randn(batch_size, 4),)\n"),
+        says=("may take only `batch_size`", "path"),
+    ),
+    Case(
+        "iteration-provider-without-argument",
+        with_entry(
+            iteration_provider=ITERATION_PROVIDER.replace("def skyline_iteration_provider(model):", "def skyline_iteration_provider():  # <- HERE")
+        ),
+        says=("`skyline_iteration_provider` must take exactly one argument, the model",),
+    ),
+)
+def test_provider_with_wrong_signature(tmp_path, case):
+    check(case, tmp_path)
+
+
+def test_wrong_signature_line_is_the_def_line_of_a_decorated_provider(tmp_path):
+    """co_firstlineno of a decorated function is the decorator's line; the def line is wanted."""
+    provider = "import functools\n\n\n@functools.lru_cache()\ndef skyline_model_provider(size):  # <- HERE\n    return TinyModel()\n"
+    case = Case("decorated", with_entry(model_provider=provider), says=("must take no arguments",))
+    check(case, tmp_path)
+
+
+@cases(
+    Case(
+        "input-provider-returns-bare-tensor",
+        with_entry(input_provider="def skyline_input_provider(batch_size=8):  # <- HERE\n    return torch.randn(batch_size, 4)\n"),
+        says=("returned a bare Tensor of shape (8, 4)", "return (x,)"),
+    ),
+    Case(
+        "input-provider-returns-int",
+        with_entry(input_provider="def skyline_input_provider(batch_size=8):  # <- HERE\n    return batch_size\n"),
+        says=("`skyline_input_provider` returned a value of type int", "tuple"),
+    ),
+    Case(
+        "input-provider-returns-none",
+        with_entry(input_provider="def skyline_input_provider(batch_size=8):  # <- HERE\n    inputs = (torch.randn(batch_size, 4),)\n"),
+        says=("`skyline_input_provider` returned None", "tuple"),
+    ),
+    Case(
+        "model-provider-returns-none",
+        with_entry(model_provider="def skyline_model_provider():  # <- HERE\n    model = TinyModel()\n"),
+        says=("`skyline_model_provider` returned None, not a torch.nn.Module",),
+    ),
+    Case(
+        "model-provider-returns-the-class",
+        with_entry(model_provider="def skyline_model_provider():  # <- HERE\n    return TinyModel\n"),
+        says=("`skyline_model_provider` returned the class TinyModel", "not a torch.nn.Module"),
+    ),
+    Case(
+        "iteration-provider-returns-none",
+        with_entry(iteration_provider=ITERATION_PROVIDER.replace("def skyline_iteration_provider(model):", "def skyline_iteration_provider(model):  # <- HERE").replace("    return iteration\n", "")),
+        says=("`skyline_iteration_provider` returned None, not a function", "return iteration"),
+    ),
+    Case(
+        "iteration-provider-returns-loss",
+        with_entry(iteration_provider="def skyline_iteration_provider(model):  # <- HERE\n    return model(torch.randn(2, 4))\n"),
+        says=("`skyline_iteration_provider` returned a bare Tensor", "not a function"),
+    ),
+)
+def test_provider_returns_the_wrong_thing(tmp_path, case):
+    check(case, tmp_path)
+
+
+# --- exceptions in the user's code ----------------------------------------------------------
+
+
+@cases(
+    Case(
+        "shape-mismatch-in-forward",
+        with_model(
+            "return self.linear(x).pow(2).mean()  # <- HERE",
+            input_provider="def skyline_input_provider(batch_size=8):\n    return (torch.randn(batch_size, 5),)\n",
+        ),
+        path="model.py",
+        says=("RuntimeError", "mat1 and mat2 shapes cannot be multiplied", "batch size 8", "in forward"),
+    ),
+    Case(
+        "exception-in-model-constructor",
+        {**valid_files(), "model.py": MODEL_HEAD.replace("nn.Linear(4, 2)", "nn.Linear(4, -2)  # <- HERE") + "        return self.linear(x).sum()\n"},
+        path="model.py",
+        says=("RuntimeError", "negative dimension -2", "skyline_model_provider"),
+    ),
+    Case(
+        "exception-in-model-provider",
+        with_entry(
+            model_provider=(
+                "def skyline_model_provider():\n    model = TinyModel()\n"
+                "    model.load_state_dict(torch.load('weights_that_are_not_there.pt'))  # <- HERE\n    return model\n"
+            )
+        ),
+        says=("FileNotFoundError", "weights_that_are_not_there.pt", "skyline_model_provider"),
+    ),
+    Case(
+        "exception-in-input-provider",
+        with_entry(
+            input_provider=(
+                "def skyline_input_provider(batch_size=8):\n"
+                "    data = torch.load('batches_that_are_not_there.pt')  # <- HERE\n    return (data[:batch_size],)\n"
+            )
+        ),
+        says=("FileNotFoundError", "batches_that_are_not_there.pt", "skyline_input_provider"),
+    ),
+    Case(
+        "exception-in-iteration-provider",
+        with_entry(iteration_provider=ITERATION_PROVIDER.replace("lr=0.01)", "lr=-0.01)  # <- HERE")),
+        says=("ValueError: Invalid learning rate: -0.01", "skyline_iteration_provider"),
+    ),
+    Case(
+        "exception-in-iteration",
+        with_entry(iteration_provider=ITERATION_PROVIDER.replace("        optimizer.step()\n", "        loss.backward()  # <- HERE\n        optimizer.step()\n")),
+        says=("RuntimeError", "backward through the graph a second time", "training iteration at batch size 8"),
+    ),
+    Case(
+        "iteration-takes-other-inputs",
+        with_entry(iteration_provider=ITERATION_PROVIDER.replace("def iteration(x):", "def iteration(x, labels):  # <- HERE")),
+        says=("TypeError", "missing 1 required positional argument: 'labels'", "training iteration at batch size 8"),
+    ),
+    Case(
+        "sys-exit-in-iteration",
+        with_entry(iteration_provider=ITERATION_PROVIDER.replace("        optimizer.step()\n", "        optimizer.step()\n        raise SystemExit(3)  # <- HERE\n")),
+        says=("sys.exit(3)", "training iteration at batch size 8"),
+    ),
+)
+def test_exception_in_user_code(tmp_path, case):
+    paragraph = check(case, tmp_path)
+    # The user's frame and its source line, not the engine's.
+    assert ENGINE_DIR not in paragraph and "skyline_engine" + os.sep not in paragraph
+
+
+def test_iteration_that_fails_only_at_a_larger_batch_size(tmp_path):
+    """Default 8 works; probing 16 fails: the message names 16 and the forward's line."""
+    case = Case(
+        "fails-at-16",
+        with_model(
+            """
+            if x.shape[0] > 8:
+                raise ValueError(f"cannot handle {x.shape[0]} samples")  # <- HERE
+            return self.linear(x).pow(2).mean()
+            """
+        ),
+        path="model.py",
+        says=("ValueError: cannot handle 16 samples", "batch size 16"),
+    )
+    check(case, tmp_path)
+
+
+@cases(
+    Case(
+        "loss-times-nan",
+        with_model("return (self.linear(x) * float('nan')).sum()"),
+        path="model.py",
+        marker="def forward",
+        says=("loss is NaN", "batch size 8"),
+    ),
+    Case(
+        "log-of-negative",
+        with_model("return torch.log(self.linear(x) - 100).mean()"),
+        path="model.py",
+        marker="def forward",
+        says=("loss is NaN", "batch size 8"),
+    ),
+    Case(
+        "loss-divided-by-zero",
+        with_model("return self.linear(x).pow(2).sum() / 0"),
+        path="model.py",
+        marker="def forward",
+        says=("loss is infinite", "batch size 8"),
+    ),
+    Case(
+        "nan-loss-computed-outside-the-model",
+        with_model(
+            "return self.linear(x)",
+            iteration_provider=ITERATION_PROVIDER.replace("loss = model(x)", "loss = torch.log(model(x) - 100).mean()"),
+        ),
+        path="model.py",
+        marker="def forward",
+        says=("parameter `linear.weight` holds NaN", "batch size 8"),
+    ),
+)
+def test_loss_that_is_not_finite(tmp_path, case):
+    check(case, tmp_path)
+
+
+# --- --json and a failing analysis ----------------------------------------------------------
+
+FAILING_PROJECTS = {
+    "fails-loading": with_entry(iteration_provider=None),
+    "fails-probing": with_model("assert x.shape[0] <= 8, 'too many samples'\nreturn self.linear(x).pow(2).mean()"),
+}
+
+
+@pytest.mark.parametrize("which", list(FAILING_PROJECTS))
+def test_failing_analysis_does_not_create_json(tmp_path, which):
+    project = write_project(tmp_path, FAILING_PROJECTS[which])
+    result = run_skyline(project, "--json", "out.json")
+    assert_error(result)
+    assert_no_json(project)
+
+
+@pytest.mark.parametrize("which", list(FAILING_PROJECTS))
+def test_failing_analysis_leaves_existing_json_unchanged(tmp_path, which):
+    project = write_project(tmp_path, FAILING_PROJECTS[which])
+    previous = '{"schema": "skyline.analysis/1", "batch_size": 123}\n'
+    (project / "out.json").write_text(previous, encoding="utf-8")
+    os.chmod(project / "out.json", 0o640)
+    result = run_skyline(project, "--json", "out.json")
+    assert_error(result)
+    assert (project / "out.json").read_text(encoding="utf-8") == previous
+    assert (project / "out.json").stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(".out.json")) == []
