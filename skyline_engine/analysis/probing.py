@@ -29,9 +29,13 @@ class Probing:
         self.notes: List[str] = []
         self._tried: set = set()
 
-    def run(self, user_batch_size: int) -> List[Sample]:
-        """Measure the user's batch size (its OOM propagates) and up to PROBES-1 more."""
+    def measure_users(self, user_batch_size: int) -> Sample:
+        """Measure the user's batch size; its OutOfMemoryAtBatchSize propagates."""
         self._measure(user_batch_size)
+        return self.samples[-1]
+
+    def measure_others(self, user_batch_size: int) -> List[Sample]:
+        """Up to PROBES-1 more batch sizes around the user's; all samples, by batch size."""
         self._try(max(1, user_batch_size // 2))
         if not self._try_larger(user_batch_size, 2 * user_batch_size):
             self._try(max(1, user_batch_size // 4))

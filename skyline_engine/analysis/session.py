@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -17,6 +18,7 @@ from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict.batch_models import MEMORY_HEADROOM_FRACTION, BatchSizeModels
 
 Progress = Callable[[str, float], None]
+Partial = Callable[[dict], None]
 
 
 def no_progress(phase: str, fraction: float) -> None:
@@ -34,7 +36,12 @@ class AnalysisRequest:
     base_dir: Optional[Path] = None
 
 
-def analyze(request: AnalysisRequest, progress: Progress = no_progress) -> dict:
+def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Optional[Partial] = None) -> dict:
+    """Run one analysis and return its document.
+
+    `partial`, when given, receives an early document as soon as the user's batch size is measured
+    (`models` null, `predictions` empty), before the other batch sizes are probed.
+    """
     _check_batch_size(request.batch_size)
     root = Path(request.project_root).resolve()
     path = resolve_entry_path(request.entry_point, root, request.base_dir)
@@ -43,40 +50,52 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress) -> dict:
     device_info = describe_device(device)
     entry = load_entry_point(path, root)
     try:
-        location = find_batch_size_location(path.read_text(encoding="utf-8"), entry.relative_path)
         batch_size = request.batch_size or entry.default_batch_size
-        progress("building the model", 0.0)
-        runner = IterationRunner(entry, device, request.budget)
-        usable = int(device_info.memory_capacity_bytes * (1 - MEMORY_HEADROOM_FRACTION))
-        probing = Probing(runner, usable, progress)
-        try:
-            samples = probing.run(batch_size)
-        except OutOfMemoryAtBatchSize as exc:
-            raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
-        progress("fitting the batch-size models", 0.95)
-        models = None
-        if len(samples) >= 2:
-            models = BatchSizeModels.fit(
-                [s.batch_size for s in samples],
-                [s.run_time_ms for s in samples],
-                [s.peak_memory_bytes for s in samples],
-                device_info.memory_capacity_bytes,
-            )
-        warnings = probing.notes + (models.warnings() if models else ["Only one batch size could be measured, so nothing is predicted."])
-        document = build_document(
+        location = find_batch_size_location(path.read_text(encoding="utf-8"), entry.relative_path)
+        document = functools.partial(
+            build_document,
             project_root=str(root),
             entry_point=entry.relative_path,
             device=device_info,
             batch_size=batch_size,
-            samples=samples,
-            models=models,
             batch_size_location=location,
-            warnings=warnings,
         )
+        progress("building the model", 0.0)
+        runner = IterationRunner(entry, device, request.budget)
+        probing = Probing(runner, _usable_memory(device_info), progress)
+        try:
+            first = probing.measure_users(batch_size)
+        except OutOfMemoryAtBatchSize as exc:
+            raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
+        if partial is not None:
+            partial(document(samples=[first], models=None, warnings=[]))
+        samples = probing.measure_others(batch_size)
+        progress("fitting the batch-size models", 0.95)
+        models = _fit_models(samples, device_info)
+        warnings = probing.notes + (models.warnings() if models else [ONE_SAMPLE])
+        complete = document(samples=samples, models=models, warnings=warnings)
     finally:
         entry.unload()
     progress("done", 1.0)
-    return document
+    return complete
+
+
+ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
+
+
+def _usable_memory(device_info) -> int:
+    return int(device_info.memory_capacity_bytes * (1 - MEMORY_HEADROOM_FRACTION))
+
+
+def _fit_models(samples, device_info) -> Optional[BatchSizeModels]:
+    if len(samples) < 2:
+        return None
+    return BatchSizeModels.fit(
+        [s.batch_size for s in samples],
+        [s.run_time_ms for s in samples],
+        [s.peak_memory_bytes for s in samples],
+        device_info.memory_capacity_bytes,
+    )
 
 
 def _check_batch_size(batch_size: Optional[int]) -> None:
