@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_common_options(profile)
     profile.add_argument("--json", metavar="PATH", help="also write the analysis document as JSON")
     profile.set_defaults(run=_run_profile)
+
+    from skyline_engine.service.serve_cli import add_serve_command  # the editor's way in (docs/protocol.md)
+
+    add_serve_command(commands)
     return parser
 
 
@@ -84,6 +88,8 @@ def _run_profile(args: argparse.Namespace) -> int:
             raise SkylineError("--batch-size and --set-batch-size disagree; give one of them.")
         _set_batch_size(args.entry_point, root, cwd, args.set_batch_size)
         batch_size = args.set_batch_size
+    if args.json:
+        _check_json_path(args.json)
     request = AnalysisRequest(args.entry_point, root, batch_size=batch_size, device=args.device, base_dir=cwd)
     progress = StderrProgress(enabled=not args.quiet)
     try:
@@ -91,21 +97,35 @@ def _run_profile(args: argparse.Namespace) -> int:
     finally:
         progress.finish()
     if args.json:
-        write_json_atomic(args.json, document)
+        try:
+            write_json_atomic(args.json, document)
+        except OSError as exc:
+            raise SkylineError(f"cannot write --json {args.json!r}: {exc.strerror or exc}.") from None
     sys.stdout.write(render_report(document))
     return 0
 
 
+def _check_json_path(path: str) -> None:
+    # Before the analysis, which can take minutes: afterwards the error would waste them.
+    target = Path(path)
+    if target.is_dir():
+        raise SkylineError(f"cannot write --json {path!r}: it is a folder.", hint="Give a file name.")
+    if not target.parent.is_dir():
+        raise SkylineError(
+            f"cannot write --json {path!r}: the folder {str(target.parent)!r} does not exist.",
+            hint="Create it first, or write the JSON elsewhere.",
+        )
+
+
 def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int) -> None:
     from skyline_engine.entry.batch_size import rewrite_batch_size
-    from skyline_engine.entry.loader import resolve_entry_path
+    from skyline_engine.entry.loader import read_source, resolve_entry_path
     from skyline_engine.entry.user_frames import ProjectFiles
     from skyline_engine.render.files import write_text_atomic
 
     path = resolve_entry_path(entry, root, cwd)
     relative = ProjectFiles(root).relative(str(path))
-    with open(path, encoding="utf-8", newline="") as f:
-        source = f.read()
+    source = read_source(path, relative)  # line endings kept, as the rewrite must
     try:
         rewritten = rewrite_batch_size(source, batch_size, relative)
     except SyntaxError as exc:

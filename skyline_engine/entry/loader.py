@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import linecache
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
+
+import torch
 
 from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame, user_traceback_text
 from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
@@ -59,8 +63,7 @@ class EntryPoint:
         self.imports.undo()
 
     def line_of(self, fn: Callable) -> Optional[int]:
-        code = getattr(fn, "__code__", None)
-        return code.co_firstlineno if code is not None else None
+        return _line(fn)
 
     def call(self, what: str, fn: Callable, *args, **kwargs):
         """Run user code; an exception becomes a `UserCodeError` at the user's innermost frame."""
@@ -97,7 +100,7 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
     """Import the entry point (its folder importable, as with `python entry_point.py`) and check it."""
     files = ProjectFiles(project_root)
     relative = files.relative(str(path))
-    source = path.read_text(encoding="utf-8")
+    source = read_source(path, relative)
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:
@@ -123,6 +126,21 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
         default_batch_size=default_batch_size,
         imports=imports,
     )
+
+
+def read_source(path: Path, relative: str) -> str:
+    """The file's text, with its line endings as they are; an `EntryPointError` at the offending
+    line (not a UnicodeDecodeError traceback) when it is not UTF-8, the encoding the editor uses."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EntryPointError(
+            f"the file is not UTF-8 text (byte {data[exc.start]:#04x} cannot be decoded).",
+            path=relative,
+            line=data[: exc.start].count(b"\n") + 1,
+            hint="Save it as UTF-8.",
+        ) from None
 
 
 class ImportScope:
@@ -152,19 +170,44 @@ def call_user_code(files: ProjectFiles, what: str, fn: Callable, *args, **kwargs
         return fn(*args, **kwargs)
     except SkylineError:
         raise
-    except Exception as exc:
-        raise user_code_error(files, what, exc) from exc
+    except (Exception, SystemExit) as exc:
+        raise user_code_error(files, what, exc, fallback=fn) from exc
 
 
-def user_code_error(files: ProjectFiles, what: str, exc: BaseException) -> UserCodeError:
+def user_code_error(
+    files: ProjectFiles, what: str, exc: BaseException, fallback: Optional[Callable] = None
+) -> UserCodeError:
+    """The error at the user's innermost frame; at `fallback`'s definition when the exception has
+    no frame of the user's (calling it with the wrong arguments fails before it runs)."""
     frame = innermost_user_frame(exc.__traceback__, files)
-    path = files.relative(frame.filename) if frame else None
-    line = frame.lineno if frame else None
+    path, line = (files.relative(frame.filename), frame.lineno) if frame else _definition(fallback, files)
     message = f"{type(exc).__name__}: {exc} (raised while running {what})."
+    file_syntax_error = isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename)
+    if file_syntax_error and files.contains(exc.filename):
+        # A syntax error in a module the entry point imports: the traceback ends at the import
+        # statement, but the line to fix is the one the compiler names.
+        path, line = files.relative(exc.filename), exc.lineno
+        message = f"syntax error: {exc.msg} (raised while running {what})."
+    elif isinstance(exc, SystemExit):
+        # Left alone, it would end Skyline silently, with the user's exit code (0 included).
+        code = "" if exc.code is None else repr(exc.code)
+        # The advice goes in the message: a hint would follow the frames below.
+        message = (
+            f"the code called sys.exit({code}) (raised while running {what}). Skyline imports the entry "
+            "point and calls its providers, which must not exit; parse command-line arguments "
+            "(argparse exits on Skyline's) only under `if __name__ == \"__main__\":`."
+        )
     trace = user_traceback_text(exc.__traceback__, files)
     if trace:
         message += "\nYour code's frames, innermost last:\n" + trace
     return UserCodeError(message, path=path, line=line)
+
+
+def _definition(fn: Optional[Callable], files: ProjectFiles) -> Tuple[Optional[str], Optional[int]]:
+    code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+    if code is None or not files.contains(code.co_filename):
+        return None, None
+    return files.relative(code.co_filename), _line(fn)
 
 
 def _import(path: Path, code, files: ProjectFiles) -> ModuleType:
@@ -173,7 +216,7 @@ def _import(path: Path, code, files: ProjectFiles) -> ModuleType:
     sys.modules[spec.name] = module
     try:
         exec(code, module.__dict__)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise user_code_error(files, f"the entry point {files.relative(str(path))}", exc) from exc
     return module
 
@@ -186,7 +229,8 @@ def _provider(module: ModuleType, name: str, relative: str) -> Callable:
             path=relative,
             hint="Skyline needs three providers; add:\n" + _EXAMPLES[name],
         )
-    if not callable(fn):
+    # A model instance is callable too, but calling it runs `forward` without inputs.
+    if not callable(fn) or isinstance(fn, torch.nn.Module):
         raise EntryPointError(
             f"`{name}` is a {type(fn).__name__}, not a function.", path=relative, hint="Define it with:\n" + _EXAMPLES[name]
         )
@@ -194,8 +238,21 @@ def _provider(module: ModuleType, name: str, relative: str) -> Callable:
 
 
 def _line(fn: Callable) -> Optional[int]:
-    code = getattr(fn, "__code__", None)
-    return code.co_firstlineno if code is not None else None
+    """The line of `fn`'s `def`. A decorator's wrapper (functools.wraps, lru_cache) leads to the
+    user's function through `__wrapped__`; the first line of a decorated function's code is its
+    first decorator's, so the `def` is looked for below it."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    first = code.co_firstlineno
+    linecache.checkcache(code.co_filename)  # the editor's service analyzes edited files again
+    lines = linecache.getlines(code.co_filename)
+    if first > len(lines) or not lines[first - 1].lstrip().startswith("@"):
+        return first
+    for number in range(first, len(lines) + 1):
+        if lines[number - 1].lstrip().startswith(("def ", "async def ")):
+            return number
+    return first
 
 
 def _signature(fn: Callable, name: str, relative: str) -> inspect.Signature:

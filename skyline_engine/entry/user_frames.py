@@ -20,7 +20,10 @@ def _library_roots() -> Tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
 
 
-_LIBRARY_ROOTS = _library_roots()
+# The engine's own frames are never the user's, even when the engine lies inside the project
+# root (an editable install in the user's checkout, or this repository's own examples).
+_ENGINE_ROOT = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_LIBRARY_ROOTS = _library_roots() + (_ENGINE_ROOT,)
 
 
 class ProjectFiles:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
 
+from skyline_engine.attribute.breakdown import build_breakdown
+from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.frames import CallSites
+from skyline_engine.attribute.recorder import OperationRecorder
 from skyline_engine.entry.loader import (
     INPUT_PROVIDER,
     ITERATION_PROVIDER,
@@ -16,6 +21,7 @@ from skyline_engine.entry.loader import (
     EntryPoint,
     user_code_error,
 )
+from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.memory import is_out_of_memory, measure_peak_bytes, release_cached_memory
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
@@ -23,6 +29,10 @@ from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, 
 # Skyline's observation: with optimizers such as Adam, state is created in the first step, so
 # peak memory is measured over steady-state iterations, after warm-up.
 MEMORY_ITERATIONS = 2
+
+# The breakdown averages a few recorded iterations of fast models, up to this much time.
+RECORDING_BUDGET_MS = 200.0
+MAX_RECORDED_ITERATIONS = 3
 
 
 class OutOfMemoryAtBatchSize(Exception):
@@ -36,6 +46,9 @@ class Sample:
     batch_size: int
     timing: TimingStats
     peak_memory_bytes: int
+    # The per-line and per-operation breakdown (the document's `lines`, `operations`, `weights`,
+    # `untracked`, ...), when it was asked for.
+    breakdown: Optional[dict] = None
 
     @property
     def run_time_ms(self) -> float:
@@ -59,10 +72,14 @@ class IterationRunner:
         self.device = device
         self.budget = budget
         self.clock = clock_for(device)
+        self.call_sites = CallSites(entry.files)
+        self.creation = CreationSites(self.call_sites)
         with self._default_device():
-            self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
+            with self.creation.recording_modules():
+                self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
             _check_model(self.model, entry)
-            self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
+            with self.creation.recording_optimizers():
+                self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
         if not callable(self.iteration):
             raise EntryPointError(
                 f"`{ITERATION_PROVIDER}` returned {_describe(self.iteration)}, not a function.",
@@ -74,8 +91,9 @@ class IterationRunner:
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
 
-    def measure(self, batch_size: int) -> Sample:
-        """Time and peak memory at `batch_size`; raises OutOfMemoryAtBatchSize when it does not fit."""
+    def measure(self, batch_size: int, breakdown: bool = False, timeline: bool = False) -> Sample:
+        """Time and peak memory at `batch_size`, and with `breakdown` the per-line breakdown (with
+        `timeline`, its operations one by one); raises OutOfMemoryAtBatchSize when it does not fit."""
         inputs = None
         try:
             inputs = self._inputs(batch_size)
@@ -85,7 +103,8 @@ class IterationRunner:
             peak = measure_peak_bytes(self.device, lambda: self._run(inputs, batch_size, MEMORY_ITERATIONS))
             self._check_loss_finite(batch_size)
             self._check_parameters_finite(batch_size)
-            return Sample(batch_size, timing, peak)
+            parts = self._breakdown(inputs, batch_size, timing.median_ms, peak, timeline) if breakdown else None
+            return Sample(batch_size, timing, peak, parts)
         except (UserCodeError, RuntimeError, MemoryError) as exc:
             cause = exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
             if is_out_of_memory(cause):
@@ -95,6 +114,25 @@ class IterationRunner:
             del inputs
             self._last_output = None
             release_cached_memory(self.device)
+
+    def _breakdown(self, inputs, batch_size: int, run_time_ms: float, peak: int, timeline: bool) -> dict:
+        iterations = max(1, min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // max(run_time_ms, 1e-3))))
+        module_names = {id(m): name for name, m in self.model.named_modules(prefix="model")}
+        recorder = OperationRecorder(self.call_sites, module_names, self.device)
+        with recorder:
+            for _ in range(iterations):
+                recorder.start_iteration()
+                self._call_iteration(inputs, batch_size)
+        return build_breakdown(
+            recorder.recording,
+            iterations,
+            self.model,
+            self.creation.optimizer_objects(),
+            self.creation,
+            run_time_ms,
+            peak,
+            timeline=timeline,
+        )
 
     def _inputs(self, batch_size: int) -> Sequence[Any]:
         entry = self.entry
@@ -117,7 +155,7 @@ class IterationRunner:
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         try:
             self.iteration(*inputs)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
             if is_out_of_memory(exc):
                 raise
             raise self._iteration_error(exc, batch_size) from exc
@@ -126,8 +164,12 @@ class IterationRunner:
     def _iteration_error(self, exc: BaseException, batch_size: int) -> UserCodeError:
         where = f"the training iteration at batch size {batch_size}"
         if self._ran_once:
-            where += " (it had run at another batch size before)"
-        return user_code_error(self.entry.files, where, exc)
+            where += ", after it had run at another batch size"
+        error = user_code_error(self.entry.files, where, exc, fallback=self.iteration)
+        if isinstance(exc, TypeError) and innermost_user_frame(exc.__traceback__, self.entry.files) is None:
+            # It failed before running a line of the user's: the inputs do not match its parameters.
+            error.hint = f"Skyline calls it as `iteration(*inputs)` with what `{INPUT_PROVIDER}` returns."
+        return error
 
     def _remember_output(self, module, args, output) -> None:
         self._last_output = output
@@ -137,7 +179,8 @@ class IterationRunner:
         if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.is_floating_point():
             value = float(loss.detach())
             if not math.isfinite(value):
-                raise self._not_finite_error(f"the model returned a {value} loss at batch size {batch_size}")
+                kind = "NaN" if math.isnan(value) else f"infinite ({value})"
+                raise self._not_finite_error(f"the loss the model returned at batch size {batch_size} is {kind}")
 
     def _check_parameters_finite(self, batch_size: int) -> None:
         for name, param in self.model.named_parameters():
@@ -194,5 +237,8 @@ def _describe(value: Any) -> str:
         return "None"
     if isinstance(value, torch.Tensor):
         return f"a bare Tensor of shape {tuple(value.shape)}"
+    if inspect.isclass(value):
+        # `return MyModel` for `return MyModel()`: "a value of type type" would not say so.
+        return f"the class {value.__name__} itself"
     return f"a value of type {type(value).__name__}"
 

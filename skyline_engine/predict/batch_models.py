@@ -53,6 +53,19 @@ class BatchSizeModels:
     def fit(cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int):
         return cls(fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity, min(batch_sizes))
 
+    @classmethod
+    def from_dict(cls, models: dict, memory_capacity_bytes: int) -> "BatchSizeModels":
+        """The models again from an analysis document's `models` (the inverse of `to_dict`, given the
+        document's `device.memory_capacity_bytes`), so predictions need no new measurement.
+        Raises KeyError, TypeError or ValueError when `models` is not such a dict."""
+        return cls(
+            run_time=_line_from_dict(models["run_time_ms"]),
+            peak_memory=_line_from_dict(models["peak_memory_bytes"]),
+            memory_capacity_bytes=int(memory_capacity_bytes),
+            smallest_measured_batch_size=min(int(s["batch_size"]) for s in models["samples"]),
+            headroom_fraction=float(models.get("memory_headroom_fraction", MEMORY_HEADROOM_FRACTION)),
+        )
+
     @property
     def usable_memory_bytes(self) -> int:
         return int(self.memory_capacity_bytes * (1.0 - self.headroom_fraction))
@@ -81,7 +94,7 @@ class BatchSizeModels:
         with b when the bias is positive (fixed costs get shared) and falls when it is negative.
         None when no upper bound exists (then the asymptote is the answer) or nothing fits."""
         largest = self.max_batch_size()
-        if largest is None or largest < 1:
+        if largest is None or largest < 1 or self.run_time.slope <= 0:
             return None
         if self.run_time.bias >= 0:
             return largest
@@ -131,3 +144,14 @@ class BatchSizeModels:
             "predicted_max_samples_per_second": self.predicted_max_samples_per_second(),
             "asymptotic_samples_per_second": self.asymptotic_samples_per_second(),
         }
+
+
+def _line_from_dict(line: dict) -> LinearModel:
+    r2 = line.get("r2")
+    return LinearModel(
+        slope=float(line["slope"]),
+        bias=float(line["bias"]),
+        r2=None if r2 is None else float(r2),
+        max_relative_residual=float(line.get("max_relative_residual", 0.0)),
+        points=int(line.get("points", 0)),
+    )
