@@ -30,7 +30,7 @@ def build_document(
     warnings: List[str],
 ) -> dict:
     measured = next(s for s in samples if s.batch_size == batch_size)
-    return {
+    document = {
         "schema": SCHEMA,
         "engine_version": skyline_engine.__version__,
         "torch_version": torch.__version__,
@@ -50,6 +50,12 @@ def build_document(
         "batch_size_location": batch_size_location.to_dict() if batch_size_location else None,
         "warnings": list(warnings),
     }
+    document.update(measured.breakdown or EMPTY_BREAKDOWN)
+    return document
+
+
+# The breakdown's fields when there is none, so that readers find every documented field.
+EMPTY_BREAKDOWN = {"lines": [], "operations": None, "weights": [], "optimizer_state": [], "untracked": None}
 
 
 def _models(samples: Sequence[Sample], models: Optional[BatchSizeModels]) -> Optional[dict]:

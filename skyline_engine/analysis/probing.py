@@ -29,9 +29,9 @@ class Probing:
         self.notes: List[str] = []
         self._tried: set = set()
 
-    def measure_users(self, user_batch_size: int) -> Sample:
-        """Measure the user's batch size; its OutOfMemoryAtBatchSize propagates."""
-        self._measure(user_batch_size)
+    def measure_users(self, user_batch_size: int, timeline: bool = False) -> Sample:
+        """Measure the user's batch size, with the breakdown; its OutOfMemoryAtBatchSize propagates."""
+        self._measure(user_batch_size, breakdown=True, timeline=timeline)
         return self.samples[-1]
 
     def measure_others(self, user_batch_size: int) -> List[Sample]:
@@ -80,8 +80,8 @@ class Probing:
             return batch_size
         return min(batch_size, int(memory.inverse(self.usable)))
 
-    def _measure(self, batch_size: int) -> None:
+    def _measure(self, batch_size: int, **options) -> None:
         self._tried.add(batch_size)
         done = len(self.samples)
         self.progress(f"measuring batch size {batch_size} ({done + 1}/{PROBES})", done / PROBES)
-        self.samples.append(self.runner.measure(batch_size))
+        self.samples.append(self.runner.measure(batch_size, **options))

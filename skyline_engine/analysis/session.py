@@ -34,13 +34,15 @@ class AnalysisRequest:
     budget: TimingBudget = field(default_factory=TimingBudget)
     # Where a relative `entry_point` is looked up (the CLI's working directory); the root if None.
     base_dir: Optional[Path] = None
+    # Include the recorded iteration's operations one by one (`timeline`, for a trace file).
+    timeline: bool = False
 
 
 def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Optional[Partial] = None) -> dict:
     """Run one analysis and return its document.
 
     `partial`, when given, receives an early document as soon as the user's batch size is measured
-    (`models` null, `predictions` empty), before the other batch sizes are probed.
+    and broken down (`models` null, `predictions` empty), before the other batch sizes are probed.
     """
     _check_batch_size(request.batch_size)
     root = Path(request.project_root).resolve()
@@ -64,7 +66,7 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
         runner = IterationRunner(entry, device, request.budget)
         probing = Probing(runner, _usable_memory(device_info), progress)
         try:
-            first = probing.measure_users(batch_size)
+            first = probing.measure_users(batch_size, timeline=request.timeline)
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
         if partial is not None:

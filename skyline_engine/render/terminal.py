@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import linecache
+import os
 from typing import List
 
 from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
@@ -9,8 +11,19 @@ from skyline_engine.render.units import bar, format_bytes, format_ms, format_rat
 SAMPLES = " samples/s"
 
 
+HOTTEST_LINES = 10
+SOURCE_WIDTH = 48
+
+
 def render_report(document: dict) -> str:
-    sections = [_header(document), _summary(document), _predictions(document), _models(document), _warnings(document)]
+    sections = [
+        _header(document),
+        _summary(document),
+        _hottest_lines(document),
+        _predictions(document),
+        _models(document),
+        _warnings(document),
+    ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
@@ -39,6 +52,38 @@ def _summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _hottest_lines(doc: dict) -> str:
+    lines = sorted(doc.get("lines") or [], key=lambda l: -(l["forward_ms"] + l["backward_ms"]))[:HOTTEST_LINES]
+    if not lines:
+        return ""
+    total = doc["iteration"]["run_time_ms"]
+    rows = [("line", "forward", "backward", "share", "memory", "source")]
+    for line in lines:
+        spent = line["forward_ms"] + line["backward_ms"]
+        rows.append(
+            (
+                f"{line['path']}:{line['line']}",
+                format_ms(line["forward_ms"]),
+                format_ms(line["backward_ms"]),
+                f"{spent / total:.1%}" if total else "—",
+                format_bytes(line["memory_bytes"]),
+                _source(doc["project_root"], line["path"], line["line"]),
+            )
+        )
+    untracked = doc.get("untracked")
+    if untracked:
+        share = untracked["run_time_ms"] / total if total else 0.0
+        rows.append(
+            ("untracked", format_ms(untracked["run_time_ms"]), "", f"{share:.1%}", format_bytes(untracked["memory_bytes"]), "")
+        )
+    return "Hottest lines (one iteration)\n" + _table(rows, right_aligned=(1, 2, 3, 4))
+
+
+def _source(root: str, path: str, number: int) -> str:
+    text = linecache.getline(os.path.join(root, path), number).strip()
+    return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
+
+
 def _predicted_max(models: dict) -> str:
     rate = format_rate(models["predicted_max_samples_per_second"], SAMPLES)
     largest, best = models["max_batch_size"], models["best_batch_size"]
@@ -46,6 +91,8 @@ def _predicted_max(models: dict) -> str:
         return f"{rate} (memory does not grow with the batch size, so nothing bounds it)"
     if largest == 0:
         return "— (not even batch size 1 is predicted to fit)"
+    if best is None:
+        return f"— (the run-time model cannot predict throughput; see the warnings); the largest predicted to fit is {largest:,}"
     fits = f"the largest predicted to fit is {largest:,} ({models['memory_headroom_fraction']:.0%} of memory kept free)"
     if best == largest:
         return f"{rate} at batch size {best:,}, {fits}"

@@ -1,0 +1,52 @@
+"""Where the user's code is right now: the innermost frame of the call stack inside the project."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Tuple
+
+from skyline_engine.entry.user_frames import ProjectFiles
+
+# (path relative to the project root, 1-based line)
+Context = Tuple[str, int]
+
+
+class CallSites:
+    """Finds the call site of the operation running now: the innermost stack frame in a project
+    file (torch, site-packages and the engine are skipped), and its line."""
+
+    def __init__(self, files: ProjectFiles) -> None:
+        self.files = files
+        self._by_filename: dict = {}
+
+    def innermost(self, skip: int = 1) -> Tuple[Optional[Context], Optional[int]]:
+        """The innermost project frame's (path, line), and the identity of that frame."""
+        frame = sys._getframe(skip + 1)
+        while frame is not None:
+            relative = self._relative(frame.f_code.co_filename)
+            if relative is not None:
+                return (relative, frame.f_lineno), id(frame)
+            frame = frame.f_back
+        return None, None
+
+    def stack(self, skip: int = 1) -> Tuple[Tuple[Context, ...], Optional[int]]:
+        """Every project frame's (path, line), innermost first, and the innermost frame's identity."""
+        frame = sys._getframe(skip + 1)
+        contexts = []
+        innermost_id = None
+        while frame is not None:
+            relative = self._relative(frame.f_code.co_filename)
+            if relative is not None:
+                if innermost_id is None:
+                    innermost_id = id(frame)
+                contexts.append((relative, frame.f_lineno))
+            frame = frame.f_back
+        return tuple(contexts), innermost_id
+
+    def _relative(self, filename: str) -> Optional[str]:
+        try:
+            return self._by_filename[filename]
+        except KeyError:
+            relative = self.files.relative(filename) if self.files.contains(filename) else None
+            self._by_filename[filename] = relative
+            return relative

@@ -1,0 +1,258 @@
+"""Recording one training iteration operation by operation, with the user's line for each.
+
+`OperationRecorder` is a TorchDispatchMode active around a whole iteration. Every aten operation
+passes through it, forward, backward and optimizer alike. For each it records:
+
+- its duration, timed around the operation itself (wall time on CPU, CUDA events on the GPU), so
+  the recorder's own Python work between operations is not counted;
+- its call site: the innermost frame inside the project (torch.profiler's stacks name functions,
+  not lines; the interpreter's frames give the line);
+- the module running it (global module hooks keep a stack);
+- for backward operations, the autograd node being run (`torch._C._current_autograd_node()`) and
+  its sequence number. A forward operation sees the autograd sequence counter just after its node
+  was created, so counter − 1 is the node's number, and backward work is attributed to the
+  forward operation that created the node;
+- for forward operations, the storage of their outputs, and, through saved-tensor hooks, which of
+  those storages autograd keeps for backward: the operation's activation memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+from skyline_engine.attribute.frames import CallSites, Context
+
+FORWARD = "forward"
+BACKWARD = "backward"
+
+# Sequence number of nodes that have none (AccumulateGrad): their work is attributed by call site.
+_NO_SEQUENCE = (1 << 64) - 1
+
+
+@dataclass
+class OperationRecord:
+    name: str
+    phase: str
+    stack: Tuple[Context, ...]  # the project frames at the operation, innermost first
+    module: str
+    sequence_nr: Optional[int]
+    # One execution of the call site: the invocation of the innermost user module running, and
+    # the frame (frames of calls made one after the other may share an id, so calls of a helper
+    # function within one module invocation count once).
+    invocation: tuple
+    duration_ms: float = 0.0
+    activation_bytes: int = 0
+    node_name: Optional[str] = None
+    creator: Optional["OperationRecord"] = None  # for backward: the forward operation of its node
+    start_ms: float = 0.0  # from the start of the recording
+
+    @property
+    def context(self) -> Optional[Context]:
+        return self.stack[0] if self.stack else None
+
+
+@dataclass
+class ModuleCall:
+    path: str
+    context: Optional[Context]
+
+
+class _CpuTimer:
+    """Wall time around each operation."""
+
+    def __init__(self) -> None:
+        self.origin = time.perf_counter_ns()
+
+    def start(self):
+        return time.perf_counter_ns()
+
+    def stop(self, record: "OperationRecord", started) -> None:
+        now = time.perf_counter_ns()
+        record.start_ms = (started - self.origin) / 1e6
+        record.duration_ms = (now - started) / 1e6
+
+    def resolve(self) -> None:
+        pass
+
+
+class _CudaTimer:
+    """Device time: CUDA events around each operation, read once after the iteration so that
+    recording never synchronises."""
+
+    def __init__(self) -> None:
+        self.origin = self._event()
+        self.pending: List[tuple] = []
+
+    @staticmethod
+    def _event():
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def start(self):
+        return self._event()
+
+    def stop(self, record: "OperationRecord", started) -> None:
+        self.pending.append((record, started, self._event()))
+
+    def resolve(self) -> None:
+        if not self.pending:
+            return
+        torch.cuda.synchronize()
+        for record, start, end in self.pending:
+            record.start_ms = float(self.origin.elapsed_time(start))
+            record.duration_ms = float(start.elapsed_time(end))
+        self.pending.clear()
+
+
+@dataclass
+class Recording:
+    operations: List[OperationRecord] = field(default_factory=list)
+    module_calls: List[ModuleCall] = field(default_factory=list)
+    iteration_starts: List[int] = field(default_factory=list)  # index of each iteration's first operation
+
+    def first_iteration(self) -> List[OperationRecord]:
+        end = self.iteration_starts[1] if len(self.iteration_starts) > 1 else len(self.operations)
+        return self.operations[: end]
+
+
+class OperationRecorder(TorchDispatchMode):
+    def __init__(self, call_sites: CallSites, module_names: Dict[int, str], device: torch.device) -> None:
+        super().__init__()
+        self.call_sites = call_sites
+        self.module_names = module_names
+        self.device = device
+        self.timer = None
+        self.recording = Recording()
+        self._forward_by_sequence: Dict[int, OperationRecord] = {}
+        self._producer = WeakIdKeyDictionary()  # storage -> forward OperationRecord that created it
+        self._saved = WeakIdKeyDictionary()  # storages already counted as activations
+        self._call_stack: List[tuple] = []  # (module path, invocation id) of the modules running
+        self._module_call_count = 0
+        self._users_module_types: Dict[type, bool] = {}
+        self._hooks: list = []
+        self._saved_tensor_hooks = None
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def __enter__(self):
+        self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
+        self._hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+            torch.nn.modules.module.register_module_forward_hook(self._leave_module),
+        ]
+        self._saved_tensor_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._saved_tensor_hooks.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._saved_tensor_hooks.__exit__(*exc)
+            for hook in self._hooks:
+                hook.remove()
+            self.timer.resolve()
+
+    def start_iteration(self) -> None:
+        self.recording.iteration_starts.append(len(self.recording.operations))
+
+    # -- modules ----------------------------------------------------------------------------------
+
+    def _enter_module(self, module, args) -> None:
+        path = self.module_names.get(id(module), type(module).__name__)
+        context, _ = self.call_sites.innermost(skip=1)
+        # A call of a module whose forward is the user's starts a new invocation of the lines it
+        # runs; a torch module (Linear, Sequential) runs within its caller's invocation.
+        call_id = self._call_stack[-1][1] if self._call_stack else 0
+        if self._is_users(module):
+            self._module_call_count += 1
+            call_id = self._module_call_count
+        self._call_stack.append((path, call_id))
+        self.recording.module_calls.append(ModuleCall(path, context))
+
+    def _leave_module(self, module, args, output) -> None:
+        if self._call_stack:
+            self._call_stack.pop()
+
+    def _is_users(self, module) -> bool:
+        kind = type(module)
+        known = self._users_module_types.get(kind)
+        if known is None:
+            code = getattr(getattr(kind, "forward", None), "__code__", None)
+            known = code is not None and self.call_sites.files.contains(code.co_filename)
+            self._users_module_types[kind] = known
+        return known
+
+    # -- operations -------------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "profiler":  # record_function markers (zero_grad, step) are not work
+            return func(*args, **kwargs)
+        node = torch._C._current_autograd_node()
+        next_sequence = torch._C._autograd._get_sequence_nr()
+        started = self.timer.start()
+        out = func(*args, **kwargs)
+        record = self._record(func, node, next_sequence)
+        self.timer.stop(record, started)
+        if record.phase == FORWARD:
+            for value in tree_flatten(out)[0]:
+                if isinstance(value, torch.Tensor):
+                    self._note_producer(value, record)
+        return out
+
+    def _record(self, func, node, next_sequence: int) -> OperationRecord:
+        op_name = func.overloadpacket.__name__
+        stack, frame_id = self.call_sites.stack(skip=2)
+        if node is None:
+            module, call_id = self._call_stack[-1] if self._call_stack else ("", 0)
+            record = OperationRecord(op_name, FORWARD, stack, module, next_sequence - 1, (call_id, frame_id))
+            # The first operation to see a sequence number is the one whose node it is: later
+            # operations that create no node see the same counter.
+            self._forward_by_sequence.setdefault(next_sequence - 1, record)
+        else:
+            sequence = node._sequence_nr()
+            creator = self._forward_by_sequence.get(sequence) if sequence != _NO_SEQUENCE else None
+            record = OperationRecord(
+                op_name,
+                BACKWARD,
+                creator.stack if creator else stack,
+                creator.module if creator else "",
+                sequence,
+                (),
+                node_name=node.name(),
+                creator=creator,
+            )
+        self.recording.operations.append(record)
+        return record
+
+    def _note_producer(self, tensor: torch.Tensor, record: OperationRecord) -> None:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        if storage not in self._producer:
+            self._producer[storage] = record
+
+    def _pack(self, tensor: torch.Tensor):
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return tensor
+        producer = self._producer.get(storage)
+        if producer is not None and storage not in self._saved:
+            self._saved[storage] = True
+            producer.activation_bytes += storage.nbytes()
+        return tensor
+
+
+def _unpack(tensor):
+    return tensor

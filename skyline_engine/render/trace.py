@@ -1,0 +1,42 @@
+"""A Chrome trace event file of the recorded iteration, which Perfetto and chrome://tracing open.
+
+One span per operation, named by the operation and the user's line, on one track for the forward
+pass (and the optimizer) and one for the backward pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Union
+
+from skyline_engine.render.files import write_text_atomic
+
+_TRACKS = {"forward": 1, "backward": 2}
+
+
+def chrome_trace(document: dict) -> dict:
+    events = [
+        {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"skyline: {document['entry_point']}"}},
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "forward and optimizer"}},
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "backward"}},
+    ]
+    for op in document.get("timeline") or []:
+        where = f"{op['path']}:{op['line']}" if op["path"] else "untracked"
+        events.append(
+            {
+                "name": f"{op['name']} · {where}",
+                "cat": op["phase"],
+                "ph": "X",
+                "pid": 1,
+                "tid": _TRACKS[op["phase"]],
+                "ts": op["start_ms"] * 1000.0,
+                "dur": op["duration_ms"] * 1000.0,
+                "args": {"module": op["module"], "path": op["path"], "line": op["line"]},
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(path: Union[str, Path], document: dict) -> None:
+    write_text_atomic(path, json.dumps(chrome_trace(document)))
