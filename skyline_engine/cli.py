@@ -47,7 +47,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_common_options(profile)
     profile.add_argument("--json", metavar="PATH", help="also write the analysis document as JSON")
+    profile.add_argument("--trace", metavar="PATH", help="also write a Chrome trace of one iteration (Perfetto)")
     profile.set_defaults(run=_run_profile)
+
+    for name, what in (("time", "run time"), ("memory", "memory")):
+        report = commands.add_parser(
+            name,
+            help=f"write Skyline's {what} report (SQLite) of one iteration's breakdown",
+            description=f"Break one training iteration down and write Skyline's {what} report, a SQLite file "
+            "in Skyline's documented schema (docs/reports.md).",
+        )
+        report.add_argument("entry_point", metavar="ENTRY", help="the entry point file")
+        report.add_argument("-o", "--output", required=True, metavar="FILE.sqlite", help="the report to write")
+        report.add_argument("--batch-size", type=_positive_int, help="break down at this batch size")
+        _add_common_options(report)
+        report.set_defaults(run=_run_report)
 
     from skyline_engine.service.serve_cli import add_serve_command  # the editor's way in (docs/protocol.md)
 
@@ -76,44 +90,75 @@ def _positive_int(text: str) -> int:
 
 
 def _run_profile(args: argparse.Namespace) -> int:
-    from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.render.files import write_json_atomic
     from skyline_engine.render.terminal import render_report
+    from skyline_engine.render.trace import write_chrome_trace
 
     cwd = Path.cwd()
-    root = Path(args.project_root) if args.project_root else cwd
     batch_size = args.batch_size
     if args.set_batch_size is not None:
         if batch_size is not None and batch_size != args.set_batch_size:
             raise SkylineError("--batch-size and --set-batch-size disagree; give one of them.")
-        _set_batch_size(args.entry_point, root, cwd, args.set_batch_size)
+        _set_batch_size(args.entry_point, _project_root(args, cwd), cwd, args.set_batch_size)
         batch_size = args.set_batch_size
-    if args.json:
-        _check_json_path(args.json)
-    request = AnalysisRequest(args.entry_point, root, batch_size=batch_size, device=args.device, base_dir=cwd)
+    outputs = [(args.json, "--json", write_json_atomic), (args.trace, "--trace", write_chrome_trace)]
+    document = _analyze(args, cwd, batch_size, outputs, predict=True, timeline=bool(args.trace))
+    sys.stdout.write(render_report(document))
+    return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from skyline_engine.render.sqlite_report import write_memory_report, write_run_time_report
+
+    write = write_run_time_report if args.command == "time" else write_memory_report
+    _analyze(args, Path.cwd(), args.batch_size, [(args.output, "--output", write)], predict=False)
+    if not args.quiet:
+        print(f"skyline: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _project_root(args: argparse.Namespace, cwd: Path) -> Path:
+    return Path(args.project_root) if args.project_root else cwd
+
+
+def _analyze(args, cwd: Path, batch_size: Optional[int], outputs, predict: bool, timeline: bool = False) -> dict:
+    """Run the analysis, then write each (path, option, writer) output whose path was given.
+    Paths are checked first: an error after a long analysis would waste it."""
+    from skyline_engine.analysis.session import AnalysisRequest, analyze
+
+    outputs = [(path, option, write) for path, option, write in outputs if path]
+    for path, option, _ in outputs:
+        _check_output_path(path, option)
+    request = AnalysisRequest(
+        args.entry_point,
+        _project_root(args, cwd),
+        batch_size=batch_size,
+        device=args.device,
+        base_dir=cwd,
+        predict=predict,
+        timeline=timeline,
+    )
     progress = StderrProgress(enabled=not args.quiet)
     try:
         document = analyze(request, progress)
     finally:
         progress.finish()
-    if args.json:
+    for path, option, write in outputs:
         try:
-            write_json_atomic(args.json, document)
+            write(path, document)
         except OSError as exc:
-            raise SkylineError(f"cannot write --json {args.json!r}: {exc.strerror or exc}.") from None
-    sys.stdout.write(render_report(document))
-    return 0
+            raise SkylineError(f"cannot write {option} {path!r}: {exc.strerror or exc}.") from None
+    return document
 
 
-def _check_json_path(path: str) -> None:
-    # Before the analysis, which can take minutes: afterwards the error would waste them.
+def _check_output_path(path: str, option: str) -> None:
     target = Path(path)
     if target.is_dir():
-        raise SkylineError(f"cannot write --json {path!r}: it is a folder.", hint="Give a file name.")
+        raise SkylineError(f"cannot write {option} {path!r}: it is a folder.", hint="Give a file name.")
     if not target.parent.is_dir():
         raise SkylineError(
-            f"cannot write --json {path!r}: the folder {str(target.parent)!r} does not exist.",
-            hint="Create it first, or write the JSON elsewhere.",
+            f"cannot write {option} {path!r}: the folder {str(target.parent)!r} does not exist.",
+            hint="Create it first, or write the file elsewhere.",
         )
 
 

@@ -36,6 +36,8 @@ class AnalysisRequest:
     base_dir: Optional[Path] = None
     # Include the recorded iteration's operations one by one (`timeline`, for a trace file).
     timeline: bool = False
+    # Probe other batch sizes and fit the batch-size models (the breakdown alone is quicker).
+    predict: bool = True
 
 
 def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Optional[Partial] = None) -> dict:
@@ -69,12 +71,16 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
             first = probing.measure_users(batch_size, timeline=request.timeline)
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
+        notes = _breakdown_notes(first.breakdown)
         if partial is not None:
-            partial(document(samples=[first], models=None, warnings=[]))
-        samples = probing.measure_others(batch_size)
-        progress("fitting the batch-size models", 0.95)
-        models = _fit_models(samples, device_info)
-        warnings = probing.notes + (models.warnings() if models else [ONE_SAMPLE])
+            partial(document(samples=[first], models=None, warnings=notes))
+        if request.predict:
+            samples = probing.measure_others(batch_size)
+            progress("fitting the batch-size models", 0.95)
+            models = _fit_models(samples, device_info)
+            warnings = notes + probing.notes + (models.warnings() if models else [ONE_SAMPLE])
+        else:
+            samples, models, warnings = [first], None, notes
         complete = document(samples=samples, models=models, warnings=warnings)
     finally:
         entry.unload()
@@ -83,6 +89,19 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
 
 
 ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
+
+# Below this, the recorded operations ran noticeably slower than the measured iteration.
+NOTABLE_SCALING = 0.9
+
+
+def _breakdown_notes(breakdown: dict) -> list:
+    scale = breakdown["attribution"]["scaled_by"]
+    if scale >= NOTABLE_SCALING:
+        return []
+    return [
+        f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
+        "(a busy machine?); the per-line times were scaled down to the measured iteration."
+    ]
 
 
 def _usable_memory(device_info) -> int:

@@ -1,0 +1,129 @@
+"""The per-line and per-operation breakdown, on purpose-built models, with real torch."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure.timing import TimingBudget
+
+PROJECT = Path(__file__).parent / "projects" / "breakdown"
+QUICK = TimingBudget(min_run_s=0.1, max_run_s=0.5)
+
+
+def marker_line(path: Path, marker: str) -> int:
+    """The line of `path` that ends with the comment `# MARKER`."""
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if text.rstrip().endswith(f"# {marker}"):
+            return number
+    raise AssertionError(f"no {marker} in {path}")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("breakdown")
+    shutil.copytree(PROJECT, root, dirs_exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def document(project) -> dict:
+    return analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False))
+
+
+def line(document, path, marker, project):
+    number = marker_line(project / path, marker)
+    found = [entry for entry in document["lines"] if entry["path"] == path and entry["line"] == number]
+    assert found, f"{path}:{number} ({marker}) is not in the breakdown"
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    "path, marker",
+    [
+        ("model.py", "INPUT_CALL"),  # a module called from forward
+        ("model.py", "LOOP"),  # a ModuleList loop, with an in-place relu_
+        ("model.py", "CHECKPOINT"),  # activation checkpointing (recomputed in backward)
+        ("model.py", "LOSS"),
+        ("helpers.py", "HELPER"),  # a plain function in another project file
+        ("helpers.py", "FUNCTION_FORWARD"),  # a custom autograd.Function
+    ],
+)
+def test_each_line_has_forward_and_backward_time(document, project, path, marker):
+    entry = line(document, path, marker, project)
+    assert entry["forward_ms"] > 0
+    assert entry["backward_ms"] > 0
+    assert entry["invocations"] >= 1
+
+
+def test_optimizer_step_is_attributed_to_its_line_in_the_iteration(document, project):
+    entry = line(document, "entry_point.py", "STEP", project)
+    assert entry["forward_ms"] > 0
+    assert entry["backward_ms"] == 0
+
+
+def test_times_are_never_negative_and_add_up_to_the_iteration(document):
+    for entry in document["lines"]:
+        assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0 and entry["memory_bytes"] >= 0
+    untracked = document["untracked"]
+    assert untracked["run_time_ms"] >= 0 and untracked["memory_bytes"] >= 0
+    total = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"]) + untracked["run_time_ms"]
+    assert total == pytest.approx(document["iteration"]["run_time_ms"], rel=0.10)
+
+
+def test_weights_memory_is_the_parameters_bytes_at_the_line_that_created_them(document, project):
+    weights = {w["name"]: w for w in document["weights"]}
+    inp = weights["model.inp.weight"]
+    assert inp["size_bytes"] == 32 * 128 * 4
+    assert inp["grad_size_bytes"] == 32 * 128 * 4
+    assert (inp["contexts"][0]["path"], inp["contexts"][0]["line"]) == (
+        "model.py",
+        marker_line(project / "model.py", "INPUT_LAYER"),
+    )
+    layer = weights["model.layers.2.weight"]
+    assert layer["size_bytes"] == 128 * 128 * 4
+    assert layer["contexts"][0]["line"] == marker_line(project / "model.py", "LAYERS")
+    # The line that created the module carries its weights and gradients in its memory.
+    assert line(document, "model.py", "INPUT_LAYER", project)["memory_bytes"] == 2 * (32 * 128 + 128) * 4
+
+
+def test_optimizer_state_belongs_to_the_optimizers_construction_line(document, project):
+    (state,) = document["optimizer_state"]
+    parameters = sum(w["size_bytes"] for w in document["weights"])
+    assert state["name"] == "SGD"
+    assert state["size_bytes"] == parameters  # one momentum buffer per parameter
+    assert state["contexts"][0] == {"path": "entry_point.py", "line": marker_line(project / "entry_point.py", "OPTIMIZER")}
+
+
+def test_activations_kept_for_backward_are_attributed_to_their_operations(document, project):
+    batch, width = 64, 128
+    loop = line(document, "model.py", "LOOP", project)
+    # relu_ keeps its output for backward: one batch x width float tensor per layer.
+    assert loop["memory_bytes"] >= 3 * batch * width * 4
+
+
+def test_module_tree_groups_operations_by_module_in_execution_order(document):
+    root = document["operations"]
+    (model,) = [c for c in root["children"] if c["module"] == "model"]
+    names = [c["module"] for c in model["children"] if c["kind"] == "module"]
+    assert names[:3] == ["model.inp", "model.layers", "model.block"]
+    layers = next(c for c in model["children"] if c["module"] == "model.layers")
+    assert [c["module"] for c in layers["children"]] == ["model.layers.0", "model.layers.1", "model.layers.2"]
+    for node in layers["children"]:
+        assert node["forward_ms"] > 0 and node["backward_ms"] > 0
+        assert node["forward_ms"] == pytest.approx(sum(c["forward_ms"] for c in node["children"]))
+    assert model["forward_ms"] == pytest.approx(sum(c["forward_ms"] for c in model["children"]))
+
+
+def test_no_operation_is_counted_twice(document):
+    def leaves(node):
+        if node["kind"] == "operation":
+            yield node
+        for child in node["children"]:
+            yield from leaves(child)
+
+    tree_ms = sum(n["forward_ms"] + n["backward_ms"] for n in leaves(document["operations"]))
+    assert tree_ms == pytest.approx(document["attribution"]["operations_ms"], rel=1e-6)
+    lines_ms = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"])
+    assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)

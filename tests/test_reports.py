@@ -1,0 +1,103 @@
+"""`skyline time`, `skyline memory` and `--trace`, read back as a user would: with SQL, with JSON."""
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import run_skyline
+
+PROJECT = Path(__file__).parent / "projects" / "breakdown"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("reports")
+    shutil.copytree(PROJECT, root, dirs_exist_ok=True)
+    return root
+
+
+def marker_line(path: Path, marker: str) -> int:
+    return next(n for n, t in enumerate(path.read_text().splitlines(), 1) if t.rstrip().endswith(f"# {marker}"))
+
+
+def test_run_time_report_answers_skylines_queries(project):
+    result = run_skyline("time", "entry_point.py", "-o", "time.sqlite", "--device", "cpu", cwd=project)
+    assert result.returncode == 0, result.stderr
+    db = sqlite3.connect(project / "time.sqlite")
+    assert db.execute("PRAGMA user_version").fetchone() == (1,)
+    rows = db.execute("SELECT operation_name, forward_ms, backward_ms FROM run_time_entries").fetchall()
+    assert rows and all(forward >= 0 and backward >= 0 for _, forward, backward in rows)
+    per_line = dict(
+        ((path, line), (forward, backward))
+        for path, line, forward, backward in db.execute(
+            "SELECT f.file_path, f.line_number, SUM(e.forward_ms), SUM(e.backward_ms) "
+            "FROM run_time_entries e JOIN stack_frames f ON f.entry_id = e.id AND f.ordering = 0 "
+            "GROUP BY f.file_path, f.line_number"
+        )
+    )
+    loop = per_line[("model.py", marker_line(project / "model.py", "LOOP"))]
+    assert loop[0] > 0 and loop[1] > 0
+    helper = per_line[("helpers.py", marker_line(project / "helpers.py", "HELPER"))]
+    assert helper[0] > 0 and helper[1] > 0
+    # Outer frames follow the innermost one: the helper was called from the model's forward.
+    outer = db.execute(
+        "SELECT f2.file_path, f2.line_number FROM stack_frames f1 JOIN stack_frames f2 "
+        "ON f2.entry_id = f1.entry_id AND f2.ordering = 1 WHERE f1.file_path = 'helpers.py' AND f1.line_number = ?",
+        (marker_line(project / "helpers.py", "HELPER"),),
+    ).fetchall()
+    assert ("model.py", marker_line(project / "model.py", "HELPER_CALL")) in outer
+
+
+def test_memory_report_answers_skylines_queries(project):
+    result = run_skyline("memory", "entry_point.py", "-o", "memory.sqlite", "--device", "cpu", "--quiet", cwd=project)
+    assert result.returncode == 0, result.stderr
+    db = sqlite3.connect(project / "memory.sqlite")
+    assert db.execute("SELECT entry_type, name FROM entry_types ORDER BY entry_type").fetchall() == [
+        (1, "weight"),
+        (2, "activation"),
+    ]
+    weights = {
+        name: (size, grad, path, line)
+        for name, size, grad, path, line in db.execute(
+            "SELECT w.name, w.size_bytes, w.grad_size_bytes, f.file_path, f.line_number FROM weight_entries w "
+            "JOIN stack_correlation c ON c.entry_id = w.id AND c.entry_type = 1 "
+            "JOIN stack_frames f ON f.correlation_id = c.correlation_id AND f.ordering = 0"
+        )
+    }
+    assert weights["model.inp.weight"] == (32 * 128 * 4, 32 * 128 * 4, "model.py", marker_line(project / "model.py", "INPUT_LAYER"))
+    activations = db.execute(
+        "SELECT a.operation_name, a.size_bytes, f.file_path, f.line_number FROM activation_entries a "
+        "JOIN stack_correlation c ON c.entry_id = a.id AND c.entry_type = 2 "
+        "JOIN stack_frames f ON f.correlation_id = c.correlation_id AND f.ordering = 0"
+    ).fetchall()
+    assert any(line == marker_line(project / "model.py", "LOOP") and size > 0 for _, size, _, line in activations)
+    (peak,) = db.execute("SELECT size_bytes FROM misc_sizes WHERE key = 'peak_usage_bytes'").fetchone()
+    assert peak >= sum(size + grad for size, grad, _, _ in weights.values())
+
+
+def test_trace_is_a_chrome_trace_of_one_iteration(project):
+    result = run_skyline(
+        "profile", "entry_point.py", "--trace", "trace.json", "--json", "doc.json", "--device", "cpu", "--quiet",
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stderr
+    trace = json.loads((project / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {1, 2}  # forward and backward tracks
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    loop = marker_line(project / "model.py", "LOOP")
+    assert any(e["name"] == f"addmm · model.py:{loop}" for e in spans)
+    forward = [e for e in spans if e["tid"] == 1]
+    assert forward == sorted(forward, key=lambda e: e["ts"])
+    document = json.loads((project / "doc.json").read_text())
+    assert len(document["timeline"]) == len(spans)
+
+
+def test_report_output_path_is_checked_before_the_analysis(project):
+    result = run_skyline("time", "entry_point.py", "-o", "missing/time.sqlite", "--device", "cpu", cwd=project)
+    assert result.returncode == 1
+    assert "cannot write --output 'missing/time.sqlite'" in result.stderr
+    assert "measuring" not in result.stderr
