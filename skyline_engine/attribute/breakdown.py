@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List
 
 import torch
 
@@ -74,7 +74,6 @@ def build_breakdown(
     recording: Recording,
     iterations: int,
     model: torch.nn.Module,
-    optimizers: Iterable,
     creation: CreationSites,
     run_time_ms: float,
     peak_memory_bytes: int,
@@ -99,7 +98,7 @@ def build_breakdown(
             line.backward_ms += op.duration_ms
 
     weights = _weights(model, creation)
-    optimizer_state = _optimizer_state(optimizers, creation)
+    optimizer_state = _optimizer_state(creation)
     for entry in weights + optimizer_state:
         if entry["contexts"]:
             innermost = entry["contexts"][0]
@@ -248,9 +247,9 @@ def _weights(model: torch.nn.Module, creation: CreationSites) -> List[dict]:
     return entries
 
 
-def _optimizer_state(optimizers: Iterable, creation: CreationSites) -> List[dict]:
+def _optimizer_state(creation: CreationSites) -> List[dict]:
     entries = []
-    for optimizer in optimizers:
+    for optimizer in creation.optimizer_objects():
         size = 0
         for state in optimizer.state.values():
             for value in state.values():

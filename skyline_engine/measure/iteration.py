@@ -127,7 +127,6 @@ class IterationRunner:
             recorder.recording,
             iterations,
             self.model,
-            self.creation.optimizer_objects(),
             self.creation,
             run_time_ms,
             peak,
