@@ -39,7 +39,8 @@ def test_document_has_the_documented_fields_with_their_types(profiled):
         for key in ("slope", "bias", "r2"):
             assert isinstance(models[model][key], float)
     best = models["predicted_max_samples_per_second"]
-    assert isinstance(best, float) or (best is None and models["run_time_ms"]["slope"] <= 0)
+    # None only when timing noise made the run-time line useless, which the warnings then say.
+    assert isinstance(best, float) or (best is None and doc["warnings"])
     assert isinstance(models["max_batch_size"], int)
     location = doc["batch_size_location"]
     assert set(location) >= {"path", "line", "col_start", "col_end", "editable"}

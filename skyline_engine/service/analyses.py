@@ -1,0 +1,112 @@
+"""One client's analyses: at most one runs; a newer one supersedes it.
+
+Every message about an analysis passes through one gate (`_deliver`), under one lock: it is sent
+only while that analysis is the client's current one and has not ended. So once a new `analyze`
+has superseded an analysis, or `cancel` has ended it, nothing more of it reaches the client, even
+messages its worker had already written. Each analysis ends with exactly one final notification:
+`analysis` with `partial: false`, or `analysis_error` (kind `superseded` or `cancelled` included).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from skyline_engine.service.engine import EngineService
+from skyline_engine.service.paths import PathMapper
+from skyline_engine.service.protocol import SHUTTING_DOWN, RpcError
+from skyline_engine.service.workers import Job
+
+Notify = Callable[[str, dict], None]
+
+
+@dataclass(frozen=True)
+class CompleteAnalysis:
+    analysis_id: int
+    document: dict  # as the engine wrote it: server paths
+
+
+class ClientAnalyses:
+    def __init__(self, engine: EngineService, notify: Notify, mapper: PathMapper) -> None:
+        self.engine = engine
+        self.notify = notify
+        self.mapper = mapper
+        self.latest: Optional[CompleteAnalysis] = None
+        self._lock = threading.RLock()
+        self._current: Optional[Job] = None
+        self._open = False  # the current analysis has not ended
+        self._closed = False
+
+    def start(self, request: dict, time_limit_s: Optional[float], respond: Callable[[dict], None]) -> None:
+        """Supersede the running analysis, start a new one; `respond` sends the reply in between,
+        so the client learns the new id before any notification about it."""
+        with self._lock:
+            if self._closed:
+                raise RpcError(SHUTTING_DOWN, "the connection is closing")
+            job = self.engine.start_job(request, self, time_limit_s)
+            if job is None:
+                raise RpcError(SHUTTING_DOWN, "the engine is shutting down")
+            if self._open and self._current is not None:
+                self._end(self._current, "superseded", f"superseded by analysis {job.analysis_id}")
+            self._current, self._open = job, True
+            respond({"analysis_id": job.analysis_id})
+            job.start()
+
+    def cancel(self, analysis_id: int) -> bool:
+        """End the analysis if it is the one running; False (and nothing done) otherwise."""
+        with self._lock:
+            job = self._current
+            if not self._open or job is None or job.analysis_id != analysis_id:
+                return False
+            self._end(job, "cancelled", "cancelled by the client")
+            return True
+
+    def running(self) -> Optional[Job]:
+        with self._lock:
+            return self._current if self._open else None
+
+    def close(self) -> None:
+        """The client is gone: stop its analysis without telling anyone."""
+        with self._lock:
+            self._closed = True
+            if self._open and self._current is not None:
+                self._open = False
+                self._current.stop()
+
+    # --- JobListener: called from the job's thread --------------------------------------------
+
+    def on_progress(self, job: Job, phase: str, fraction: float) -> None:
+        self._deliver(job, "progress", {"phase": phase, "fraction": fraction})
+
+    def on_partial(self, job: Job, document: dict) -> None:
+        self._deliver(job, "analysis", {"partial": True, "document": self.mapper.to_client(document)})
+
+    def on_result(self, job: Job, document: dict) -> None:
+        with self._lock:
+            params = {"partial": False, "document": self.mapper.to_client(document)}
+            if self._deliver(job, "analysis", params, final=True):
+                self.latest = CompleteAnalysis(job.analysis_id, document)
+
+    def on_error(self, job: Job, error: dict) -> None:
+        self._deliver(job, "analysis_error", self.mapper.to_client(error), final=True)
+
+    # --- the gate ---------------------------------------------------------------------------
+
+    def _deliver(self, job: Job, method: str, params: dict, final: bool = False) -> bool:
+        with self._lock:
+            if self._closed or not self._open or job is not self._current:
+                return False  # superseded, cancelled or ended: never sent as current
+            if final:
+                self._open = False
+            self.notify(method, {"analysis_id": job.analysis_id, **params})
+            return True
+
+    def _end(self, job: Job, kind: str, why: str) -> None:
+        self._open = False
+        job.stop()
+        self.notify(
+            "analysis_error",
+            {"analysis_id": job.analysis_id, "kind": kind, "message": f"analysis {job.analysis_id} was {why}.",
+             "path": None, "line": None},
+        )

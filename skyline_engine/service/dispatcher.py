@@ -1,0 +1,230 @@
+"""One client's conversation: the handshake state machine and the method table.
+
+`initialize` comes first, once; every other request before it gets `not_initialized`. Over TCP it
+must carry the service's token: a missing or wrong one gets `unauthorized` and the connection
+closes. Requests are answered in the order they arrive; analyses report through notifications.
+
+`handle` never raises: whatever the client sends ends as an error response, an error notification
+(when no msgid could be read) or a request to close the connection (its return value).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Dict, Optional
+
+import skyline_engine
+from skyline_engine.service import params as p
+from skyline_engine.service.analyses import ClientAnalyses
+from skyline_engine.service.engine import EngineService
+from skyline_engine.service.paths import PathMapper
+from skyline_engine.service.protocol import (
+    ALREADY_INITIALIZED,
+    INTERNAL,
+    METHOD_NOT_FOUND,
+    NO_MODELS,
+    NOT_INITIALIZED,
+    PROTOCOL_VERSION,
+    UNAUTHORIZED,
+    UNSUPPORTED_VERSION,
+    InvalidMessage,
+    Notification,
+    RpcError,
+    notification,
+    parse_message,
+    response,
+)
+from skyline_engine.service.tokens import token_matches
+
+log = logging.getLogger("skyline.service")
+
+Send = Callable[[list], None]
+
+INITIALIZE = [
+    p.Param("protocol_version", p.integer, required=True),
+    p.Param("token", p.text),
+    p.Param("client_root", p.path_text),
+]
+ANALYZE = [
+    p.Param("entry_point", p.path_text, required=True),
+    p.Param("batch_size", p.batch_size),
+    p.Param("time_limit_s", p.positive_seconds),
+]
+PREDICT = [p.Param("batch_size", p.batch_size, required=True)]
+CANCEL = [p.Param("analysis_id", p.integer, required=True)]
+
+
+class _Responded:
+    """A handler's return value when it has sent its response itself (`analyze`)."""
+
+
+RESPONDED = _Responded()
+
+
+class Dispatcher:
+    def __init__(self, engine: EngineService, send: Send, token: Optional[str] = None) -> None:
+        self.engine = engine
+        self._send = send
+        self._token = token  # None: no token needed (stdio: the editor started us)
+        self.initialized = False
+        self.analyses: Optional[ClientAnalyses] = None
+        self._closed = False
+        self._unregister = engine.on_close(self.close)
+        self._methods: Dict[str, Callable[[dict, Callable[[Any], None]], Any]] = {
+            "initialize": self._initialize,
+            "analyze": self._analyze,
+            "predict": self._predict,
+            "cancel": self._cancel,
+            "status": self._status,
+            "shutdown": self._shutdown,
+        }
+
+    def handle(self, obj: Any) -> bool:
+        """Act on one decoded frame; False when the connection should close."""
+        try:
+            message = parse_message(obj)
+        except InvalidMessage as exc:
+            if exc.msgid is not None:
+                self._send(response(exc.msgid, exc.error))
+            else:
+                self._notify_error(exc.error)
+            return True
+        if isinstance(message, Notification):
+            return self._call(message.method, message.params, None)
+        return self._call(message.method, message.params, message.msgid)
+
+    def close(self) -> None:
+        """The connection is gone (or the service stops): end this client's analysis."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unregister()
+        if self.analyses is not None:
+            self.analyses.close()
+
+    # --- calling a method -------------------------------------------------------------------
+
+    def _call(self, method: str, params: dict, msgid: Optional[int]) -> bool:
+        responded = False
+
+        def respond(result: Any) -> None:
+            nonlocal responded
+            responded = True
+            if msgid is not None:
+                self._send(response(msgid, None, result))
+
+        try:
+            handler = self._handler(method)
+            result = handler(params, respond)
+            if result is not RESPONDED and not responded:
+                respond(result)
+            return method != "shutdown"
+        except RpcError as error:
+            if not responded:  # one response per request, whatever happens after it
+                self._reply_error(msgid, error)
+            return not error.close
+        except Exception as exc:  # a bug: tell the client, keep serving
+            log.exception("%s failed", method)
+            if not responded:
+                self._reply_error(msgid, RpcError(INTERNAL, f"internal error in `{method}`: {type(exc).__name__}: {exc}"))
+            return True
+
+    def _handler(self, method: str):
+        handler = self._methods.get(method)
+        if handler is None:
+            raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}; the methods are: {', '.join(self._methods)}")
+        if method == "initialize":
+            if self.initialized:
+                raise RpcError(ALREADY_INITIALIZED, "`initialize` was already called on this connection")
+        elif not self.initialized:
+            raise RpcError(NOT_INITIALIZED, f"call `initialize` before `{method}`")
+        return handler
+
+    def _reply_error(self, msgid: Optional[int], error: RpcError) -> None:
+        if msgid is not None:
+            self._send(response(msgid, error))
+        else:
+            self._notify_error(error)
+
+    def _notify_error(self, error: RpcError) -> None:
+        self._send(notification("protocol_error", error.to_wire()))
+
+    def _notify(self, method: str, params: dict) -> None:
+        self._send(notification(method, params))
+
+    # --- the methods ------------------------------------------------------------------------
+
+    def _initialize(self, params: dict, respond) -> dict:
+        if self._token is not None and not token_matches(self._token, params.get("token")):
+            what = "missing" if params.get("token") is None else "wrong"
+            raise RpcError(UNAUTHORIZED, f"{what} token; the connection is closed", param="token", close=True)
+        args = p.validate(params, INITIALIZE)
+        if args["protocol_version"] != PROTOCOL_VERSION:
+            raise RpcError(
+                UNSUPPORTED_VERSION,
+                f"this engine speaks protocol version {PROTOCOL_VERSION}, not {args['protocol_version']}",
+                param="protocol_version",
+            )
+        mapper = PathMapper(self.engine.server_root, args["client_root"])
+        self.analyses = ClientAnalyses(self.engine, self._notify, mapper)
+        self.initialized = True
+        device, device_error = self.engine.device()
+        return {
+            "protocol_version": PROTOCOL_VERSION,
+            "engine_version": skyline_engine.__version__,
+            "server_root": self.engine.server_root,
+            "client_root": args["client_root"],
+            "device": device,
+            "device_error": device_error,
+            "pid": os.getpid(),
+        }
+
+    def _analyze(self, params: dict, respond) -> _Responded:
+        args = p.validate(params, ANALYZE)
+        request = {
+            "entry_point": self.analyses.mapper.entry_to_server(args["entry_point"]),
+            "batch_size": args["batch_size"],
+        }
+        self.analyses.start(request, args["time_limit_s"], respond)
+        return RESPONDED
+
+    def _predict(self, params: dict, respond) -> dict:
+        from skyline_engine.predict.batch_models import BatchSizeModels  # numpy: only when asked
+
+        args = p.validate(params, PREDICT)
+        latest = self.analyses.latest
+        if latest is None:
+            raise RpcError(NO_MODELS, "no analysis has completed on this connection yet; run `analyze` first")
+        document = latest.document
+        if document.get("models") is None:
+            reason = " ".join(document.get("warnings") or []) or "fewer than two batch sizes could be measured."
+            raise RpcError(NO_MODELS, f"analysis {latest.analysis_id} has no batch-size models: {reason}")
+        models = BatchSizeModels.from_dict(document["models"], document["device"]["memory_capacity_bytes"])
+        batch_size = args["batch_size"]
+        prediction = models.predict(batch_size).to_dict()
+        smallest = models.smallest_measured_batch_size
+        warning = None
+        if batch_size < smallest:
+            warning = (f"batch size {batch_size} is below the smallest measured ({smallest}), "
+                       "where the models are not reliable.")
+        return {"analysis_id": latest.analysis_id, **prediction, "warning": warning}
+
+    def _cancel(self, params: dict, respond) -> dict:
+        args = p.validate(params, CANCEL)
+        return {"cancelled": self.analyses.cancel(args["analysis_id"])}
+
+    def _status(self, params: dict, respond) -> dict:
+        job = self.analyses.running()
+        latest = self.analyses.latest
+        return {
+            "analysis_id": job.analysis_id if job else None,
+            "worker_pid": job.worker_pid if job else None,
+            "spare_worker_pid": self.engine.pool.spare_pid(),
+            "latest_complete_analysis_id": latest.analysis_id if latest else None,
+        }
+
+    def _shutdown(self, params: dict, respond) -> dict:
+        respond({})
+        self.engine.request_shutdown()
+        return RESPONDED

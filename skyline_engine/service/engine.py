@@ -1,0 +1,77 @@
+"""The service's shared state: configuration, the worker pool, analysis ids, and shutting down.
+
+Each client gets its own `Dispatcher` (its handshake, its analyses); they all share one
+`EngineService`, hence one pool of workers and one sequence of analysis ids.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Callable, Optional, Set, Tuple
+
+from skyline_engine.service.config import ServiceConfig
+from skyline_engine.service.workers import Job, JobListener, WorkerPool
+
+log = logging.getLogger("skyline.service")
+
+
+class EngineService:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.pool = WorkerPool(config)
+        self.stopping = threading.Event()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._on_close: Set[Callable[[], None]] = set()
+
+    @property
+    def server_root(self) -> str:
+        return str(self.config.project_root)
+
+    def start(self) -> None:
+        """Warm up the first spare worker, so the first analysis does not wait for torch."""
+        self.pool.start_spare()
+
+    def device(self) -> Tuple[Optional[dict], Optional[str]]:
+        return self.pool.device(self.config.worker_start_timeout_s)
+
+    def start_job(self, request: dict, listener: JobListener, time_limit_s: Optional[float]) -> Optional[Job]:
+        """A job for `request` in a fresh worker (not started yet), or None when shutting down."""
+        if self.stopping.is_set():
+            return None
+        worker = self.pool.take()
+        if worker is None:
+            return None
+        with self._lock:
+            analysis_id = next(self._ids)
+        request = dict(request, analysis_id=analysis_id, project_root=self.server_root, device=self.config.device,
+                       budget=self.config.budget.to_dict())
+        return Job(analysis_id, request, worker, self.pool, listener, time_limit_s or self.config.time_limit_s)
+
+    def on_close(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run `callback` when the service stops; returns a function that unregisters it."""
+        with self._lock:
+            self._on_close.add(callback)
+        return lambda: self._forget(callback)
+
+    def request_shutdown(self) -> None:
+        self.stopping.set()
+
+    def close(self) -> None:
+        """End everything: every client's analysis, the spare worker."""
+        self.stopping.set()
+        with self._lock:
+            callbacks = list(self._on_close)
+            self._on_close.clear()
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("while closing")
+        self.pool.close()
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._on_close.discard(callback)

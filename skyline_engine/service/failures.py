@@ -1,0 +1,145 @@
+"""Why a worker ended without a result, in words a user can act on.
+
+The service only sees the end of the process: its exit status or signal, whether the kernel's
+out-of-memory killer fired meanwhile, and the tail of its stderr, where Python's faulthandler has
+written the stacks (on a crash, or when the service asked for them before stopping a worker that
+ran out of time). The innermost frame of the user's code in those stacks gives the error its line.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from typing import Iterable, List, Optional, Tuple
+
+from skyline_engine.entry.user_frames import ProjectFiles
+
+_SIGNAL_MEANINGS = {
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGFPE: "arithmetic error",
+    signal.SIGABRT: "aborted",
+    signal.SIGKILL: "killed",
+    signal.SIGTERM: "terminated",
+}
+
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.*)$')
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
+
+
+def oom_kill_count() -> Optional[int]:
+    """The kernel's count of out-of-memory kills since boot, or None where it is not kept."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def death_error(
+    returncode: int,
+    *,
+    oom_killed: bool,
+    last_phase: Optional[str],
+) -> dict:
+    """The `analysis_error` fields for a worker that ended without sending a result."""
+    during = f" while {last_phase}" if last_phase else ""
+    if returncode < 0:
+        number = -returncode
+        name = signal_name(number)
+        if number == signal.SIGKILL and oom_killed:
+            return _error(
+                "out_of_memory",
+                f"the analysis worker was killed by the kernel's out-of-memory killer{during}: memory ran "
+                "out (the machine's, or its container's limit). Lower the batch size, or the model's size.",
+                signal=name,
+            )
+        if number == signal.SIGKILL:
+            return _error(
+                "crashed",
+                f"the analysis worker was killed (SIGKILL){during}, by another process or by the kernel "
+                "when memory ran out.",
+                signal=name,
+            )
+        meaning = _SIGNAL_MEANINGS.get(number)
+        return _error(
+            "crashed",
+            f"the analysis worker crashed{during}: it was ended by {name}"
+            + (f" ({meaning})" if meaning else "")
+            + ", usually a fault in native code (a C/C++/CUDA extension, or a library it loads).",
+            signal=name,
+        )
+    return _error(
+        "crashed",
+        f"the analysis worker exited with status {returncode}{during}, before the analysis finished: "
+        "the code ended the process (os._exit, or a library that exits).",
+        exit_status=returncode,
+    )
+
+
+def time_limit_error(limit_s: float, last_phase: Optional[str]) -> dict:
+    during = f" (it was {last_phase})" if last_phase else ""
+    return _error(
+        "time_limit",
+        f"the analysis ran longer than its time limit of {limit_s:g} s and was stopped{during}. "
+        "An endless loop in the code? A model too slow to measure at this batch size?",
+    )
+
+
+def start_timeout_error(limit_s: float) -> dict:
+    return _error(
+        "worker_start",
+        f"the analysis worker did not start within {limit_s:g} s (importing torch and finding the "
+        "device took too long, or hung).",
+    )
+
+
+def garbled_error(detail: str) -> dict:
+    return _error("crashed", f"the analysis worker sent malformed messages ({detail}) and was stopped.")
+
+
+def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> Tuple[Optional[str], Optional[int]]:
+    """The user's innermost frame in the last faulthandler dump of `stderr_tail`, as (path, line)
+    relative to the project root; (None, None) when there is none."""
+    files = ProjectFiles(project_root)
+    for frames in _last_dump(list(stderr_tail)):
+        for filename, line in frames:  # most recent call first
+            if files.contains(filename):
+                return files.relative(filename), line
+    return None, None
+
+
+def _last_dump(lines: List[str]) -> List[List[Tuple[str, int]]]:
+    """The frames of each thread in the last dump, the current thread's first."""
+    threads: List[Tuple[bool, List[Tuple[str, int]]]] = []
+    previous_was_dump = False
+    for line in lines:
+        header = _THREAD.match(line)
+        frame = _FRAME.match(line)
+        if header:
+            if not previous_was_dump:
+                threads = []  # a new dump begins
+            threads.append((line.startswith("Current"), []))
+            previous_was_dump = True
+        elif frame and threads:
+            threads[-1][1].append((frame.group("file"), int(frame.group("line"))))
+            previous_was_dump = True
+        elif line.strip():
+            previous_was_dump = False  # blank lines separate a dump's threads; other text ends it
+    threads.sort(key=lambda thread: not thread[0])
+    return [frames for _, frames in threads]
+
+
+def _error(kind: str, message: str, *, signal: Optional[str] = None, exit_status: Optional[int] = None) -> dict:
+    return {"kind": kind, "message": message, "path": None, "line": None, "signal": signal, "exit_status": exit_status}

@@ -1,0 +1,78 @@
+"""Checking a method's parameters: each error names the parameter and says what it must be.
+
+Unknown parameters are ignored, so that a newer client can talk to an older engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Sequence
+
+from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_type
+
+MAX_BATCH_SIZE = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    # Returns the value (maybe converted) or raises ValueError with what the value must be.
+    check: Callable[[Any], Any]
+    required: bool = False
+
+
+def validate(params: Dict[str, Any], spec: Sequence[Param]) -> Dict[str, Any]:
+    """The parameters of `spec`, checked; absent optional ones (and nil ones) are None."""
+    values: Dict[str, Any] = {}
+    for param in spec:
+        value = params.get(param.name)
+        if value is None:
+            if param.required:
+                raise RpcError(INVALID_PARAMS, f"`{param.name}` is required", param=param.name)
+            values[param.name] = None
+            continue
+        try:
+            values[param.name] = param.check(value)
+        except ValueError as exc:
+            raise RpcError(
+                INVALID_PARAMS, f"`{param.name}` must be {exc}, not {_shown(value)}", param=param.name
+            ) from None
+    return values
+
+
+def text(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ValueError("a non-empty string without NUL characters")
+    return value
+
+
+def path_text(value: Any) -> str:
+    value = text(value)
+    if len(value.encode("utf-8", "surrogatepass")) > 4096:
+        raise ValueError("a path of at most 4096 bytes")
+    return value
+
+
+def integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("an integer")
+    return value
+
+
+def batch_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:
+        raise ValueError(f"an integer from 1 to {MAX_BATCH_SIZE}")
+    return value
+
+
+def positive_seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e7:
+        raise ValueError("a positive number of seconds")
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        shown = repr(value)
+        return (shown[:60] + "…") if len(shown) > 60 else shown
+    return describe_type(value)

@@ -1,0 +1,257 @@
+"""The analysis worker: a process that runs one analysis of the user's code, then exits.
+
+Run by the service as `python -m skyline_engine.service.worker` (never by people). Its life:
+
+1. start   apply the memory limit, import torch, find the device; send `ready`. The service keeps
+           one worker here, warm, so an analysis does not wait for torch to import.
+2. wait    read one job (a msgpack map) from stdin.
+3. run     send `started`, then `progress` and `partial` messages, then `result` or `error`.
+4. exit    `os._exit` straight after the last message, so threads the user's code started cannot
+           keep the process alive.
+
+Everything the user's code does happens here and nowhere else: when it crashes, loops or eats the
+memory, the service sees this process end (or kills it) and reports why.
+
+Messages go to the service on the *original* stdout; fd 1 itself is pointed at stderr before
+anything else runs, so prints of the user's code (and of C libraries) land in the log instead of
+corrupting the message stream. When stdin closes (the service is gone), the worker exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import msgpack
+
+
+class Channel:
+    """Messages to the service on a private duplicate of the original stdout."""
+
+    def __init__(self) -> None:
+        self.fd = os.dup(1)
+        os.dup2(2, 1)
+        self._lock = threading.Lock()
+
+    def send(self, message: dict) -> None:
+        data = msgpack.packb(message, use_bin_type=True)
+        with self._lock:
+            view = memoryview(data)
+            while view:
+                written = os.write(self.fd, view)
+                view = view[written:]
+
+
+def main(argv: Optional[list] = None) -> None:
+    args = _parser().parse_args(argv)
+    channel = Channel()
+    faulthandler.enable(file=sys.stderr)  # a segfault prints the Python stacks to the log
+    # The service sends SIGUSR1 before stopping a worker past its time limit: the stacks say
+    # which line of the user's code it was stuck in.
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    _volunteer_for_the_oom_killer()
+    startup_error = None
+    try:
+        _limit_memory(args.memory_limit)
+        device = _warm_up(args.device)
+        channel.send({"type": "ready", "pid": os.getpid(), "device": device, "error": None})
+    except BaseException as exc:  # noqa: BLE001 - whatever stops the start is reported, not raised
+        startup_error = _startup_failure(exc)
+        channel.send({"type": "ready", "pid": os.getpid(), "device": None, "error": startup_error})
+    job = _read_job()
+    if job is None:
+        os._exit(0)  # the service is gone, or it stopped its spare worker
+    _exit_when_stdin_closes()
+    channel.send({"type": "started", "pid": os.getpid()})
+    if startup_error is not None:
+        _finish(channel, {"type": "error", **startup_error})
+    try:
+        document = _analyze(job, channel)
+        message = {"type": "result", "document": document}
+    except BaseException as exc:  # noqa: BLE001
+        message = {"type": "error", **describe_failure(exc, "running the analysis")}
+    _finish(channel, message)
+
+
+def _startup_failure(exc: BaseException) -> dict:
+    failure = describe_failure(exc, "starting the analysis worker")
+    if failure["kind"] == "internal":  # a broken installation or a tight limit, rather than a bug
+        failure = _failure("worker_start", f"the analysis worker could not start: {type(exc).__name__}: {exc}.")
+        if _memory_limit is not None:
+            failure["message"] += (
+                f" Its memory limit ({_memory_limit / 2**30:.1f} GiB, set by --worker-memory-limit) "
+                "may be too small for torch."
+            )
+    return failure
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m skyline_engine.service.worker")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--memory-limit", type=int, default=None, help="RLIMIT_AS in bytes")
+    return parser
+
+
+def _finish(channel: Channel, message: dict) -> None:
+    try:
+        channel.send(message)
+    except MemoryError:
+        channel.send({"type": "error", "kind": "out_of_memory", "message": "out of memory while sending the results.",
+                      "path": None, "line": None})
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _volunteer_for_the_oom_killer() -> None:
+    # When the machine runs out of memory, the kernel should kill this worker, not the service
+    # or the user's editor. Raising one's own score needs no privilege.
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+_memory_limit: Optional[int] = None  # for error messages
+
+
+def _limit_memory(limit: Optional[int]) -> None:
+    global _memory_limit
+    if limit is None:
+        return
+    _memory_limit = limit
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _warm_up(device_spec: str) -> dict:
+    """Import what every analysis needs and describe the device analyses will run on."""
+    import torch  # noqa: F401 - the point of a warm worker
+
+    import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
+    from skyline_engine.measure.device import describe_device, resolve_device
+
+    return describe_device(resolve_device(device_spec)).to_dict()
+
+
+def _read_job() -> Optional[dict]:
+    """The one job, read straight from fd 0 (no buffered reader, which could read past it)."""
+    unpacker = msgpack.Unpacker(raw=False)
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            return None
+        unpacker.feed(data)
+        try:
+            for job in unpacker:
+                return job if isinstance(job, dict) else None
+        except ValueError:
+            return None
+
+
+def _exit_when_stdin_closes() -> None:
+    def watch() -> None:
+        while True:
+            try:
+                if not os.read(0, 4096):
+                    break
+            except OSError:
+                break
+        os._exit(0)
+
+    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+
+
+def _analyze(job: dict, channel: Channel) -> dict:
+    from skyline_engine.analysis.session import AnalysisRequest, analyze
+    from skyline_engine.measure.timing import TimingBudget
+
+    request = AnalysisRequest(
+        entry_point=job["entry_point"],
+        project_root=Path(job["project_root"]),
+        batch_size=job.get("batch_size"),
+        device=job.get("device", "auto"),
+        budget=dataclasses.replace(TimingBudget(), **job.get("budget", {})),
+    )
+
+    def progress(phase: str, fraction: float) -> None:
+        channel.send({"type": "progress", "phase": phase, "fraction": float(fraction)})
+
+    def partial(document: dict) -> None:
+        channel.send({"type": "partial", "document": document})
+
+    return analyze(request, progress=progress, partial=partial)
+
+
+def describe_failure(exc: BaseException, doing: str) -> dict:
+    """An exception as the `error` message: {kind, message, path, line} (+ `details`)."""
+    from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
+
+    if isinstance(exc, SkylineError):
+        message = exc.format()
+        if isinstance(exc, OutOfMemory):
+            kind = "out_of_memory"
+        elif _caused_by_out_of_memory(exc):
+            kind = "out_of_memory"
+            message = _with_prefix(exc, "out of memory: ")
+        elif isinstance(exc, EntryPointError):
+            kind = "entry_point"
+        elif isinstance(exc, UserCodeError):
+            kind = "user_code"
+        else:
+            kind = "error"
+        if kind == "out_of_memory":
+            message += _memory_limit_note()
+        return {"kind": kind, "message": message, "path": exc.path, "line": exc.line}
+    if isinstance(exc, MemoryError):
+        return _failure("out_of_memory", f"out of memory (MemoryError) while {doing}." + _memory_limit_note())
+    if isinstance(exc, SystemExit):
+        return _failure("user_code", f"the code called sys.exit({exc.code!r}) while {doing}.")
+    details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    failure = _failure("internal", f"internal error while {doing}: {type(exc).__name__}: {exc}")
+    failure["details"] = details
+    return failure
+
+
+def _with_prefix(exc, prefix: str) -> str:
+    """`exc.format()` with `prefix` after its `path:line: `."""
+    changed = copy.copy(exc)
+    changed.message = prefix + exc.message
+    return changed.format()
+
+
+def _memory_limit_note() -> str:
+    if _memory_limit is None:
+        return ""
+    return f"\n(This worker's memory limit is {_memory_limit / 2**30:.1f} GiB, set by --worker-memory-limit.)"
+
+
+def _failure(kind: str, message: str) -> dict:
+    return {"kind": kind, "message": message, "path": None, "line": None}
+
+
+def _caused_by_out_of_memory(exc: BaseException) -> bool:
+    from skyline_engine.measure.memory import is_out_of_memory
+
+    seen = set()
+    cause: Any = exc.__cause__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if is_out_of_memory(cause):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+if __name__ == "__main__":
+    main()

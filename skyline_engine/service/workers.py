@@ -1,0 +1,408 @@
+"""Worker processes: where the user's code runs, one analysis per process.
+
+- `WorkerProcess` starts `python -m skyline_engine.service.worker` and turns its message stream
+  into a queue; it forwards the worker's stderr to the service's log, keeping the tail for crash
+  reports.
+- `WorkerPool` keeps one *spare* worker, started ahead with torch imported, so an analysis begins
+  at once. The spare is started only while no analysis runs: importing torch next to a measurement
+  would slow the measurement down.
+- `Job` follows one analysis in its worker: it forwards progress, partial and final results to a
+  listener, enforces the time limit, and turns an unexpected end of the process (crash, signal,
+  exit, out-of-memory kill) into an error that says which.
+
+A fresh process per analysis is what makes edits to the user's files take effect (nothing stays
+imported) and what lets the service survive anything the code does.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Protocol, Tuple
+
+import msgpack
+
+import skyline_engine
+from skyline_engine.service import failures
+from skyline_engine.service.config import ServiceConfig
+
+log = logging.getLogger("skyline.service")
+
+# The worker's messages carry whole analysis documents; anything larger means a broken stream.
+MAX_WORKER_MESSAGE_BYTES = 256 << 20
+STDERR_TAIL_LINES = 400
+# After asking a worker past its time limit for its stacks, how long to let it write them.
+STACK_DUMP_GRACE_S = 1.0
+# How long a worker that has sent its last message may take to exit on its own.
+EXIT_GRACE_S = 10.0
+
+
+def _worker_environment() -> dict:
+    # The worker must import this very engine, wherever it is installed (or not installed: a
+    # checkout run with `python -m skyline_engine`); its working folder is the user's project.
+    env = dict(os.environ)
+    package_parent = str(Path(skyline_engine.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # the log, and the crash tail, must be complete
+    return env
+
+
+class WorkerProcess:
+    def __init__(self, config: ServiceConfig, on_ready: Callable[["WorkerProcess", dict], None]) -> None:
+        command = [sys.executable, "-m", "skyline_engine.service.worker", "--device", config.device]
+        if config.worker_memory_limit_bytes is not None:
+            command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
+        self._on_ready = on_ready
+        self.popen = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(config.project_root),
+            env=_worker_environment(),
+            # Its own process group: stopping the worker also stops what the user's code started.
+            start_new_session=True,
+        )
+        self.pid = self.popen.pid
+        self.messages: "queue.Queue[Optional[dict]]" = queue.Queue()
+        self.ready_message: Optional[dict] = None
+        self.ready = threading.Event()  # set on `ready`, or when the worker ends before it
+        self._tail: "collections.deque[str]" = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_thread = threading.Thread(
+            target=self._forward_stderr, name=f"worker-{self.pid}-stderr", daemon=True
+        )
+        self._stderr_thread.start()
+        threading.Thread(target=self._read_messages, name=f"worker-{self.pid}-messages", daemon=True).start()
+        log.debug("started worker %d", self.pid)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def send_job(self, job: dict) -> None:
+        try:
+            self.popen.stdin.write(msgpack.packb(job, use_bin_type=True))
+            self.popen.stdin.flush()
+        except (OSError, ValueError):
+            pass  # it has died already: its end is reported from its message stream
+
+    def dump_stacks(self) -> None:
+        """Ask faulthandler in the worker to write every thread's stack to stderr."""
+        self._signal(signal.SIGUSR1)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, number: int) -> None:
+        if self.popen.poll() is not None:
+            return  # reaped: its pid (and group id) may belong to someone else by now
+        try:
+            os.killpg(self.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        return self.popen.wait(timeout)
+
+    def kill_leftovers(self) -> None:
+        """Right after the worker is reaped: end processes the user's code left in its group."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stderr_tail(self, settle_s: float = 1.0) -> list:
+        self._stderr_thread.join(settle_s)
+        return list(self._tail)
+
+    def close(self) -> None:
+        self.kill()
+        try:
+            self.popen.stdin.close()
+        except OSError:
+            pass
+
+    def _read_messages(self) -> None:
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_WORKER_MESSAGE_BYTES, strict_map_key=False)
+        fd = self.popen.stdout.fileno()
+        try:
+            while True:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    break
+                unpacker.feed(data)
+                for message in unpacker:
+                    self._accept(message)
+        except Exception as exc:  # a garbled stream: nothing more from it can be trusted
+            self.messages.put({"type": "garbled", "detail": f"{type(exc).__name__}: {exc}"})
+            self.kill()
+        finally:
+            self.ready.set()
+            self.messages.put(None)
+            self.popen.stdout.close()
+
+    def _accept(self, message) -> None:
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            raise ValueError(f"not a message: {message!r:.80}")
+        if message["type"] == "ready":
+            self.ready_message = message
+            self.ready.set()
+            self._on_ready(self, message)
+        self.messages.put(message)
+
+    def _forward_stderr(self) -> None:
+        prefix = f"[worker {self.pid}] "
+        try:
+            for raw in iter(self.popen.stderr.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self._tail.append(line)
+                try:
+                    sys.stderr.write(prefix + line + "\n")
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+        finally:
+            self.popen.stderr.close()
+
+
+class WorkerPool:
+    """Hands out workers, keeping one spare warm while no analysis runs."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._spare: Optional[WorkerProcess] = None
+        self._running = 0
+        self._closed = False
+        self._device: Optional[dict] = None
+        self._device_error: Optional[str] = None
+        self._device_known = threading.Event()
+
+    def start_spare(self) -> None:
+        with self._lock:
+            if self._closed or self._running or (self._spare is not None and self._spare.alive()):
+                return
+            self._spare = self._spawn()
+
+    def take(self) -> Optional[WorkerProcess]:
+        """A worker for a new analysis (the spare when it is alive), or None once closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            worker, self._spare = self._spare, None
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    worker.close()
+                worker = self._spawn()  # may raise (no more processes): then nothing is counted
+            self._running += 1
+            return worker
+
+    def release(self) -> None:
+        """An analysis ended: once none runs, warm up the next spare."""
+        with self._lock:
+            self._running -= 1
+        self.start_spare()
+
+    def spare_pid(self) -> Optional[int]:
+        spare = self._spare
+        return spare.pid if spare is not None and spare.alive() else None
+
+    def device(self, timeout: float) -> Tuple[Optional[dict], Optional[str]]:
+        """The analysis device as a worker describes it ({..} or None, and why not)."""
+        self.start_spare()
+        if not self._device_known.wait(timeout):
+            return None, f"no analysis worker reported its device within {timeout:g} s"
+        return self._device, self._device_error
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
+
+    def _spawn(self) -> WorkerProcess:
+        worker = WorkerProcess(self.config, self._record_device)
+        threading.Thread(target=self._watch_start, args=(worker,), name="worker-start", daemon=True).start()
+        return worker
+
+    def _record_device(self, worker: WorkerProcess, ready: dict) -> None:
+        if ready.get("device") is not None:
+            self._device, self._device_error = ready["device"], None
+        elif self._device is None:
+            error = ready.get("error") or {}
+            self._device_error = error.get("message") or "the analysis worker could not start"
+        self._device_known.set()
+
+    def _watch_start(self, worker: WorkerProcess) -> None:
+        # A worker that dies before `ready` (a broken torch, a memory limit too low to import it)
+        # must not leave `initialize` waiting for a device forever.
+        if not worker.ready.wait(self.config.worker_start_timeout_s) or worker.ready_message is None:
+            if self._device is None:
+                self._device_error = "the analysis worker ended before it was ready; see the engine's log"
+                self._device_known.set()
+
+
+class JobListener(Protocol):
+    def on_progress(self, job: "Job", phase: str, fraction: float) -> None: ...
+    def on_partial(self, job: "Job", document: dict) -> None: ...
+    def on_result(self, job: "Job", document: dict) -> None: ...
+    def on_error(self, job: "Job", error: dict) -> None: ...
+
+
+class Job:
+    """One analysis in one worker, from the job sent to the worker's end.
+
+    Its thread reads the worker's messages and forwards them to the listener, while watching two
+    deadlines: the worker must start the job within `worker_start_timeout_s`, and finish it within
+    the time limit. A worker past a deadline is first asked for its stacks (they say where it was
+    stuck), then killed. When the worker ends without a result, the listener gets an error that
+    says why.
+    """
+
+    def __init__(
+        self,
+        analysis_id: int,
+        request: dict,
+        worker: WorkerProcess,
+        pool: WorkerPool,
+        listener: JobListener,
+        time_limit_s: float,
+    ) -> None:
+        self.analysis_id = analysis_id
+        self.request = request
+        self.worker = worker
+        self.pool = pool
+        self.listener = listener
+        self.time_limit_s = time_limit_s
+        self.last_phase: Optional[str] = None
+        self.stopped = False  # cancelled or superseded: nothing more is reported
+        self._started = False  # the worker has taken the job
+        self._finished = False  # the worker has sent its result or error
+        self._overdue: Optional[str] = None  # "time_limit" or "start_timeout", once past the deadline
+        self._garbled: Optional[str] = None
+        self._deadline = float("inf")
+        self._thread = threading.Thread(target=self._run, name=f"analysis-{analysis_id}", daemon=True)
+
+    @property
+    def worker_pid(self) -> int:
+        return self.worker.pid
+
+    def start(self) -> None:
+        self.worker.send_job(self.request)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Cancel: the worker is killed at once (user code cannot be interrupted politely)."""
+        self.stopped = True
+        self.worker.kill()
+
+    def _run(self) -> None:
+        try:
+            self._follow()
+        except Exception:  # a bug here must not leave the worker running or the pool short
+            log.exception("analysis %d: following the worker failed", self.analysis_id)
+            self.worker.kill()
+            error = {"kind": "internal", "message": "internal error in the engine service; see its log.",
+                     "path": None, "line": None}
+            self.listener.on_error(self, error)
+        finally:
+            self.worker.close()
+            self.pool.release()
+
+    def _follow(self) -> None:
+        oom_kills_before = failures.oom_kill_count()
+        self._deadline = time.monotonic() + self.pool.config.worker_start_timeout_s
+        while True:
+            message = self._next_message()
+            if message is None:
+                break
+            if self._overdue is None and not self._finished:
+                self._handle(message)
+        returncode = self._reap()
+        if not (self._finished or self.stopped):
+            self.listener.on_error(self, self._death(returncode, oom_kills_before))
+
+    def _next_message(self) -> Optional[dict]:
+        """The worker's next message (None once it has ended), keeping the deadlines meanwhile."""
+        while True:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                self._deadline_passed()
+                continue
+            try:
+                return self.worker.messages.get(timeout=min(remaining, 3600.0))
+            except queue.Empty:
+                continue
+
+    def _deadline_passed(self) -> None:
+        if self._overdue is None and not self._finished:
+            self._overdue = "time_limit" if self._started else "start_timeout"
+            self.worker.dump_stacks()
+            self._deadline = time.monotonic() + STACK_DUMP_GRACE_S
+        else:
+            self.worker.kill()
+            self._deadline = float("inf")
+
+    def _handle(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == "started":
+            self._started = True
+            self._deadline = time.monotonic() + self.time_limit_s
+        elif kind == "progress":
+            self.last_phase = str(message.get("phase"))
+            self.listener.on_progress(self, self.last_phase, float(message.get("fraction", 0.0)))
+        elif kind == "partial":
+            self.listener.on_partial(self, message["document"])
+        elif kind in ("result", "error"):
+            self._finished = True
+            self._deadline = time.monotonic() + EXIT_GRACE_S  # it exits by itself, or is killed then
+            if kind == "result":
+                self.listener.on_result(self, message["document"])
+            else:
+                self.listener.on_error(self, _error_fields(message))
+        elif kind == "garbled":
+            self._garbled = str(message.get("detail"))
+
+    def _reap(self) -> int:
+        try:
+            returncode = self.worker.wait(EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.worker.kill()
+            returncode = self.worker.wait()
+        self.worker.kill_leftovers()
+        return returncode
+
+    def _death(self, returncode: int, oom_kills_before: Optional[int]) -> dict:
+        if self._overdue == "start_timeout":
+            return failures.start_timeout_error(self.pool.config.worker_start_timeout_s)
+        if self._overdue == "time_limit":
+            error = failures.time_limit_error(self.time_limit_s, self.last_phase)
+        elif self._garbled is not None:
+            error = failures.garbled_error(self._garbled)
+        else:
+            oom_kills_after = failures.oom_kill_count()
+            oom_killed = None not in (oom_kills_before, oom_kills_after) and oom_kills_after > oom_kills_before
+            error = failures.death_error(returncode, oom_killed=oom_killed, last_phase=self.last_phase)
+        tail = self.worker.stderr_tail()
+        path, line = failures.innermost_user_frame(tail, str(self.pool.config.project_root))
+        if path is not None:
+            # As the engine's own errors read: `path:line: what happened`.
+            error["path"], error["line"] = path, line
+            error["message"] = f"{path}:{line}: {error['message']}"
+        error["details"] = "\n".join(tail[-60:]) or None
+        return error
+
+
+def _error_fields(message: dict) -> dict:
+    error = {key: message.get(key) for key in ("kind", "message", "path", "line")}
+    if message.get("details"):
+        error["details"] = message["details"]
+    return error

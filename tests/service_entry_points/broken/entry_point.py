@@ -1,0 +1,36 @@
+"""The model's forward raises: an ordinary error in the user's code."""
+
+import os
+import time
+
+import torch
+import torch.nn as nn
+
+
+class TinyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x):
+        raise ValueError("broken on purpose")  # <- HERE
+
+
+def skyline_input_provider(batch_size=16):
+    return (torch.randn(batch_size, 8),)
+
+
+def skyline_model_provider():
+    return TinyModel()
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(x):
+        optimizer.zero_grad()
+        model(x).backward()
+        optimizer.step()
+        pass
+
+    return iteration

@@ -1,0 +1,250 @@
+"""The engine service over stdio, as the editor runs it: the real `skyline serve --stdio` in a
+subprocess, driven by a real msgpack-RPC client.
+
+One service serves the whole module (workers import torch: seconds each); tests that end the
+service start their own. `--quick` keeps each analysis of the tiny model to a few seconds.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+import skyline_engine
+from service_client import ServiceProcess, copy_project, marked_line, process_gone
+from skyline_engine.predict.batch_models import BatchSizeModels
+
+pytestmark = pytest.mark.timeout(180)
+
+TINY = "tiny/entry_point.py"
+SLOW = "slow/entry_point.py"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return copy_project(tmp_path_factory.mktemp("stdio"))
+
+
+@pytest.fixture(scope="module")
+def service(root):
+    service = ServiceProcess(root, "--quick")
+    client = service.stdio_client()
+    # Before `initialize`, every other request is refused; recorded here, checked below.
+    service.before_initialize = client.call("analyze", {"entry_point": TINY})
+    service.initialized = client.initialize()
+    service.client = client
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def client(service):
+    assert service.alive(), service.log()
+    return service.client
+
+
+def test_requests_before_initialize_are_refused(service):
+    error, result = service.before_initialize
+    assert result is None
+    assert error["code"] == "not_initialized"
+    assert "initialize" in error["message"]
+
+
+def test_initialize_describes_the_engine(service, root):
+    info = service.initialized
+    assert info["protocol_version"] == 1
+    assert info["engine_version"] == skyline_engine.__version__
+    assert info["server_root"] == str(root.resolve())
+    assert info["device"]["type"] == "cpu"
+    assert info["device"]["memory_capacity_bytes"] > 0
+
+
+def test_a_second_initialize_is_refused(client):
+    error, _ = client.call("initialize", {"protocol_version": 1})
+    assert error["code"] == "already_initialized"
+
+
+def test_analysis_reports_progress_then_partial_then_complete(client, root):
+    analysis_id, method, final = client.analyze(TINY)
+    assert method == "analysis", final
+    messages = client.about(analysis_id)
+    kinds = [(m, p.get("partial")) for m, p in messages]
+    assert kinds.index(("analysis", True)) < kinds.index(("analysis", False)) == len(kinds) - 1
+    assert kinds[0][0] == "progress"
+    progress = [p for m, p in messages if m == "progress"]
+    assert all(0.0 <= p["fraction"] <= 1.0 and p["phase"] for p in progress)
+    partial = next(p["document"] for m, p in messages if m == "analysis" and p["partial"])
+    assert partial["models"] is None and partial["iteration"]["run_time_ms"] > 0
+    document = final["document"]
+    assert document["schema"] == "skyline.analysis/1"
+    assert document["project_root"] == str(root.resolve())
+    assert document["entry_point"] == TINY
+    assert document["batch_size"] == 16
+    assert document["models"] is not None and document["predictions"]
+
+
+def test_predict_answers_from_the_latest_models(client):
+    analysis_id, method, final = client.analyze(TINY)
+    assert method == "analysis", final
+    prediction = client.request("predict", {"batch_size": 64})
+    document = final["document"]
+    expected = BatchSizeModels.from_dict(document["models"], document["device"]["memory_capacity_bytes"]).predict(64)
+    assert prediction["analysis_id"] == analysis_id
+    assert prediction["run_time_ms"] == pytest.approx(expected.run_time_ms)
+    assert prediction["samples_per_second"] == pytest.approx(expected.samples_per_second)
+    assert prediction["peak_memory_bytes"] == pytest.approx(expected.peak_memory_bytes)
+    assert prediction["fits"] is expected.fits
+
+
+@pytest.mark.parametrize(
+    "method, params, parameter",
+    [
+        ("analyze", {}, "entry_point"),
+        ("analyze", {"entry_point": 5}, "entry_point"),
+        ("analyze", {"entry_point": TINY, "batch_size": "32"}, "batch_size"),
+        ("analyze", {"entry_point": TINY, "batch_size": True}, "batch_size"),
+        ("analyze", {"entry_point": TINY, "batch_size": 0}, "batch_size"),
+        ("predict", {"batch_size": 2.5}, "batch_size"),
+        ("cancel", {"analysis_id": "1"}, "analysis_id"),
+    ],
+)
+def test_wrong_parameters_get_errors_naming_them(client, method, params, parameter):
+    error, _ = client.call(method, params)
+    assert error["code"] == "invalid_params"
+    assert error["param"] == parameter
+    assert parameter in error["message"]
+
+
+def test_unknown_methods_and_malformed_requests_get_error_responses(client):
+    error, _ = client.call("profile_everything")
+    assert error["code"] == "method_not_found"
+    client.send([0, 9001, "predict", {"batch_size": 8}])  # params not in an array
+    error, _ = client.wait_response(9001)
+    assert error["code"] == "invalid_params"
+    client.send([0, 9002, "predict", [{1: 2}]])  # a map with an integer key
+    error, _ = client.wait_response(9002)
+    assert error["code"] == "invalid_params"
+    assert client.request("status")["analysis_id"] is None  # still serving
+
+
+def test_an_entry_point_that_does_not_exist_is_an_analysis_error(client):
+    _, method, final = client.analyze("nowhere/entry_point.py")
+    assert method == "analysis_error"
+    assert final["kind"] == "entry_point"
+    assert "does not exist" in final["message"]
+
+
+def test_a_user_code_error_names_the_line(client, root):
+    _, method, final = client.analyze("broken/entry_point.py")
+    assert method == "analysis_error"
+    assert final["kind"] == "user_code"
+    assert final["path"] == "broken/entry_point.py"
+    assert final["line"] == marked_line(root / "broken/entry_point.py")
+
+
+def test_cancel_ends_the_analysis_and_its_worker(client):
+    analysis_id = client.request("analyze", {"entry_point": SLOW})["analysis_id"]
+    client.wait_notification(lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model")
+    worker = client.request("status")["worker_pid"]
+    assert client.request("cancel", {"analysis_id": analysis_id}) == {"cancelled": True}
+    method, final = client.wait_final(analysis_id)
+    assert (method, final["kind"]) == ("analysis_error", "cancelled")
+    assert process_gone(worker)
+    # Cancelling it again, or an id that never existed, changes nothing.
+    assert client.request("cancel", {"analysis_id": analysis_id}) == {"cancelled": False}
+    assert client.request("cancel", {"analysis_id": 10**6}) == {"cancelled": False}
+
+
+def test_a_new_analysis_supersedes_the_running_one(client):
+    first = client.request("analyze", {"entry_point": SLOW})["analysis_id"]
+    client.wait_notification(lambda m, p: p.get("analysis_id") == first and p.get("phase") == "building the model")
+    first_worker = client.request("status")["worker_pid"]
+    second, method, final = client.analyze(TINY)
+    assert second > first
+    assert method == "analysis", final
+    ended = [(m, p) for m, p in client.about(first) if m != "progress"]
+    assert [(m, p["kind"]) for m, p in ended] == [("analysis_error", "superseded")]
+    assert process_gone(first_worker)
+    # predict speaks for the newest complete analysis.
+    assert client.request("predict", {"batch_size": 8})["analysis_id"] == second
+
+
+def test_edited_files_are_picked_up_by_the_next_analysis(client, root):
+    entry, model = root / TINY, root / "tiny/model.py"
+    entry_text, model_text = entry.read_text(), model.read_text()
+    try:
+        entry.write_text(entry_text.replace("batch_size=16", "batch_size=24"))
+        model.write_text(model_text.replace("return self.linear(x).pow(2).mean()", "raise RuntimeError('edited')  # <- HERE"))
+        _, method, final = client.analyze(TINY)
+        assert (method, final["kind"], final["path"]) == ("analysis_error", "user_code", "tiny/model.py")
+        assert final["line"] == marked_line(model)
+        model.write_text(model_text)
+        _, method, final = client.analyze(TINY)
+        assert method == "analysis", final
+        assert final["document"]["batch_size"] == 24
+    finally:
+        entry.write_text(entry_text)
+        model.write_text(model_text)
+
+
+def test_user_prints_go_to_the_log(service):
+    # The tiny model provider prints; every analysis above still decoded cleanly.
+    assert "must not corrupt" in service.log()
+    assert service.client.other == []
+
+
+@pytest.mark.timeout(120)
+def test_the_service_exits_when_stdin_closes_and_takes_its_workers(root):
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+        analysis_id = client.request("analyze", {"entry_point": SLOW})["analysis_id"]
+        client.wait_notification(lambda m, p: p.get("analysis_id") == analysis_id and m == "progress")
+        worker = client.request("status")["worker_pid"]
+        client.close()  # the editor quit
+        assert service.proc.wait(60) == 0
+        assert process_gone(worker)
+    finally:
+        service.stop()
+
+
+@pytest.mark.timeout(120)
+def test_shutdown_answers_then_ends_the_service(root):
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+        spare = client.request("status")["spare_worker_pid"]
+        assert client.request("shutdown") == {}
+        assert service.proc.wait(60) == 0
+        if spare is not None:
+            assert process_gone(spare)
+    finally:
+        service.stop()
+
+
+@pytest.mark.timeout(60)
+def test_malformed_msgpack_on_stdio_closes_the_stream(root):
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.send_raw(b"\xc1")  # never valid msgpack
+        assert client.wait_closed(30)
+        assert [m for m, _ in client.notifications] == ["protocol_error"]
+        assert client.notifications[0][1]["code"] == "parse_error"
+        assert service.proc.wait(30) == 0  # stdio has one client: closing it ends the service
+    finally:
+        service.stop()
+
+
+def test_sigterm_ends_the_service_cleanly(root):
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+        service.proc.send_signal(signal.SIGTERM)
+        assert service.proc.wait(60) == 0
+    finally:
+        service.stop()

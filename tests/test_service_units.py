@@ -1,0 +1,370 @@
+"""The service's parts, in process and fast: framing, message validation, the dispatcher's state
+machine and supersession gate (over a fake engine), client_root mapping, tokens, `serve`'s
+arguments, and reading faulthandler's stacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import stat
+
+import msgpack
+import pytest
+
+from service_fakes import DEVICE, dispatcher, document
+from skyline_engine.service import failures
+from skyline_engine.service.paths import PathMapper
+from skyline_engine.service.protocol import (
+    FatalFrameError,
+    FrameReader,
+    InvalidMessage,
+    Notification,
+    Request,
+    parse_message,
+)
+from skyline_engine.service.serve_cli import is_loopback, parse_listen, parse_size
+from skyline_engine.service.tokens import token_matches, write_token_file
+
+# --- framing --------------------------------------------------------------------------------
+
+
+def test_frames_are_decoded_whatever_the_chunking():
+    messages = [[0, i, "status", [{}]] for i in range(50)]
+    data = b"".join(msgpack.packb(m) for m in messages)
+    for size in (1, 3, 7, 64, len(data)):
+        reader = FrameReader(1024)
+        decoded = []
+        for start in range(0, len(data), size):
+            decoded.extend(reader.feed(data[start : start + size]))
+        assert decoded == messages
+
+
+def test_many_small_frames_in_one_read_are_not_too_large():
+    data = msgpack.packb([2, "cancel", [{"analysis_id": 1}]]) * 1000
+    assert len(list(FrameReader(256).feed(data))) == 1000
+
+
+def test_a_frame_above_the_limit_is_refused_before_it_completes():
+    reader = FrameReader(1024)
+    with pytest.raises(FatalFrameError) as caught:
+        list(reader.feed(msgpack.packb("x" * 2000)[:1100]))
+    assert caught.value.error.code == "frame_too_large"
+
+
+@pytest.mark.parametrize("garbage", [b"\xc1", b"\xa1\xff", b"\x91" * 3000])
+def test_malformed_msgpack_is_fatal(garbage):
+    with pytest.raises(FatalFrameError) as caught:
+        list(FrameReader(1 << 20).feed(garbage))
+    assert caught.value.error.code == "parse_error"
+    assert caught.value.error.close
+
+
+def test_objects_before_a_break_are_still_delivered():
+    reader = FrameReader(1024)
+    got = []
+    with pytest.raises(FatalFrameError):
+        for obj in reader.feed(msgpack.packb([0, 1, "status", []]) + b"\xc1"):
+            got.append(obj)
+    assert got == [[0, 1, "status", []]]
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def test_requests_and_notifications_are_parsed():
+    assert parse_message([0, 7, "predict", [{"batch_size": 8}]]) == Request(7, "predict", {"batch_size": 8})
+    assert parse_message([0, 7, "status", []]) == Request(7, "status", {})
+    assert parse_message([2, "cancel", [{"analysis_id": 3}]]) == Notification("cancel", {"analysis_id": 3})
+
+
+@pytest.mark.parametrize(
+    "obj, msgid, code",
+    [
+        (5, None, "invalid_message"),
+        ([], None, "invalid_message"),
+        ([0, "one", "status", []], None, "invalid_message"),
+        ([0, -1, "status", []], None, "invalid_message"),
+        ([0, 2**32, "status", []], None, "invalid_message"),
+        ([0, True, "status", []], None, "invalid_message"),
+        ([0, 1, "status"], 1, "invalid_message"),
+        ([0, 1, b"status", []], 1, "invalid_message"),
+        ([0, 1, "status", {"a": 1}], 1, "invalid_params"),
+        ([0, 1, "status", [{}, {}]], 1, "invalid_params"),
+        ([0, 1, "status", [[1]]], 1, "invalid_params"),
+        ([0, 1, "status", [{1: 2}]], 1, "invalid_params"),
+        ([1, 1, None, None], None, "invalid_message"),
+        ([3, "x"], None, "invalid_message"),
+        ([False, 1, "status", []], None, "invalid_message"),
+    ],
+)
+def test_invalid_messages_say_why_and_keep_the_msgid_when_known(obj, msgid, code):
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(obj)
+    assert caught.value.msgid == msgid
+    assert caught.value.error.code == code
+
+
+# --- the dispatcher ---------------------------------------------------------------------------
+
+
+def call(d, sent, method, params=None, msgid=1):
+    keep = d.handle([0, msgid, method, [params] if params is not None else []])
+    response = sent.responses()[-1]
+    assert response[1] == msgid
+    return response[2], response[3], keep
+
+
+def test_initialize_first_and_once():
+    d, engine, sent = dispatcher()
+    assert call(d, sent, "predict", {"batch_size": 4})[0]["code"] == "not_initialized"
+    error, result, _ = call(d, sent, "initialize", {"protocol_version": 1})
+    assert error is None and result["device"] == DEVICE and result["server_root"] == "/srv/project"
+    assert call(d, sent, "initialize", {"protocol_version": 1})[0]["code"] == "already_initialized"
+
+
+def test_initialize_checks_its_parameters():
+    d, _, sent = dispatcher()
+    error = call(d, sent, "initialize", {})[0]
+    assert (error["code"], error["param"]) == ("invalid_params", "protocol_version")
+    error = call(d, sent, "initialize", {"protocol_version": "1"})[0]
+    assert (error["code"], error["param"]) == ("invalid_params", "protocol_version")
+    assert call(d, sent, "initialize", {"protocol_version": 2})[0]["code"] == "unsupported_protocol_version"
+    assert not d.initialized
+
+
+@pytest.mark.parametrize("token", [None, "nope", 7, ["secret"]])
+def test_a_missing_or_wrong_token_closes(token):
+    d, _, sent = dispatcher(token="secret")
+    params = {"protocol_version": 1}
+    if token is not None:
+        params["token"] = token
+    error, _, keep = call(d, sent, "initialize", params)
+    assert error["code"] == "unauthorized"
+    assert keep is False
+    assert not d.initialized
+
+
+def test_the_right_token_opens():
+    d, _, sent = dispatcher(token="secret")
+    error, _, keep = call(d, sent, "initialize", {"protocol_version": 1, "token": "secret"})
+    assert error is None and keep and d.initialized
+
+
+def initialized(client_root=None):
+    d, engine, sent = dispatcher()
+    params = {"protocol_version": 1}
+    if client_root:
+        params["client_root"] = client_root
+    assert call(d, sent, "initialize", params)[0] is None
+    return d, engine, sent
+
+
+def test_analyze_answers_with_the_id_before_anything_about_it():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "tiny/entry_point.py", "batch_size": 8}]])
+    job = engine.jobs[0]
+    assert job.started
+    assert sent.sent[-1] == [1, 2, None, {"analysis_id": job.analysis_id}]
+    assert job.request == {"entry_point": "tiny/entry_point.py", "batch_size": 8}
+    job.listener.on_progress(job, "measuring", 0.5)
+    assert sent.notifications("progress") == [{"analysis_id": 1, "phase": "measuring", "fraction": 0.5}]
+
+
+def test_a_superseded_analysis_is_never_delivered():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    d.handle([0, 3, "analyze", [{"entry_point": "b.py"}]])
+    old, new = engine.jobs
+    assert old.stopped and not new.stopped
+    assert sent.notifications("analysis_error") == [
+        {"analysis_id": old.analysis_id, "kind": "superseded", "message": "analysis 1 was superseded by analysis 2.",
+         "path": None, "line": None}
+    ]
+    # Messages the old worker had already written arrive late: all dropped.
+    old.listener.on_progress(old, "late", 0.9)
+    old.listener.on_partial(old, document())
+    old.listener.on_result(old, document())
+    old.listener.on_error(old, {"kind": "crashed"})
+    assert all(n["analysis_id"] == old.analysis_id for n in sent.notifications("analysis_error"))
+    assert sent.notifications("analysis") == [] and sent.notifications("progress") == []
+    assert d.analyses.latest is None
+    new.listener.on_result(new, document())
+    assert [n["analysis_id"] for n in sent.notifications("analysis")] == [new.analysis_id]
+    assert d.analyses.latest.analysis_id == new.analysis_id
+
+
+def test_each_analysis_ends_once():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    job = engine.jobs[0]
+    job.listener.on_result(job, document())
+    job.listener.on_error(job, {"kind": "crashed", "message": "late"})
+    assert len(sent.notifications("analysis")) == 1 and sent.notifications("analysis_error") == []
+    assert call(d, sent, "cancel", {"analysis_id": job.analysis_id}, msgid=5)[1] == {"cancelled": False}
+
+
+def test_cancel_ends_the_current_analysis_only():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    job = engine.jobs[0]
+    assert call(d, sent, "cancel", {"analysis_id": 99}, msgid=3)[1] == {"cancelled": False}
+    assert not job.stopped
+    assert call(d, sent, "cancel", {"analysis_id": job.analysis_id}, msgid=4)[1] == {"cancelled": True}
+    assert job.stopped
+    assert [n["kind"] for n in sent.notifications("analysis_error")] == ["cancelled"]
+    job.listener.on_result(job, document())
+    assert sent.notifications("analysis") == []
+
+
+def test_predict_uses_the_latest_complete_models():
+    d, engine, sent = initialized()
+    assert call(d, sent, "predict", {"batch_size": 8}, msgid=2)[0]["code"] == "no_models"
+    d.handle([0, 3, "analyze", [{"entry_point": "a.py"}]])
+    job = engine.jobs[0]
+    job.listener.on_partial(job, document(models=False))
+    assert call(d, sent, "predict", {"batch_size": 8}, msgid=4)[0]["code"] == "no_models"  # partial ≠ complete
+    job.listener.on_result(job, document())
+    error, result, _ = call(d, sent, "predict", {"batch_size": 40}, msgid=5)
+    assert error is None
+    assert result["run_time_ms"] == pytest.approx(0.1 * 40 + 1.0)
+    assert result["samples_per_second"] == pytest.approx(40 / 5.0 * 1000)
+    assert result["peak_memory_bytes"] == pytest.approx(1000 * 40 + 5000)
+    assert result["fits"] is True and result["warning"] is None
+    assert "below the smallest measured" in call(d, sent, "predict", {"batch_size": 2}, msgid=6)[1]["warning"]
+
+
+def test_predict_without_models_says_why():
+    d, engine, sent = initialized()
+    d.handle([0, 3, "analyze", [{"entry_point": "a.py"}]])
+    job = engine.jobs[0]
+    job.listener.on_result(job, document(models=False))
+    error = call(d, sent, "predict", {"batch_size": 8}, msgid=4)[0]
+    assert error["code"] == "no_models" and "Only one batch size" in error["message"]
+
+
+def test_client_root_maps_documents_errors_and_entry_points():
+    d, engine, sent = initialized(client_root="/home/me/mnt/project")
+    d.handle([0, 3, "analyze", [{"entry_point": "/home/me/mnt/project/tiny/entry_point.py"}]])
+    job = engine.jobs[0]
+    assert job.request["entry_point"] == "tiny/entry_point.py"
+    job.listener.on_result(job, document())
+    assert sent.notifications("analysis")[0]["document"]["project_root"] == "/home/me/mnt/project"
+    assert d.analyses.latest.document["project_root"] == "/srv/project"  # kept as the engine wrote it
+
+
+def test_notifications_from_the_client_are_acted_on_without_responses():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    before = len(sent.responses())
+    assert d.handle([2, "cancel", [{"analysis_id": engine.jobs[0].analysis_id}]])
+    assert engine.jobs[0].stopped and len(sent.responses()) == before
+    assert d.handle([2, "nonsense", []])
+    assert sent.notifications("protocol_error")[-1]["code"] == "method_not_found"
+
+
+def test_shutdown_answers_then_stops_the_engine():
+    d, engine, sent = initialized()
+    error, result, keep = call(d, sent, "shutdown", msgid=9)
+    assert (error, result, keep) == (None, {}, False)
+    assert engine.shutdown_requested
+
+
+def test_closing_the_connection_stops_its_analysis_silently():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    count = len(sent.sent)
+    d.close()
+    assert engine.jobs[0].stopped
+    engine.jobs[0].listener.on_result(engine.jobs[0], document())
+    assert len(sent.sent) == count
+
+
+# --- paths, tokens, arguments ---------------------------------------------------------------
+
+
+def test_path_mapping_replaces_the_root_as_a_whole_component():
+    mapper = PathMapper("/srv/proj", "/Users/me/proj/")
+    mapped = mapper.to_client({"a": "/srv/proj", "b": ["/srv/proj/x.py: no", "/srv/project/y.py"], "c": 3})
+    assert mapped == {"a": "/Users/me/proj", "b": ["/Users/me/proj/x.py: no", "/srv/project/y.py"], "c": 3}
+    assert PathMapper("/srv/proj", None).to_client({"a": "/srv/proj"}) == {"a": "/srv/proj"}
+    assert mapper.entry_to_server("/Users/me/proj/a/b.py") == "a/b.py"
+    assert mapper.entry_to_server("a/b.py") == "a/b.py"
+
+
+def test_the_token_file_is_private_and_replaced_atomically(tmp_path):
+    path = tmp_path / "state" / "skyline" / "token"
+    write_token_file(path, "first")
+    write_token_file(path, "second")
+    assert path.read_text() == "second\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert [p.name for p in path.parent.iterdir()] == ["token"]
+
+
+def test_tokens_compare_exactly():
+    assert token_matches("abc", "abc")
+    assert not token_matches("abc", "abd") and not token_matches("abc", "ab") and not token_matches("abc", None)
+    assert not token_matches("abc", "\udcff")  # a lone surrogate from a bad client
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("8080", ("127.0.0.1", 8080)), (":0", ("127.0.0.1", 0)), ("0.0.0.0:1", ("0.0.0.0", 1)),
+     ("localhost:22", ("localhost", 22)), ("[::1]:9", ("::1", 9))],
+)
+def test_listen_addresses(text, expected):
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "host", "host:", "1:2:3", "70000", "[::1]"])
+def test_bad_listen_addresses(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_listen(text)
+
+
+def test_loopback_detection():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+
+
+@pytest.mark.parametrize("text, size", [("1024", 1024), ("2G", 2 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("4k", 4096)])
+def test_sizes(text, size):
+    assert parse_size(text) == size
+
+
+# --- failures -------------------------------------------------------------------------------
+
+DUMP = """\
+some output of the user's
+Thread 0x00007f0000000001 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/srv/proj/helper.py", line 5 in background
+
+Current thread 0x00007f0000000002 (most recent call first):
+  File "/srv/proj/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1000 in _call_impl
+  File "/srv/proj/model.py", line 12 in forward
+  File "/srv/proj/entry_point.py", line 30 in iteration
+  File "/opt/skyline_engine/measure/iteration.py", line 120 in _call_iteration
+"""
+
+
+def test_the_users_innermost_frame_is_read_from_the_current_threads_stack():
+    assert failures.innermost_user_frame(DUMP.splitlines(), "/srv/proj") == ("model.py", 12)
+
+
+def test_only_the_last_dump_counts():
+    older = DUMP.replace("line 12", "line 99")
+    lines = (older + "later output\n" + DUMP).splitlines()
+    assert failures.innermost_user_frame(lines, "/srv/proj") == ("model.py", 12)
+    assert failures.innermost_user_frame(["nothing here"], "/srv/proj") == (None, None)
+
+
+def test_deaths_say_which():
+    segv = failures.death_error(-11, oom_killed=False, last_phase="building the model")
+    assert (segv["kind"], segv["signal"]) == ("crashed", "SIGSEGV")
+    assert "segmentation fault" in segv["message"] and "building the model" in segv["message"]
+    assert failures.death_error(-9, oom_killed=True, last_phase=None)["kind"] == "out_of_memory"
+    killed = failures.death_error(-9, oom_killed=False, last_phase=None)
+    assert killed["kind"] == "crashed" and "SIGKILL" in killed["message"]
+    exited = failures.death_error(3, oom_killed=False, last_phase=None)
+    assert exited["exit_status"] == 3 and "status 3" in exited["message"]
