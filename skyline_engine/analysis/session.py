@@ -90,8 +90,8 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
 
 ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
 
-# Below this, the recorded operations ran noticeably slower than the measured iteration.
-NOTABLE_SCALING = 0.9
+# Below this, the recorded operations ran notably slower than the measured iteration.
+NOTABLE_SCALING = 0.8
 
 
 def _breakdown_notes(breakdown: dict) -> list:
@@ -100,7 +100,8 @@ def _breakdown_notes(breakdown: dict) -> list:
         return []
     return [
         f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
-        "(a busy machine?); the per-line times were scaled down to the measured iteration."
+        "(recording adds work around each operation, a busy machine more); the per-line times "
+        "were scaled down to the measured iteration."
     ]
 
 
