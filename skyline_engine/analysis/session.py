@@ -94,15 +94,28 @@ ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
 NOTABLE_SCALING = 0.8
 
 
+# Below this share of the iteration on user lines, the breakdown says where the rest may be.
+LOW_ATTRIBUTION = 0.5
+
+
 def _breakdown_notes(breakdown: dict) -> list:
-    scale = breakdown["attribution"]["scaled_by"]
-    if scale >= NOTABLE_SCALING:
-        return []
-    return [
-        f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
-        "(recording adds work around each operation, a busy machine more); the per-line times "
-        "were scaled down to the measured iteration."
-    ]
+    notes = []
+    attribution = breakdown["attribution"]
+    scale = attribution["scaled_by"]
+    if scale < NOTABLE_SCALING:
+        notes.append(
+            f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
+            "(recording adds work around each operation, a busy machine more); the per-line times "
+            "were scaled down to the measured iteration."
+        )
+    share = attribution["user_lines_fraction"]
+    if share is not None and share < LOW_ATTRIBUTION:
+        notes.append(
+            f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; the "
+            "rest (untracked) is Python work between operations, or work on other threads, which "
+            "the breakdown does not see."
+        )
+    return notes
 
 
 def _usable_memory(device_info) -> int:

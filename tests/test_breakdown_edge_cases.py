@@ -1,0 +1,121 @@
+"""The breakdown stays consistent on iterations that are unusual (issue: breakdown's bad input)."""
+
+import textwrap
+
+import pytest
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure.timing import TimingBudget
+
+QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+
+MODEL = """
+import threading
+
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.fc(x)  # FORWARD
+
+
+def skyline_model_provider():
+    return Net()
+
+
+def skyline_input_provider(batch_size=32):
+    return (torch.randn(batch_size, 64),)
+"""
+
+ITERATIONS = {
+    "no_backward": """
+def skyline_iteration_provider(model):
+    def iteration(x):
+        with torch.no_grad():
+            model(x)  # CALL
+    return iteration
+""",
+    "backward_twice": """
+def skyline_iteration_provider(model):
+    def iteration(x):
+        loss = model(x).square().mean()  # CALL
+        loss.backward(retain_graph=True)
+        loss.backward()
+        model.zero_grad()
+    return iteration
+""",
+    "tuple_output": """
+class Pair(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        y = self.inner(x)
+        return y.mean(), y.std()  # CALL
+
+
+def skyline_iteration_provider(model):
+    pair = Pair(model)
+    def iteration(x):
+        mean, std = pair(x)
+        (mean + std).backward()
+        model.zero_grad()
+    return iteration
+""",
+    "outside_tensor": """
+def skyline_iteration_provider(model):
+    scale = torch.full((64,), 0.5)
+    def iteration(x):
+        x = x * scale  # CALL
+        model(x).sum().backward()
+        model.zero_grad()
+    return iteration
+""",
+    "threads": """
+def skyline_iteration_provider(model):
+    def iteration(x):
+        worker = threading.Thread(target=lambda: torch.mm(torch.randn(256, 256), torch.randn(256, 256)))
+        worker.start()
+        model(x).sum().backward()  # CALL
+        worker.join()
+        model.zero_grad()
+    return iteration
+""",
+}
+
+
+def marker(text, name):
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.rstrip().endswith(f"# {name}"))
+
+
+@pytest.mark.parametrize("case", sorted(ITERATIONS))
+def test_breakdown_is_consistent(tmp_path, case):
+    source = textwrap.dedent(MODEL) + textwrap.dedent(ITERATIONS[case])
+    (tmp_path / "entry.py").write_text(source)
+    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK, predict=False))
+    lines = {(e["path"], e["line"]): e for e in doc["lines"]}
+    for entry in doc["lines"]:
+        assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0
+    assert doc["untracked"]["run_time_ms"] >= 0
+    total = sum(e["forward_ms"] + e["backward_ms"] for e in doc["lines"]) + doc["untracked"]["run_time_ms"]
+    assert total == pytest.approx(doc["iteration"]["run_time_ms"], rel=0.10)
+    forward = lines[("entry.py", marker(source, "FORWARD"))]
+    assert forward["forward_ms"] > 0
+    if case == "no_backward":
+        assert all(e["backward_ms"] == 0 for e in doc["lines"])
+        return
+    assert forward["backward_ms"] > 0
+    call = lines[("entry.py", marker(source, "CALL"))]
+    assert call["forward_ms"] > 0
+    if case == "outside_tensor":
+        assert call["backward_ms"] == 0  # `scale` and `x` need no gradient
+    if case == "backward_twice":
+        # Both backward passes ran; their work lands on the lines that created the nodes.
+        assert call["backward_ms"] > 0
