@@ -70,13 +70,13 @@ class _CpuTimer:
     def __init__(self) -> None:
         self.origin = time.perf_counter_ns()
 
-    def start(self):
+    @staticmethod
+    def mark():
         return time.perf_counter_ns()
 
-    def stop(self, record: "OperationRecord", started) -> None:
-        now = time.perf_counter_ns()
-        record.start_ms = (started - self.origin) / 1e6
-        record.duration_ms = (now - started) / 1e6
+    def assign(self, record: "OperationRecord", start, end) -> None:
+        record.start_ms = (start - self.origin) / 1e6
+        record.duration_ms = (end - start) / 1e6
 
     def resolve(self) -> None:
         pass
@@ -87,20 +87,17 @@ class _CudaTimer:
     recording never synchronises."""
 
     def __init__(self) -> None:
-        self.origin = self._event()
+        self.origin = self.mark()
         self.pending: List[tuple] = []
 
     @staticmethod
-    def _event():
+    def mark():
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
-    def start(self):
-        return self._event()
-
-    def stop(self, record: "OperationRecord", started) -> None:
-        self.pending.append((record, started, self._event()))
+    def assign(self, record: "OperationRecord", start, end) -> None:
+        self.pending.append((record, start, end))
 
     def resolve(self) -> None:
         if not self.pending:
@@ -199,10 +196,11 @@ class OperationRecorder(TorchDispatchMode):
             return func(*args, **kwargs)
         node = torch._C._current_autograd_node()
         next_sequence = torch._C._autograd._get_sequence_nr()
-        started = self.timer.start()
+        start = self.timer.mark()
         out = func(*args, **kwargs)
+        end = self.timer.mark()  # before any of the recorder's own work
         record = self._record(func, node, next_sequence)
-        self.timer.stop(record, started)
+        self.timer.assign(record, start, end)
         if record.phase == FORWARD:
             for value in tree_flatten(out)[0]:
                 if isinstance(value, torch.Tensor):
