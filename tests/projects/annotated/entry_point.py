@@ -11,7 +11,7 @@ class Annotated(nn.Module):
         super().__init__()
         self.a = nn.Linear(512, 1024)
         self.b = nn.Linear(1024, 1024)
-        self.c = nn.Linear(1024, 10)
+        self.c = nn.Linear(1024, 1000)
 
     def forward(self, x, y):
         with record_function("LINE_A"):
@@ -27,7 +27,7 @@ def skyline_model_provider():
 
 
 def skyline_input_provider(batch_size=128):
-    return (torch.randn(batch_size, 512), torch.randint(0, 10, (batch_size,)))
+    return (torch.randn(batch_size, 512), torch.randint(0, 1000, (batch_size,)))
 
 
 def skyline_iteration_provider(model):
