@@ -1,25 +1,28 @@
 """Where the model's parameters and the optimizer were created, in the user's code.
 
-Weight memory belongs to the line that created the module (`self.fc = nn.Linear(...)`), optimizer
-state to the line that constructed the optimizer. Both are found while the providers run:
-torch's global parameter/buffer registration hooks for modules, and a profile function for the
-optimizer's constructor (torch offers no construction hook for optimizers; the profile function
-is active only while `skyline_iteration_provider` runs).
+Weight memory belongs to the line that created the module (`self.fc = nn.Linear(...)`), found
+while the model provider runs through torch's global parameter/buffer registration hooks.
+Optimizer state belongs to the line that constructed the optimizer. torch offers no construction
+hook for optimizers, and a profile function active while the iteration provider runs would slow
+everything it does (torch imports its compiler stack on the first optimizer), so the optimizers
+are found afterwards, as the objects that update the model's parameters, and their construction
+line by reading the project's source for a call of the optimizer's class.
 """
 
 from __future__ import annotations
 
+import ast
+import gc
 import sys
+import warnings
 import weakref
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from skyline_engine.attribute.frames import CallSites, Context
 
 Stack = Tuple[Context, ...]
-
-_OPTIMIZER_INIT = torch.optim.Optimizer.__init__.__code__
 
 
 class CreationSites:
@@ -32,7 +35,7 @@ class CreationSites:
         self._optimizer_refs: List[weakref.ref] = []
 
     def optimizer_objects(self) -> List[torch.optim.Optimizer]:
-        """The optimizers constructed while recording that are still alive."""
+        """The optimizers found by `find_optimizers` that are still alive."""
         return [o for o in (ref() for ref in self._optimizer_refs) if o is not None]
 
     def tensor_stack(self, tensor: torch.Tensor) -> Stack:
@@ -44,8 +47,57 @@ class CreationSites:
     def recording_modules(self) -> "_ModuleCreation":
         return _ModuleCreation(self)
 
-    def recording_optimizers(self) -> "_OptimizerCreation":
-        return _OptimizerCreation(self)
+    def find_optimizers(self, model: torch.nn.Module, entry_path: str) -> None:
+        """Find the optimizers of `model`'s parameters and the lines that construct them, looking
+        in the entry point (`entry_path`, relative) first, then in the other project modules."""
+        parameters = {id(p) for p in model.parameters()}
+        for optimizer in _optimizers_of(parameters):
+            if id(optimizer) in self.optimizers:
+                continue
+            context = _construction_line(type(optimizer).__name__, entry_path, self.call_sites.files)
+            self.optimizers[id(optimizer)] = (context,) if context else ()
+            self._optimizer_refs.append(weakref.ref(optimizer))
+
+
+def _optimizers_of(parameters: set) -> List[torch.optim.Optimizer]:
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.optim.Optimizer) and any(
+                id(p) in parameters for group in obj.param_groups for p in group["params"]
+            ):
+                found.append(obj)
+    return found
+
+
+def _construction_line(class_name: str, entry_path: str, files) -> Optional[Context]:
+    paths = [entry_path] + sorted(
+        files.relative(module.__file__)
+        for module in list(sys.modules.values())
+        if getattr(module, "__file__", None) and files.contains(module.__file__)
+    )
+    for path in dict.fromkeys(paths):
+        line = _first_call(files.root, path, class_name)
+        if line is not None:
+            return (path, line)
+    return None
+
+
+def _first_call(root: str, path: str, class_name: str) -> Optional[int]:
+    try:
+        with open(f"{root}/{path}", encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name == class_name:
+                lines.append(node.lineno)
+    return min(lines) if lines else None
 
 
 class _ModuleCreation:
@@ -71,25 +123,3 @@ class _ModuleCreation:
         stack, _ = self.sites.call_sites.stack(skip=1)
         if stack:
             self.sites.tensors.setdefault(id(tensor), stack)
-
-
-class _OptimizerCreation:
-    def __init__(self, sites: CreationSites) -> None:
-        self.sites = sites
-        self._previous = None
-
-    def __enter__(self):
-        self._previous = sys.getprofile()
-        sys.setprofile(self._profile)
-        return self
-
-    def __exit__(self, *exc):
-        sys.setprofile(self._previous)
-
-    def _profile(self, frame, event, arg) -> None:
-        if event == "call" and frame.f_code is _OPTIMIZER_INIT:
-            optimizer = frame.f_locals.get("self")
-            stack, _ = self.sites.call_sites.stack(skip=1)
-            if optimizer is not None and id(optimizer) not in self.sites.optimizers:
-                self.sites.optimizers[id(optimizer)] = stack
-                self.sites._optimizer_refs.append(weakref.ref(optimizer))

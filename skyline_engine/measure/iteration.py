@@ -27,8 +27,8 @@ from skyline_engine.measure.memory import is_out_of_memory, measure_peak_bytes, 
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
 
 # Skyline's observation: with optimizers such as Adam, state is created in the first step, so
-# peak memory is measured over steady-state iterations, after warm-up.
-MEMORY_ITERATIONS = 2
+# peak memory is measured over steady-state iterations. The last warm-up iteration is one: the
+# peak is measured during it, which costs no extra iteration.
 
 # The breakdown averages a few recorded iterations of fast models, up to this much time.
 RECORDING_BUDGET_MS = 200.0
@@ -78,8 +78,8 @@ class IterationRunner:
             with self.creation.recording_modules():
                 self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
             _check_model(self.model, entry)
-            with self.creation.recording_optimizers():
-                self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
+            self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
+        self.creation.find_optimizers(self.model, entry.relative_path)
         if not callable(self.iteration):
             raise EntryPointError(
                 f"`{ITERATION_PROVIDER}` returned {_describe(self.iteration)}, not a function.",
@@ -97,10 +97,10 @@ class IterationRunner:
         inputs = None
         try:
             inputs = self._inputs(batch_size)
-            self._run(inputs, batch_size, self.budget.warmup_iterations)
+            self._run(inputs, batch_size, max(1, self.budget.warmup_iterations - 1))
+            peak = measure_peak_bytes(self.device, lambda: self._call_iteration(inputs, batch_size))
             self._check_loss_finite(batch_size)
             timing = measure_iteration_time(lambda: self._call_iteration(inputs, batch_size), self.clock, self.budget)
-            peak = measure_peak_bytes(self.device, lambda: self._run(inputs, batch_size, MEMORY_ITERATIONS))
             self._check_loss_finite(batch_size)
             self._check_parameters_finite(batch_size)
             parts = self._breakdown(inputs, batch_size, timing.median_ms, peak, timeline) if breakdown else None

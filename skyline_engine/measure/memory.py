@@ -49,7 +49,9 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     def _count_existing_tensors(self) -> None:
         # gc finds every tensor that has a Python object: parameters, gradients, optimizer state,
-        # inputs, and whatever else the user's code keeps alive.
+        # inputs, and whatever else the user's code keeps alive. Unreachable cycles still waiting
+        # for the collector would be found too, so collect them first: they hold no training memory.
+        gc.collect()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for obj in gc.get_objects():

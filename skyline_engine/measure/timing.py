@@ -3,8 +3,9 @@
 The repetition scheme follows `torch.utils.benchmark.Timer.blocked_autorange`: iterations are timed
 in blocks (several iterations per block when one is too short to time well), blocks are collected
 until a minimum time has passed, and the median per-iteration time is reported with its
-interquartile range. We add a stop on stability: once the relative spread is small enough, more
-blocks would not change the answer.
+interquartile range. We add a stop on precision: once the median is known to within
+`target_relative_error` (its standard error, estimated from the interquartile range), more blocks
+would not change the answer, however noisy single blocks are.
 """
 
 from __future__ import annotations
@@ -55,15 +56,15 @@ def clock_for(device: torch.device):
 class TimingBudget:
     """How long to time one batch size.
 
-    Stop when at least `min_run_s` has been spent on at least `min_blocks` blocks and the
-    interquartile range is within `target_relative_iqr` of the median, or when `max_run_s` is spent.
+    Stop when at least `min_run_s` has been spent on at least `min_blocks` blocks and the median's
+    standard error is within `target_relative_error` of it, or when `max_run_s` is spent.
     """
 
     warmup_iterations: int = 2
     min_run_s: float = 0.2
     max_run_s: float = 2.0
     min_blocks: int = 3
-    target_relative_iqr: float = 0.05
+    target_relative_error: float = 0.015
     min_block_ms: float = 5.0
 
 
@@ -102,12 +103,17 @@ def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBu
             continue
         if spent_ms >= budget.max_run_s * 1000:
             break
-        if spent_ms >= budget.min_run_s * 1000 and _relative_iqr(per_iteration) <= budget.target_relative_iqr:
+        if spent_ms >= budget.min_run_s * 1000 and _median_relative_error(per_iteration) <= budget.target_relative_error:
             break
     q1, median, q3 = np.percentile(per_iteration, [25, 50, 75])
     return TimingStats(float(median), float(q3 - q1), len(per_iteration) * block_size, block_size)
 
 
-def _relative_iqr(values: List[float]) -> float:
+def _median_relative_error(values: List[float]) -> float:
+    """Standard error of the sample median relative to it: sqrt(pi/2) * sigma / sqrt(n), with sigma
+    estimated robustly as IQR / 1.349 (exact for normal noise, conservative for heavier tails)."""
     q1, median, q3 = np.percentile(values, [25, 50, 75])
-    return float((q3 - q1) / median) if median > 0 else 0.0
+    if median <= 0:
+        return 0.0
+    sigma = (q3 - q1) / 1.349
+    return float(1.2533 * sigma / np.sqrt(len(values)) / median)
