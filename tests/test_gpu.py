@@ -1,0 +1,62 @@
+"""CUDA paths: run where an NVIDIA GPU is present (bench/gpu_check.sh runs them); skipped elsewhere."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure import nvml
+from skyline_engine.measure.timing import TimingBudget
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
+]
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK = TimingBudget(min_run_s=0.1, max_run_s=0.5)
+
+
+@pytest.fixture(scope="module")
+def document():
+    return analyze(AnalysisRequest("examples/cnn/entry_point.py", REPO, device="cuda", budget=QUICK))
+
+
+def test_device_and_capacity_come_from_cuda_and_nvml(document):
+    device = document["device"]
+    assert device["type"] == "cuda"
+    assert device["name"] == torch.cuda.get_device_name(device["index"])
+    if nvml.total_memory_bytes(None, device["index"]) is not None:
+        assert device["memory_capacity_source"] == "nvml"
+    assert device["memory_capacity_bytes"] >= torch.cuda.get_device_properties(device["index"]).total_memory * 0.9
+
+
+def test_peak_memory_matches_the_caching_allocator_measured_independently(document):
+    spec = importlib.util.spec_from_file_location("cnn_entry", REPO / "examples/cnn/entry_point.py")
+    module = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples/cnn"))
+    spec.loader.exec_module(module)
+    with torch.device("cuda"):
+        model = module.skyline_model_provider()
+        iteration = module.skyline_iteration_provider(model)
+        inputs = module.skyline_input_provider(batch_size=document["batch_size"])
+    iteration(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    iteration(*inputs)
+    torch.cuda.synchronize()
+    independent = torch.cuda.max_memory_allocated()
+    assert document["iteration"]["peak_memory_bytes"] == pytest.approx(independent, rel=0.10)
+
+
+def test_models_and_breakdown_on_cuda(document):
+    samples = sorted(document["models"]["samples"], key=lambda s: s["batch_size"])
+    peaks = [s["peak_memory_bytes"] for s in samples]
+    assert peaks == sorted(peaks)
+    assert all(s["run_time_ms"] > 0 for s in samples)
+    conv_lines = [e for e in document["lines"] if e["path"] == "examples/cnn/model.py"]
+    assert any(e["forward_ms"] > 0 and e["backward_ms"] > 0 for e in conv_lines)
