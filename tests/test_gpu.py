@@ -1,6 +1,7 @@
 """CUDA paths: run where an NVIDIA GPU is present (bench/gpu_check.sh runs them); skipped elsewhere."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,6 @@ def test_device_and_capacity_come_from_cuda_and_nvml(document):
 def test_peak_memory_matches_the_caching_allocator_measured_independently(document):
     spec = importlib.util.spec_from_file_location("cnn_entry", REPO / "examples/cnn/entry_point.py")
     module = importlib.util.module_from_spec(spec)
-    import sys
-
     sys.path.insert(0, str(REPO / "examples/cnn"))
     spec.loader.exec_module(module)
     with torch.device("cuda"):
