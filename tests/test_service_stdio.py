@@ -76,6 +76,8 @@ def test_analysis_reports_progress_then_partial_then_complete(client, root):
     assert all(0.0 <= p["fraction"] <= 1.0 and p["phase"] for p in progress)
     partial = next(p["document"] for m, p in messages if m == "analysis" and p["partial"])
     assert partial["models"] is None and partial["iteration"]["run_time_ms"] > 0
+    # The per-line breakdown arrives with the first result, before the batch-size models.
+    assert any(line["path"] == "tiny/model.py" and line["forward_ms"] > 0 for line in partial["lines"])
     document = final["document"]
     assert document["schema"] == "skyline.analysis/1"
     assert document["project_root"] == str(root.resolve())
