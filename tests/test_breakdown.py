@@ -127,3 +127,4 @@ def test_no_operation_is_counted_twice(document):
     assert tree_ms == pytest.approx(document["attribution"]["operations_ms"], rel=1e-6)
     lines_ms = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"])
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)
+

@@ -94,6 +94,23 @@ def test_trace_is_a_chrome_trace_of_one_iteration(project):
     assert forward == sorted(forward, key=lambda e: e["ts"])
     document = json.loads((project / "doc.json").read_text())
     assert len(document["timeline"]) == len(spans)
+    # Run as `python -m` from the project root: runpy's pseudo-files (`<frozen runpy>`) resolve
+    # against the working directory, yet they are no files of the project.
+    for context in all_contexts(document):
+        assert (project / context["path"]).is_file(), context
+
+
+def all_contexts(document):
+    def tree(node):
+        yield from node["contexts"]
+        for child in node["children"]:
+            yield from tree(child)
+
+    yield from tree(document["operations"])
+    for weight in document["weights"]:
+        yield from weight["contexts"]
+    for line in document["lines"]:
+        yield {"path": line["path"], "line": line["line"]}
 
 
 def test_report_output_path_is_checked_before_the_analysis(project):

@@ -36,6 +36,10 @@ class ProjectFiles:
 
     def contains(self, filename: str) -> bool:
         known = self._cache.get(filename)
+        if known is None and filename.startswith("<"):
+            # Pseudo-files (`<frozen runpy>`, `<string>`) are no files at all; realpath would
+            # resolve them against the working directory, often the project root.
+            known = self._cache[filename] = False
         if known is None:
             real = os.path.realpath(filename)
             known = real.startswith(self._prefix) and not real.startswith(_LIBRARY_ROOTS) and (
