@@ -1,0 +1,124 @@
+-- The user commands (defined in plugin/skyline.lua) and their completion.
+local batch = require('skyline.batch')
+local engine = require('skyline.engine')
+local float = require('skyline.float')
+local profile = require('skyline.profile')
+local project = require('skyline.project')
+local state = require('skyline.state')
+local util = require('skyline.util')
+
+local M = {}
+
+--- :SkylineProfile [entry]
+function M.profile(args)
+  local entry, why = project.resolve_entry(args.args, state.request and state.request.entry)
+  if not entry then
+    util.error(why)
+    return
+  end
+  profile.start(entry)
+end
+
+function M.stop()
+  profile.stop()
+end
+
+function M.breakdown()
+  float.toggle()
+end
+
+--- :SkylineBatchSize {N|+N|-N|max}
+function M.batch_size(args)
+  batch.set(args.args)
+end
+
+function M.clear()
+  profile.clear()
+end
+
+-- Where `skyline serve --listen` writes its token by default.
+local function default_token_file()
+  local state_home = os.getenv('XDG_STATE_HOME') or vim.fs.joinpath(vim.uv.os_homedir(), '.local', 'state')
+  return vim.fs.joinpath(state_home, 'skyline', 'token')
+end
+
+--- "host:port" or "[v6]:port" → host, port; nil when malformed.
+local function parse_address(text)
+  local host, port = text:match('^%[([^%]]+)%]:(%d+)$')
+  if not host then
+    host, port = text:match('^([^:]+):(%d+)$')
+  end
+  port = tonumber(port)
+  if not host or not port or port < 1 or port > 65535 then
+    return nil
+  end
+  return host, port
+end
+
+local function read_token(path)
+  local ok, lines = pcall(vim.fn.readfile, path, '', 1)
+  local token = ok and lines[1] and vim.trim(lines[1]) or ''
+  if token == '' then
+    return nil
+  end
+  return token
+end
+
+--- :SkylineConnect {host:port|local} [token-file]
+function M.connect(args)
+  local address, token_file = args.fargs[1], args.fargs[2]
+  if address == 'local' then
+    state.remote = nil
+    util.notify('the next profile uses the local engine')
+    return
+  end
+  local host, port = parse_address(address or '')
+  if not host then
+    util.error(string.format('expected HOST:PORT (e.g. 127.0.0.1:7070) or local, not %q', address or ''))
+    return
+  end
+  token_file = project.normalize(token_file or default_token_file())
+  local token = read_token(token_file)
+  if not token then
+    util.error('cannot read a token from ' .. token_file
+      .. ' (skyline serve --listen prints where it wrote it)')
+    return
+  end
+  state.remote = { host = host, port = port, token = token }
+  local here = project.buffer_path(vim.api.nvim_get_current_buf()) or vim.fn.getcwd()
+  local root = state.request and state.request.root or project.root(here)
+  engine.connect(engine.spec(root))
+end
+
+local function matching(candidates, arglead)
+  return vim.tbl_filter(function(candidate)
+    return vim.startswith(candidate, arglead)
+  end, candidates)
+end
+
+--- Python files and folders.
+function M.complete_entry(arglead)
+  return vim.tbl_filter(function(path)
+    return path:match('/$') or path:match('%.py$')
+  end, vim.fn.getcompletion(arglead, 'file'))
+end
+
+function M.complete_batch_size(arglead)
+  local candidates = { 'max' }
+  local b = state.batch_size
+  if b then
+    vim.list_extend(candidates, { tostring(b * 2), tostring(math.max(1, math.floor(b / 2))) })
+  end
+  return matching(candidates, arglead)
+end
+
+function M.complete_connect(arglead, cmdline)
+  local previous = vim.split(vim.trim(cmdline), '%s+')
+  local typing_second = #previous > 2 or (#previous == 2 and cmdline:match('%s$'))
+  if typing_second then
+    return vim.fn.getcompletion(arglead, 'file')
+  end
+  return matching({ 'local', '127.0.0.1:7070', 'localhost:7070' }, arglead)
+end
+
+return M

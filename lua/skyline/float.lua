@@ -1,0 +1,320 @@
+-- The breakdown float: throughput (measured, predicted maximum), memory against the device's
+-- capacity, throughput and memory over a range of batch sizes, and the operation tree with
+-- forward and backward bars. <CR> on a row that names a line jumps there; q and <Esc> close.
+local config = require('skyline.config')
+local format = require('skyline.format')
+local models = require('skyline.models')
+local project = require('skyline.project')
+local state = require('skyline.state')
+local util = require('skyline.util')
+
+local M = {}
+
+local ns = vim.api.nvim_create_namespace('skyline.float')
+local BAR = 12
+local NAME_WIDTH = 30
+local PLACE_WIDTH = 22
+local MAX_DEPTH = 8
+local MAX_TREE_ROWS = 200
+
+-- The open float: {win, buf, origin (the window to jump in), targets = {[row] = {path, line}}}.
+local open_float = nil
+
+-- Lines made of pieces {text, highlight group or nil}; remembers the spans to highlight and
+-- the source line each row jumps to.
+local Sheet = {}
+Sheet.__index = Sheet
+
+local function new_sheet()
+  return setmetatable({ lines = {}, spans = {}, targets = {} }, Sheet)
+end
+
+function Sheet:add(pieces, target)
+  local text = ''
+  for _, piece in ipairs(pieces) do
+    if piece[2] then
+      table.insert(self.spans, { #self.lines, #text, #text + #piece[1], piece[2] })
+    end
+    text = text .. piece[1]
+  end
+  table.insert(self.lines, text)
+  self.targets[#self.lines] = target
+end
+
+local function pad(text, width)
+  local missing = width - vim.fn.strdisplaywidth(text)
+  return missing > 0 and text .. string.rep(' ', missing) or text
+end
+
+-- `text` cut to leave at least one space before the next column.
+local function cell(text, width)
+  if vim.fn.strdisplaywidth(text) >= width then
+    text = vim.fn.strcharpart(text, 0, width - 2) .. '…'
+  end
+  return pad(text, width)
+end
+
+local function lpad(text, width)
+  local missing = width - vim.fn.strdisplaywidth(text)
+  return missing > 0 and string.rep(' ', missing) .. text or text
+end
+
+local LABEL = 12 -- width of the section labels
+
+local function add_throughput(sheet, document)
+  local measured = state.measured
+  local throughput = format.throughput(measured.samples_per_second)
+  sheet:add({
+    { pad('Throughput', LABEL), 'SkylineFloatHeader' },
+    { string.format('%s measured at batch size %d', throughput, measured.batch_size) },
+  })
+  local fitted = state.models
+  if fitted and fitted.predicted_max_samples_per_second then
+    local best = fitted.best_batch_size
+    local text = 'predicted maximum ' .. format.throughput(fitted.predicted_max_samples_per_second)
+      .. (best and (' at batch size ' .. format.integer(best)) or '')
+    sheet:add({ { pad('', LABEL) }, { text, 'SkylineFloatMuted' } })
+  end
+  local p = state.prediction
+  if p and state.batch_size ~= document.batch_size then
+    local text = string.format(
+      'predicted at batch size %d: %s, %s',
+      p.batch_size,
+      format.throughput(p.samples_per_second),
+      format.bytes(p.peak_memory_bytes)
+    )
+    sheet:add({
+      { pad('', LABEL) },
+      { text, p.fits and 'SkylineBatch' or 'SkylineBatchWarn' },
+      { state.running and ' (measuring…)' or '', 'SkylineFloatMuted' },
+    })
+  end
+end
+
+local function add_memory(sheet, document)
+  local device = document.device
+  local capacity = device.memory_capacity_bytes
+  local peak = document.iteration.peak_memory_bytes
+  sheet:add({
+    { pad('Memory', LABEL), 'SkylineFloatHeader' },
+    { format.bar(peak / capacity, 2 * BAR), 'SkylineFloatMemory' },
+    { string.format(' %s of %s (%s, %s)', format.bytes(peak), format.bytes(capacity), device.type, device.name) },
+  })
+end
+
+-- Throughput and peak memory predicted over the document's ladder of batch sizes.
+local function add_chart(sheet, document)
+  local fitted = state.models
+  if not fitted then
+    return
+  end
+  local rows, top_speed, top_memory = {}, 0, 0
+  for _, b in ipairs(models.chart_batch_sizes(document, state.batch_size)) do
+    local p = models.predict(fitted, b)
+    table.insert(rows, p)
+    top_speed = math.max(top_speed, p.samples_per_second)
+    top_memory = math.max(top_memory, p.peak_memory_bytes)
+  end
+  sheet:add({})
+  local header = pad('Batch size', 14) .. pad('samples/s', 2 * BAR + 2) .. 'peak memory'
+  sheet:add({ { header, 'SkylineFloatHeader' } })
+  for _, p in ipairs(rows) do
+    local is_current = p.batch_size == state.batch_size
+    sheet:add({
+      { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
+      { lpad(format.integer(p.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
+      { format.bar(p.samples_per_second / top_speed, BAR), 'SkylineFloatForward' },
+      { ' ' .. pad(format.integer(p.samples_per_second), BAR + 1) },
+      { format.bar(p.peak_memory_bytes / top_memory, BAR), 'SkylineFloatMemory' },
+      { ' ' .. format.bytes(p.peak_memory_bytes) },
+      { p.fits and '' or '  does not fit', 'SkylineFloatWarn' },
+    })
+  end
+end
+
+-- The first frame of a node in a project file (not `<frozen …>` and the like).
+local function place_of(node)
+  for _, context in ipairs(node.contexts or {}) do
+    if not context.path:match('^<') then
+      return context
+    end
+  end
+  return nil
+end
+
+local function add_tree(sheet, document)
+  local root = document.operations
+  if not root then
+    return
+  end
+  local total = math.max(root.forward_ms + root.backward_ms, 1e-9)
+  sheet:add({})
+  local header = pad('Operations', NAME_WIDTH + PLACE_WIDTH) .. pad('forward', BAR + 11) .. 'backward'
+  sheet:add({ { header, 'SkylineFloatHeader' } })
+  local count = 0
+  local function visit(node, depth)
+    if count >= MAX_TREE_ROWS or depth > MAX_DEPTH then
+      return
+    end
+    count = count + 1
+    local place = place_of(node)
+    local target = place and { path = project.absolute(state.request.root, place.path), line = place.line }
+    sheet:add({
+      { cell(string.rep('  ', depth) .. node.name, NAME_WIDTH) },
+      { cell(place and (place.path .. ':' .. place.line) or '', PLACE_WIDTH), 'SkylineFloatMuted' },
+      { format.bar(node.forward_ms / total, BAR), 'SkylineFloatForward' },
+      { ' ' .. pad(format.ms(node.forward_ms), 10) },
+      { format.bar(node.backward_ms / total, BAR), 'SkylineFloatBackward' },
+      { ' ' .. format.ms(node.backward_ms) },
+    }, target)
+    for _, child in ipairs(node.children or {}) do
+      visit(child, depth + 1)
+    end
+  end
+  visit(root, 0)
+end
+
+local function add_warnings(sheet, document)
+  if #(document.warnings or {}) == 0 then
+    return
+  end
+  sheet:add({})
+  for _, warning in ipairs(document.warnings) do
+    sheet:add({ { '! ' .. warning, 'SkylineFloatWarn' } })
+  end
+end
+
+--- The float's content for the current results.
+local function build()
+  local document = state.document
+  local sheet = new_sheet()
+  add_throughput(sheet, document)
+  add_memory(sheet, document)
+  add_chart(sheet, document)
+  add_tree(sheet, document)
+  add_warnings(sheet, document)
+  return sheet
+end
+
+local function fill(buf, sheet)
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, sheet.lines)
+  vim.bo[buf].modifiable = false
+  vim.api.nvim_buf_clear_namespace(buf, ns, 0, -1)
+  for _, span in ipairs(sheet.spans) do
+    vim.api.nvim_buf_set_extmark(buf, ns, span[1], span[2], { end_col = span[3], hl_group = span[4] })
+  end
+end
+
+local function layout(sheet)
+  local width = 20
+  for _, line in ipairs(sheet.lines) do
+    width = math.max(width, vim.fn.strdisplaywidth(line))
+  end
+  width = math.min(width + 1, vim.o.columns - 4)
+  local height = math.max(1, math.min(#sheet.lines, vim.o.lines - 6))
+  return {
+    relative = 'editor',
+    width = width,
+    height = height,
+    row = math.floor((vim.o.lines - height) / 2) - 1,
+    col = math.floor((vim.o.columns - width) / 2),
+  }
+end
+
+local function border()
+  local configured = config.get().float_border
+  if configured then
+    return configured
+  end
+  return vim.o.winborder == '' and 'rounded' or nil -- nil: 'winborder' applies
+end
+
+function M.is_open()
+  return open_float ~= nil and vim.api.nvim_win_is_valid(open_float.win)
+end
+
+function M.close()
+  local closing = open_float
+  open_float = nil -- first: closing fires WinLeave, which calls close() again
+  if closing and vim.api.nvim_win_is_valid(closing.win) then
+    vim.api.nvim_win_close(closing.win, true)
+  end
+end
+
+-- <CR>: go to the line the row names, in the window the float was opened from.
+local function jump()
+  local target = open_float.targets[vim.api.nvim_win_get_cursor(0)[1]]
+  if not target then
+    return
+  end
+  local origin = open_float.origin
+  M.close()
+  if vim.api.nvim_win_is_valid(origin) then
+    vim.api.nvim_set_current_win(origin)
+  end
+  if project.buffer_path(vim.api.nvim_get_current_buf()) ~= target.path then
+    vim.cmd.edit(vim.fn.fnameescape(target.path))
+  end
+  local last = vim.api.nvim_buf_line_count(0)
+  vim.api.nvim_win_set_cursor(0, { math.min(target.line, last), 0 })
+end
+
+local function open()
+  require('skyline.highlights').setup()
+  local sheet = build()
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'wipe'
+  fill(buf, sheet)
+  vim.bo[buf].filetype = 'skyline-breakdown'
+  local win_config = layout(sheet)
+  win_config.style = 'minimal'
+  win_config.border = border()
+  win_config.title = { { ' Skyline: ' .. vim.fs.basename(state.request.entry) .. ' ', 'SkylineFloatTitle' } }
+  win_config.title_pos = 'center'
+  local origin = vim.api.nvim_get_current_win()
+  local win = vim.api.nvim_open_win(buf, true, win_config)
+  vim.wo[win].cursorline = true
+  vim.wo[win].winhighlight = 'FloatBorder:SkylineFloatBorder'
+  open_float = { win = win, buf = buf, origin = origin, targets = sheet.targets }
+  for _, lhs in ipairs({ 'q', '<Esc>' }) do
+    vim.keymap.set('n', lhs, M.close, { buffer = buf, nowait = true, desc = 'skyline: close the breakdown' })
+  end
+  vim.keymap.set('n', '<CR>', jump, { buffer = buf, nowait = true, desc = 'skyline: go to this line' })
+  vim.api.nvim_create_autocmd('WinLeave', {
+    buffer = buf,
+    once = true,
+    callback = function()
+      vim.schedule(function() -- a window cannot be closed while it is being left
+        if open_float and open_float.win == win then
+          M.close()
+        end
+      end)
+    end,
+  })
+end
+
+--- :SkylineBreakdown: open the float, or close it when it is open.
+function M.toggle()
+  if M.is_open() then
+    M.close()
+  elseif not (state.document and state.document.iteration) then
+    util.error('no results yet: run :SkylineProfile first')
+  else
+    open()
+  end
+end
+
+--- Redraws an open float with the current results (a new document, a batch-size change).
+function M.refresh()
+  if not M.is_open() or not state.document then
+    return
+  end
+  local sheet = build()
+  fill(open_float.buf, sheet)
+  open_float.targets = sheet.targets
+  local win_config = layout(sheet)
+  vim.api.nvim_win_set_config(open_float.win, win_config)
+end
+
+return M

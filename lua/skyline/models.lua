@@ -1,0 +1,50 @@
+-- The batch-size models of an analysis document (docs/analysis-document.md, `models`):
+-- predictions computed here, with the engine's own formulas, so a batch-size change updates
+-- the numbers at once, without a round trip to the engine.
+local M = {}
+
+--- The prediction at batch size `b`: {batch_size, run_time_ms, samples_per_second,
+--- peak_memory_bytes, fits}, or nil when the document has no models.
+function M.predict(models, b)
+  if not models then
+    return nil
+  end
+  local time, memory = models.run_time_ms, models.peak_memory_bytes
+  local run_time_ms = time.slope * b + time.bias
+  local peak_memory_bytes = memory.slope * b + memory.bias
+  return {
+    batch_size = b,
+    run_time_ms = run_time_ms,
+    samples_per_second = b / run_time_ms * 1000,
+    peak_memory_bytes = peak_memory_bytes,
+    fits = peak_memory_bytes <= models.usable_memory_bytes,
+  }
+end
+
+--- The smallest batch size measured: below it the models are extrapolating.
+function M.smallest_measured(models)
+  local smallest
+  for _, sample in ipairs(models.samples or {}) do
+    smallest = math.min(smallest or sample.batch_size, sample.batch_size)
+  end
+  return smallest
+end
+
+--- Batch sizes for the float's chart: the document's ladder plus `b` (the current one), sorted.
+function M.chart_batch_sizes(document, b)
+  local seen, sizes = {}, {}
+  local function add(size)
+    if size and size >= 1 and not seen[size] then
+      seen[size] = true
+      table.insert(sizes, size)
+    end
+  end
+  for _, prediction in ipairs(document.predictions or {}) do
+    add(prediction.batch_size)
+  end
+  add(b)
+  table.sort(sizes)
+  return sizes
+end
+
+return M

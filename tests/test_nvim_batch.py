@@ -1,0 +1,156 @@
+"""Batch-size keys and :SkylineBatchSize, end to end: the literal in the buffer, one undo step
+per press, the prediction from the models at once, and the re-profile that measures it."""
+
+import pytest
+
+from nvim_helpers import (  # noqa: F401 - fixtures
+    FAST_SETUP,
+    assert_no_traceback,
+    document,
+    nvim,
+    nvim_session,
+    predict,
+    profile,
+    project,
+    state,
+    wait_for,
+    wait_for_message,
+)
+
+LITERAL_ROW = 11  # examples/default/entry_point.py: `def skyline_input_provider(batch_size=128):`
+
+
+def literal_line(nvim):
+    return nvim.current.buffer[LITERAL_ROW]
+
+
+def assert_prediction(nvim, batch_size):
+    current = state(nvim)
+    expected = predict(document(nvim)["models"], batch_size)
+    assert current["batch_size"] == batch_size
+    for key, value in expected.items():
+        assert current["prediction"][key] == pytest.approx(value, rel=1e-9), key
+
+
+@pytest.fixture
+def profiled(nvim, project):
+    """The default example profiled, its entry point the current buffer, re-profiles slowed
+    down so that the tests see the predictions before the measurements."""
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {project}/entry_point.py")
+    profile(nvim)
+    nvim.exec_lua("require('skyline.config').get().reprofile_delay_ms = 600000")
+    return nvim
+
+
+def test_batch_keys_edit_the_literal_with_one_undo_step_per_press(profiled):
+    nvim = profiled
+    others = nvim.current.buffer[:]
+    nvim.api.win_set_cursor(0, [3, 2])
+
+    nvim.input("\\+")  # the default <LocalLeader>+ of the entry point's buffer
+    wait_for(lambda: "batch_size=256" in literal_line(nvim), "the literal to become 256", timeout=10)
+    assert_prediction(nvim, 256)
+    assert state(nvim)["measured"]["batch_size"] == 128  # not measured yet
+    assert state(nvim)["stale"] is True
+    assert tuple(nvim.current.window.cursor) == (3, 2)
+    after = nvim.current.buffer[:]
+    assert after[:LITERAL_ROW] + after[LITERAL_ROW + 1 :] == others[:LITERAL_ROW] + others[LITERAL_ROW + 1 :]
+    assert after[LITERAL_ROW] == others[LITERAL_ROW].replace("128", "256")
+
+    nvim.input("3<Plug>(skyline-batch-inc)")  # a count: three doublings
+    wait_for(lambda: "batch_size=2048" in literal_line(nvim), "the literal to become 2048", timeout=10)
+    assert_prediction(nvim, 2048)
+    nvim.input("2\\-")
+    wait_for(lambda: "batch_size=512" in literal_line(nvim), "the literal to become 512", timeout=10)
+
+    nvim.input("u")  # one press, one undo step
+    wait_for(lambda: "batch_size=2048" in literal_line(nvim), "undo to 2048", timeout=10)
+    nvim.input("u")
+    wait_for(lambda: "batch_size=256" in literal_line(nvim), "undo to 256", timeout=10)
+    wait_for(lambda: state(nvim)["batch_size"] == 256, "the prediction to follow the undo", timeout=10)
+    assert_prediction(nvim, 256)
+    assert_no_traceback(nvim)
+
+
+def test_the_reprofile_replaces_the_prediction_with_measurements(profiled):
+    nvim = profiled
+    nvim.exec_lua("require('skyline.config').get().reprofile_delay_ms = 100")
+    done = nvim.vars["skyline_test_done"]
+    nvim.input("<Plug>(skyline-batch-dec)")
+    wait_for(lambda: "batch_size=64" in literal_line(nvim), "the literal to become 64", timeout=10)
+    assert_prediction(nvim, 64)
+    wait_for(lambda: nvim.vars["skyline_test_done"] > done, "the re-profile")
+    current = state(nvim)
+    doc = document(nvim)
+    assert doc["batch_size"] == 64  # measured at the unsaved buffer's batch size
+    assert current["measured"]["batch_size"] == current["batch_size"] == 64
+    assert current["measured"]["samples_per_second"] == doc["iteration"]["samples_per_second"]
+    assert current["prediction"]["batch_size"] == 64
+    assert current["stale"] is False
+    hint = nvim.api.buf_get_extmarks(0, nvim.api.create_namespace("skyline.batch"), 0, -1, {"details": True})
+    assert [mark[1] for mark in hint] == [LITERAL_ROW]
+    assert hint[0][3]["virt_text"][0][0].startswith("measured at 64: ")
+
+
+def test_batch_size_command_forms_and_bad_values(profiled):
+    nvim = profiled
+    nvim.command("SkylineBatchSize 100")
+    assert "batch_size=100" in literal_line(nvim)
+    assert_prediction(nvim, 100)
+    nvim.command("SkylineBatchSize +28")
+    assert "batch_size=128" in literal_line(nvim)
+    nvim.command("SkylineBatchSize -64")
+    assert "batch_size=64" in literal_line(nvim)
+    nvim.command("SkylineBatchSize max")
+    max_batch_size = document(nvim)["models"]["max_batch_size"]
+    assert f"batch_size={max_batch_size}" in literal_line(nvim)
+    assert state(nvim)["prediction"]["fits"] is True
+
+    nvim.command("SkylineBatchSize 2147483647")  # far beyond the device's memory
+    assert state(nvim)["prediction"]["fits"] is False
+    wait_for_message(nvim, "batch size 2147483647 is predicted to need")
+    assert "(does not fit)" in nvim.exec_lua("return require('skyline').status()")
+
+    nvim.command("SkylineBatchSize 4")
+    nvim.exec_lua("require('skyline.config').get().batch_step = 16")  # steps that add, not double
+    nvim.input("2<Plug>(skyline-batch-inc)")
+    wait_for(lambda: "batch_size=36" in literal_line(nvim), "two steps of 16", timeout=10)
+    nvim.input("5<Plug>(skyline-batch-dec)")
+    wait_for(lambda: "batch_size=1" in literal_line(nvim), "the smallest batch size", timeout=10)
+    nvim.command("SkylineBatchSize 4")
+    for bad, message in (("0", "it must be from 1"), ("-5", "the batch size would be -1"), ("abc", "expected N, +N, -N or max")):
+        nvim.command(f"SkylineBatchSize {bad}")
+        wait_for_message(nvim, message)
+        assert "batch_size=4" in literal_line(nvim)
+    assert_no_traceback(nvim)
+
+
+def test_a_computed_batch_size_is_left_alone(nvim, project):
+    entry = project / "entry_point.py"
+    entry.write_text(entry.read_text().replace("batch_size=128", "batch_size=2 ** 7"))
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {entry}")
+    profile(nvim)
+    before = nvim.current.buffer[:]
+    nvim.input("<Plug>(skyline-batch-inc)")
+    wait_for_message(nvim, "the batch_size default `2 ** 7` is not an integer literal")
+    nvim.command("SkylineBatchSize max")
+    assert nvim.current.buffer[:] == before
+    assert nvim.eval("&modified") == 0
+    assert_no_traceback(nvim)
+
+
+def test_keymaps_can_be_switched_off_and_are_never_global(nvim, project):
+    nvim.exec_lua("require('skyline').setup({keymaps = false, engine_args = {'--quick'}, device = 'cpu'})")
+    nvim.command(f"edit {project}/entry_point.py")
+    profile(nvim)
+    assert nvim.funcs.maparg("\\+", "n") == ""
+    nvim.exec_lua("require('skyline').setup({keymaps = {batch_inc = '<M-a>', batch_dec = ''}, engine_args = {'--quick'}, device = 'cpu'})")
+    nvim.command(f"edit {project}/model.py")
+    nvim.command("bwipeout! entry_point.py")
+    nvim.command(f"edit {project}/entry_point.py")  # the entry point's buffer, read again
+    assert nvim.funcs.maparg("<M-a>", "n") == "<Plug>(skyline-batch-inc)"
+    assert nvim.funcs.maparg("\\-", "n") == ""
+    nvim.command(f"edit {project}/model.py")
+    assert nvim.funcs.maparg("<M-a>", "n") == ""  # buffer-local

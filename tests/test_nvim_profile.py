@@ -1,0 +1,164 @@
+"""Profiling from the editor, end to end with the real engine on the default example: per-line
+annotations on the document's lines, the breakdown float, stale marking, profile on save."""
+
+from nvim_helpers import (  # noqa: F401 - fixtures
+    FAST_SETUP,
+    annotations,
+    assert_no_traceback,
+    document,
+    expected_annotation,
+    nvim,
+    nvim_session,
+    profile,
+    project,
+    state,
+    wait_for,
+    wait_for_done,
+)
+
+
+def expected_rows(doc, relative_path):
+    """{0-based row: text} the document says `relative_path` should show."""
+    rows = {}
+    for record in doc["lines"]:
+        text = expected_annotation(record, doc["iteration"])
+        if record["path"] == relative_path and text:
+            rows[record["line"] - 1] = text
+    return rows
+
+
+def test_profile_annotates_every_project_buffer_on_the_documents_lines(nvim, project):
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {project}/model.py")
+    model_buf = nvim.current.buffer
+    nvim.command(f"edit {project}/entry_point.py")
+    entry_buf = nvim.current.buffer
+
+    result = profile(nvim)
+
+    doc = document(nvim)
+    assert doc["entry_point"] == "entry_point.py"
+    assert result["running"] is False and result["stale"] is False
+    assert result["batch_size"] == doc["batch_size"] == 128
+    assert result["measured"]["samples_per_second"] == doc["iteration"]["samples_per_second"]
+    for buf, path in ((entry_buf, "entry_point.py"), (model_buf, "model.py")):
+        shown = annotations(nvim, buf)
+        expected = expected_rows(doc, path)
+        assert expected, f"the document has no lines for {path}"
+        assert {row: text for row, (text, _) in shown.items()} == expected
+        assert all(group.startswith("SkylineCost") for _, group in shown.values())
+    # The forward line of the model costs the most: graded high.
+    body_row = next(r["line"] - 1 for r in doc["lines"] if r["path"] == "model.py" and r["backward_ms"] > 0)
+    assert annotations(nvim, model_buf)[body_row][1] in ("SkylineCostHigh", "SkylineCostMid")
+    ns = nvim.api.create_namespace("skyline")
+    details = nvim.api.buf_get_extmarks(entry_buf, ns, 0, -1, {"details": True})[0][3]
+    assert details["virt_text_pos"] == "eol_right_align"
+
+    # A project file opened after the results arrived is annotated too; so are the
+    # measured numbers next to the batch_size literal, and the statusline.
+    nvim.command("bwipeout! " + str(model_buf.number))
+    nvim.command(f"edit {project}/model.py")
+    shown = annotations(nvim, nvim.current.buffer)
+    assert {row: text for row, (text, _) in shown.items()} == expected_rows(doc, "model.py")
+    status = nvim.exec_lua("return require('skyline').status()")
+    assert status.startswith("skyline b=128 ") and "/s" in status
+    assert_no_traceback(nvim)
+
+
+def test_breakdown_float_shows_the_results_and_jumps_to_lines(nvim, project):
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {project}/entry_point.py")
+    origin = nvim.current.window
+    profile(nvim)
+    doc = document(nvim)
+
+    nvim.command("SkylineBreakdown")
+    window = nvim.current.window
+    assert nvim.api.win_get_config(window)["relative"] == "editor"
+    lines = nvim.current.buffer[:]
+    text = "\n".join(lines)
+    measured = f"{round(doc['iteration']['samples_per_second']):,} samples/s measured at batch size 128"
+    assert measured in lines[0]
+    assert "predicted maximum" in text
+    memory = next(line for line in lines if line.startswith("Memory"))
+    assert "(cpu, " in memory and set("█░") & set(memory)
+    header = next(i for i, line in enumerate(lines) if line.startswith("Batch size"))
+    chart = lines[header + 1 : lines.index("", header)]
+    chart_sizes = [p["batch_size"] for p in doc["predictions"]]
+    for size in chart_sizes:
+        assert any(f"{size:,}" in line for line in chart), size
+    assert any(line.startswith("▸") and " 128 " in line for line in lines)  # the current batch size
+    assert any(line.startswith("Operations") for line in lines)
+    body = next(i for i, line in enumerate(lines) if line.strip().startswith("body"))
+    assert "model.py:19" in lines[body]
+
+    nvim.api.win_set_cursor(window, [body + 1, 0])
+    nvim.input("<CR>")
+    wait_for(lambda: nvim.current.buffer.name.endswith("model.py"), "the jump to model.py", timeout=10)
+    assert nvim.current.window == origin
+    assert nvim.current.window.cursor[0] == 19
+    assert not any(nvim.api.win_get_config(w)["relative"] for w in nvim.api.list_wins())
+
+    nvim.command("SkylineBreakdown")
+    nvim.input("q")
+    wait_for(lambda: len(nvim.api.list_wins()) == 1, "the float to close", timeout=10)
+    nvim.command("SkylineBreakdown")
+    nvim.command("SkylineBreakdown")  # toggles it closed
+    assert len(nvim.api.list_wins()) == 1
+    assert_no_traceback(nvim)
+
+
+def test_edits_mark_annotations_stale_until_the_save_reprofiles(nvim, project):
+    nvim.exec_lua("require('skyline').setup({engine_args = {'--quick'}, device = 'cpu', virt_text_pos = 'eol', save_debounce_ms = 50})")
+    nvim.command(f"edit {project}/model.py")
+    model_buf = nvim.current.buffer
+    nvim.command(f"edit {project}/entry_point.py")
+    profile(nvim)
+    ns = nvim.api.create_namespace("skyline")
+    assert nvim.api.buf_get_extmarks(model_buf, ns, 0, -1, {"details": True})[0][3]["virt_text_pos"] == "eol"
+    before = annotations(nvim, model_buf)
+
+    # A new line above everything: the marks move with their lines, dimmed.
+    nvim.api.buf_set_lines(model_buf, 0, 0, True, ["# a comment"])
+    wait_for(lambda: state(nvim)["stale"], "stale marking", timeout=10)
+    after = annotations(nvim, model_buf)
+    assert {row + 1: text for row, (text, _) in before.items()} == {row: text for row, (text, _) in after.items()}
+    assert {group for _, group in after.values()} == {"SkylineStale"}
+    assert "(stale)" in nvim.exec_lua("return require('skyline').status()")
+    # The entry point was not edited: its annotations keep their grades.
+    assert "SkylineStale" not in {group for _, group in annotations(nvim, nvim.current.buffer).values()}
+
+    # Writing a project file profiles again; the new results are not stale.
+    done = nvim.vars["skyline_test_done"]
+    nvim.command(f"buffer {model_buf.number}")
+    nvim.command("write")
+    wait_for_done(nvim, done + 1)
+    assert state(nvim)["stale"] is False
+    doc = document(nvim)
+    shown = annotations(nvim, model_buf)
+    assert sorted(shown) == sorted(r["line"] - 1 for r in doc["lines"] if r["path"] == "model.py")
+    assert min(shown) >= 1  # the comment shifted everything down by one
+    assert "SkylineStale" not in {group for _, group in shown.values()}
+    assert_no_traceback(nvim)
+
+
+def test_unsaved_changes_are_matched_to_the_profiled_file(nvim, project):
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {project}/model.py")
+    model = nvim.current.buffer
+    nvim.api.buf_set_lines(model, 0, 0, True, ["# unsaved", "# lines"])
+    nvim.command(f"edit {project}/entry_point.py")
+    entry = nvim.current.buffer
+    literal_row = next(i for i, line in enumerate(entry[:]) if "batch_size=128" in line)
+    entry[literal_row] = entry[literal_row].replace("128", "64")  # unsaved too
+
+    result = profile(nvim)
+
+    doc = document(nvim)
+    assert doc["batch_size"] == 64 and result["batch_size"] == 64  # the buffer's, not the file's
+    # The engine profiled the file; its lines are drawn where they are in the buffer, dimmed.
+    shown = annotations(nvim, model)
+    assert {row: text for row, (text, _) in shown.items()} == {row + 2: text for row, text in expected_rows(doc, "model.py").items()}
+    assert {group for _, group in shown.values()} == {"SkylineStale"}
+    # The entry point differs from its file only by the batch size the request carried.
+    assert "SkylineStale" not in {group for _, group in annotations(nvim, entry).values()}
