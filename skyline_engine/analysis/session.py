@@ -15,7 +15,7 @@ from skyline_engine.errors import OutOfMemory, SkylineError
 from skyline_engine.measure.device import describe_device, resolve_device
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
 from skyline_engine.measure.timing import TimingBudget
-from skyline_engine.predict.batch_models import MEMORY_HEADROOM_FRACTION, BatchSizeModels
+from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[dict], None]
@@ -66,7 +66,7 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
         )
         progress("building the model", 0.0)
         runner = IterationRunner(entry, device, request.budget)
-        probing = Probing(runner, _usable_memory(device_info), progress)
+        probing = Probing(runner, usable_memory_bytes(device_info.memory_capacity_bytes), progress)
         try:
             first = probing.measure_users(batch_size, timeline=request.timeline)
         except OutOfMemoryAtBatchSize as exc:
@@ -116,10 +116,6 @@ def _breakdown_notes(breakdown: dict) -> list:
             "the breakdown does not see."
         )
     return notes
-
-
-def _usable_memory(device_info) -> int:
-    return int(device_info.memory_capacity_bytes * (1 - MEMORY_HEADROOM_FRACTION))
 
 
 def _fit_models(samples, device_info) -> Optional[BatchSizeModels]:

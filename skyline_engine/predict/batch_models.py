@@ -21,6 +21,11 @@ MEMORY_HEADROOM_FRACTION = 0.10
 POOR_FIT_R2 = 0.95
 
 
+def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_HEADROOM_FRACTION) -> int:
+    """What a batch size may use of the device's memory: all of it but the headroom."""
+    return int(capacity_bytes * (1.0 - headroom_fraction))
+
+
 @dataclass(frozen=True)
 class Prediction:
     batch_size: int
@@ -68,7 +73,7 @@ class BatchSizeModels:
 
     @property
     def usable_memory_bytes(self) -> int:
-        return int(self.memory_capacity_bytes * (1.0 - self.headroom_fraction))
+        return usable_memory_bytes(self.memory_capacity_bytes, self.headroom_fraction)
 
     def predict(self, batch_size: int) -> Prediction:
         run_time = self.run_time(batch_size)
