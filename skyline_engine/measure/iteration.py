@@ -26,10 +26,6 @@ from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.memory import is_out_of_memory, measure_peak_bytes, release_cached_memory
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
 
-# Skyline's observation: with optimizers such as Adam, state is created in the first step, so
-# peak memory is measured over steady-state iterations. The last warm-up iteration is one: the
-# peak is measured during it, which costs no extra iteration.
-
 # The breakdown averages a few recorded iterations of fast models, up to this much time.
 RECORDING_BUDGET_MS = 200.0
 MAX_RECORDED_ITERATIONS = 3
@@ -98,6 +94,9 @@ class IterationRunner:
         try:
             inputs = self._inputs(batch_size)
             self._run(inputs, batch_size, max(1, self.budget.warmup_iterations - 1))
+            # Skyline's observation: optimizers such as Adam create their state in the first step,
+            # so the peak is measured in a steady-state iteration: the last warm-up one, which
+            # costs no extra iteration.
             peak = measure_peak_bytes(self.device, lambda: self._call_iteration(inputs, batch_size))
             self._check_loss_finite(batch_size)
             timing = measure_iteration_time(lambda: self._call_iteration(inputs, batch_size), self.clock, self.budget)
