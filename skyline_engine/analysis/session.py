@@ -55,7 +55,8 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
     entry = load_entry_point(path, root)
     try:
         batch_size = request.batch_size or entry.default_batch_size
-        location = find_batch_size_location(path.read_text(encoding="utf-8"), entry.relative_path)
+        # The text that was imported: reading the file again could see a later edit.
+        location = find_batch_size_location(entry.source, entry.relative_path)
         document = functools.partial(
             build_document,
             project_root=str(root),

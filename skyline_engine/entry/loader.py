@@ -51,6 +51,7 @@ _EXAMPLES = {
 class EntryPoint:
     path: Path  # absolute
     relative_path: str  # relative to the project root
+    source: str  # the text that was imported, line endings kept
     files: ProjectFiles
     module: ModuleType
     model_provider: Callable[[], Any]
@@ -118,6 +119,7 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
     return EntryPoint(
         path=path,
         relative_path=relative,
+        source=source,
         files=files,
         module=module,
         model_provider=providers[MODEL_PROVIDER],
