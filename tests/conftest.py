@@ -25,3 +25,10 @@ def run_skyline(*args, cwd=REPO, timeout=240) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def client(service):
+    """The client of a module's `service` fixture (a real `skyline serve --stdio`), checked alive."""
+    assert service.alive(), service.log()
+    return service.client

@@ -34,12 +34,6 @@ def service(root):
     service.stop()
 
 
-@pytest.fixture
-def client(service):
-    assert service.alive(), service.log()
-    return service.client
-
-
 def assert_a_normal_analysis_succeeds(client):
     _, method, final = client.analyze("tiny/entry_point.py")
     assert method == "analysis", final

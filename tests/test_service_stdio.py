@@ -38,12 +38,6 @@ def service(root):
     service.stop()
 
 
-@pytest.fixture
-def client(service):
-    assert service.alive(), service.log()
-    return service.client
-
-
 def test_requests_before_initialize_are_refused(service):
     error, result = service.before_initialize
     assert result is None

@@ -20,7 +20,10 @@ def load(entry: Path):
     return module
 
 
-def main() -> None:
+def build_from_arguments():
+    """Parse `ENTRY [--device]`, build the model, iteration and inputs on that device (as the
+    engine does); returns (torch, device, iteration, inputs). torch is imported here, so its
+    import counts in each baseline's time."""
     parser = argparse.ArgumentParser()
     parser.add_argument("entry", type=Path)
     parser.add_argument("--device", default="cpu")
@@ -32,9 +35,14 @@ def main() -> None:
         model = module.skyline_model_provider()
         iteration = module.skyline_iteration_provider(model)
         inputs = module.skyline_input_provider()
+    return torch, args.device, iteration, inputs
+
+
+def main() -> None:
+    torch, device, iteration, inputs = build_from_arguments()
     start = time.perf_counter()
     iteration(*inputs)
-    if args.device.startswith("cuda"):
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
     print(f"one iteration: {(time.perf_counter() - start) * 1000:.1f} ms")
 
