@@ -120,25 +120,25 @@ def accuracy(entry: str, device: str) -> dict:
     rt, mem = models["run_time_ms"], models["peak_memory_bytes"]
     loaded = load_entry_point(REPO / entry, REPO)
     try:
-        runner = IterationRunner(loaded, torch.device(device if device != "auto" else "cpu"), TimingBudget())
-        rows = []
-        for factor in HELD_OUT:
-            batch_size = max(1, round(document["batch_size"] * factor))
-            predicted_time = rt["slope"] * batch_size + rt["bias"]
-            predicted_memory = mem["slope"] * batch_size + mem["bias"]
-            if predicted_memory > models["usable_memory_bytes"]:
-                continue
-            try:
-                sample = runner.measure(batch_size)
-            except OutOfMemoryAtBatchSize:
-                continue
-            rows.append(
-                {
-                    "batch_size": batch_size,
-                    "time_error": abs(predicted_time - sample.run_time_ms) / sample.run_time_ms,
-                    "memory_error": abs(predicted_memory - sample.peak_memory_bytes) / sample.peak_memory_bytes,
-                }
-            )
+        with IterationRunner(loaded, torch.device(device if device != "auto" else "cpu"), TimingBudget()) as runner:
+            rows = []
+            for factor in HELD_OUT:
+                batch_size = max(1, round(document["batch_size"] * factor))
+                predicted_time = rt["slope"] * batch_size + rt["bias"]
+                predicted_memory = mem["slope"] * batch_size + mem["bias"]
+                if predicted_memory > models["usable_memory_bytes"]:
+                    continue
+                try:
+                    sample = runner.measure(batch_size)
+                except OutOfMemoryAtBatchSize:
+                    continue
+                rows.append(
+                    {
+                        "batch_size": batch_size,
+                        "time_error": abs(predicted_time - sample.run_time_ms) / sample.run_time_ms,
+                        "memory_error": abs(predicted_memory - sample.peak_memory_bytes) / sample.peak_memory_bytes,
+                    }
+                )
     finally:
         loaded.unload()
     return {

@@ -68,10 +68,15 @@ def test_analysis_reports_progress_then_partial_then_complete(client, root):
     assert kinds[0][0] == "progress"
     progress = [p for m, p in messages if m == "progress"]
     assert all(0.0 <= p["fraction"] <= 1.0 and p["phase"] for p in progress)
-    partial = next(p["document"] for m, p in messages if m == "analysis" and p["partial"])
-    assert partial["models"] is None and partial["iteration"]["run_time_ms"] > 0
-    # The per-line breakdown arrives with the first result, before the batch-size models.
-    assert any(line["path"] == "tiny/model.py" and line["forward_ms"] > 0 for line in partial["lines"])
+    partials = [p["document"] for m, p in messages if m == "analysis" and p["partial"]]
+    # First one recorded iteration broken down (its time from that iteration), then the user's
+    # batch size timed in full, before the other batch sizes are probed.
+    assert [d["iteration"]["repetitions"] for d in partials][0] == 1
+    assert len(partials) == 2 and partials[1]["iteration"]["repetitions"] > 1
+    for partial in partials:
+        assert partial["models"] is None and partial["iteration"]["run_time_ms"] > 0
+        # The per-line breakdown arrives with the first result, before the batch-size models.
+        assert any(line["path"] == "tiny/model.py" and line["forward_ms"] > 0 for line in partial["lines"])
     document = final["document"]
     assert document["schema"] == "skyline.analysis/1"
     assert document["project_root"] == str(root.resolve())

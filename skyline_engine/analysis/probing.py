@@ -29,9 +29,10 @@ class Probing:
         self.notes: List[str] = []
         self._tried: set = set()
 
-    def measure_users(self, user_batch_size: int, timeline: bool = False) -> Sample:
-        """Measure the user's batch size, with the breakdown; its OutOfMemoryAtBatchSize propagates."""
-        self._measure(user_batch_size, breakdown=True, timeline=timeline)
+    def measure_users(self, user_batch_size: int, timeline: bool = False, on_breakdown=None) -> Sample:
+        """Measure the user's batch size, with the breakdown (`on_breakdown`: see
+        IterationRunner.measure); its OutOfMemoryAtBatchSize propagates."""
+        self._measure(user_batch_size, breakdown=True, timeline=timeline, on_breakdown=on_breakdown)
         return self.samples[-1]
 
     def measure_others(self, user_batch_size: int) -> List[Sample]:

@@ -43,8 +43,10 @@ class AnalysisRequest:
 def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Optional[Partial] = None) -> dict:
     """Run one analysis and return its document.
 
-    `partial`, when given, receives an early document as soon as the user's batch size is measured
-    and broken down (`models` null, `predictions` empty), before the other batch sizes are probed.
+    `partial`, when given, receives early documents (`models` null, `predictions` empty): the
+    first as soon as one iteration at the user's batch size is broken down (its time from that
+    one iteration, `repetitions` 1), then, when predicting, the user's batch size timed in full,
+    before the other batch sizes are probed.
     """
     _check_batch_size(request.batch_size)
     root = Path(request.project_root).resolve()
@@ -68,20 +70,29 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
         progress("building the model", 0.0)
         runner = IterationRunner(entry, device, request.budget)
         probing = Probing(runner, usable_memory_bytes(device_info.memory_capacity_bytes), progress)
-        try:
-            first = probing.measure_users(batch_size, timeline=request.timeline)
-        except OutOfMemoryAtBatchSize as exc:
-            raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
-        notes = _breakdown_notes(first.breakdown)
-        if partial is not None:
-            partial(document(samples=[first], models=None, warnings=notes))
-        if request.predict:
-            samples = probing.measure_others(batch_size)
-            progress("fitting the batch-size models", 0.95)
-            models = _fit_models(samples, device_info)
-            warnings = notes + probing.notes + (models.warnings() if models else [ONE_SAMPLE])
-        else:
-            samples, models, warnings = [first], None, notes
+
+        def send(sample, notes):
+            if partial is not None:
+                partial(document(samples=[sample], models=None, warnings=notes))
+
+        with runner:
+            try:
+                first = probing.measure_users(
+                    batch_size,
+                    timeline=request.timeline,
+                    on_breakdown=lambda sample: send(sample, _breakdown_notes(sample.breakdown)),
+                )
+            except OutOfMemoryAtBatchSize as exc:
+                raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
+            notes = _breakdown_notes(first.breakdown)
+            if request.predict:
+                send(first, notes)
+                samples = probing.measure_others(batch_size)
+                progress("fitting the batch-size models", 0.95)
+                models = _fit_models(samples, device_info)
+                warnings = notes + probing.notes + (models.warnings() if models else [ONE_SAMPLE])
+            else:
+                samples, models, warnings = [first], None, notes
         complete = document(samples=samples, models=models, warnings=warnings)
     finally:
         entry.unload()

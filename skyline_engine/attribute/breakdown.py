@@ -14,7 +14,7 @@ Definitions (also in docs/analysis-document.md):
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List
 
 import torch
@@ -164,13 +164,16 @@ def _fit_to_iteration(operations: List[OperationRecord], recorded_ms: float, run
 
 
 def _per_iteration(operations: List[OperationRecord], iterations: int) -> List[OperationRecord]:
-    """Scale the records of `iterations` recorded iterations to one iteration (in place: the
-    records are consumed here)."""
-    if iterations > 1:
-        for op in operations:
-            op.duration_ms /= iterations
-            op.activation_bytes //= iterations
-    return operations
+    """Copies of the records of `iterations` recorded iterations, scaled to one iteration. Copies:
+    a recording is broken down more than once (a first result, then the final one)."""
+    copies = {
+        id(op): replace(op, duration_ms=op.duration_ms / iterations, activation_bytes=op.activation_bytes // iterations)
+        for op in operations
+    }
+    for op in copies.values():
+        if op.creator is not None:
+            op.creator = copies.get(id(op.creator), op.creator)
+    return list(copies.values())
 
 
 def _line_dict(ctx: Context, line: _Line) -> dict:

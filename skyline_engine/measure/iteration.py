@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -23,7 +24,7 @@ from skyline_engine.entry.loader import (
 )
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
-from skyline_engine.measure.memory import is_out_of_memory, measure_peak_bytes, release_cached_memory
+from skyline_engine.measure.memory import LiveTensors, is_out_of_memory, measure_peak_bytes, release_cached_memory
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
 
 # The breakdown averages a few recorded iterations of fast models, up to this much time.
@@ -86,23 +87,58 @@ class IterationRunner:
         self._last_output: Optional[Any] = None
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
+        self.live_tensors = LiveTensors()
+        self._frozen = contextlib.ExitStack()
 
-    def measure(self, batch_size: int, breakdown: bool = False, timeline: bool = False) -> Sample:
+    def __enter__(self) -> "IterationRunner":
+        """Measure inside `with runner:`: what is alive now (torch, the engine, the model) is frozen
+        for the garbage collector while measuring, so each memory measurement scans only what was
+        created since and collections during timed iterations stay as small as in training
+        without the engine (see LiveTensors)."""
+        self._frozen.enter_context(self.live_tensors.frozen())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._frozen.close()
+
+    def measure(
+        self,
+        batch_size: int,
+        breakdown: bool = False,
+        timeline: bool = False,
+        on_breakdown: Optional[Callable[[Sample], None]] = None,
+    ) -> Sample:
         """Time and peak memory at `batch_size`, and with `breakdown` the per-line breakdown (with
-        `timeline`, its operations one by one); raises OutOfMemoryAtBatchSize when it does not fit."""
+        `timeline`, its operations one by one); raises OutOfMemoryAtBatchSize when it does not fit.
+
+        With `breakdown`, `on_breakdown` receives a first Sample as soon as one recorded iteration
+        is broken down, before the timing: its time comes from a single iteration (see
+        `_provisional_timing`) and the Sample returned at the end replaces it."""
         inputs = None
         try:
             inputs = self._inputs(batch_size)
-            self._run(inputs, batch_size, max(1, self.budget.warmup_iterations - 1))
+            run = functools.partial(self._call_iteration, inputs, batch_size)
             # Skyline's observation: optimizers such as Adam create their state in the first step,
-            # so the peak is measured in a steady-state iteration: the last warm-up one, which
-            # costs no extra iteration.
-            peak = measure_peak_bytes(self.device, lambda: self._call_iteration(inputs, batch_size))
+            # so memory is measured in an iteration after the warm-up (steady state).
+            for _ in range(self.budget.warmup_iterations - 1):
+                run()
+            warmup_ms = self.clock.time_ms(run)
+            recorder = None
+            if breakdown:
+                recorder, peak, recorded_ms = self._record_first(run)
+                if on_breakdown is not None:
+                    timing = _provisional_timing(warmup_ms, recorded_ms)
+                    on_breakdown(Sample(batch_size, timing, peak, self._breakdown(recorder, timing, peak, timeline)))
+            else:
+                peak = measure_peak_bytes(self.device, run, self.live_tensors)
             self._check_loss_finite(batch_size)
-            timing = measure_iteration_time(lambda: self._call_iteration(inputs, batch_size), self.clock, self.budget)
+            timing = measure_iteration_time(run, self.clock, self.budget)
             self._check_loss_finite(batch_size)
             self._check_parameters_finite(batch_size)
-            parts = self._breakdown(inputs, batch_size, timing.median_ms, peak, timeline) if breakdown else None
+            parts = None
+            if recorder is not None:
+                self._record_more(recorder, run, timing.median_ms)
+                parts = self._breakdown(recorder, timing, peak, timeline)
             return Sample(batch_size, timing, peak, parts)
         except (UserCodeError, RuntimeError, MemoryError) as exc:
             cause = exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
@@ -114,20 +150,35 @@ class IterationRunner:
             self._last_output = None
             release_cached_memory(self.device)
 
-    def _breakdown(self, inputs, batch_size: int, run_time_ms: float, peak: int, timeline: bool) -> dict:
-        iterations = max(1, min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // max(run_time_ms, 1e-3))))
+    def _record_first(self, run: Callable[[], None]):
+        """One iteration recorded operation by operation, its peak memory measured in the same
+        iteration (the memory tracker runs outside the recorder's timer) and its wall time."""
         module_names = {id(m): name for name, m in self.model.named_modules(prefix="model")}
         recorder = OperationRecorder(self.call_sites, module_names, self.device)
+        wall_ms = []
         with recorder:
-            for _ in range(iterations):
+            recorder.start_iteration()
+            peak = measure_peak_bytes(self.device, lambda: wall_ms.append(self.clock.time_ms(run)), self.live_tensors)
+        return recorder, peak, wall_ms[0]
+
+    def _record_more(self, recorder: OperationRecorder, run: Callable[[], None], run_time_ms: float) -> None:
+        """Fast models: average the breakdown over a few more recorded iterations, within
+        RECORDING_BUDGET_MS, now that the first result is out."""
+        more = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // max(run_time_ms, 1e-3))) - 1
+        if more <= 0:
+            return
+        with recorder:
+            for _ in range(more):
                 recorder.start_iteration()
-                self._call_iteration(inputs, batch_size)
+                run()
+
+    def _breakdown(self, recorder: OperationRecorder, timing: TimingStats, peak: int, timeline: bool) -> dict:
         return build_breakdown(
             recorder.recording,
-            iterations,
+            len(recorder.recording.iteration_starts),
             self.model,
             self.creation,
-            run_time_ms,
+            timing.median_ms,
             peak,
             timeline=timeline,
         )
@@ -145,10 +196,6 @@ class IterationRunner:
                 hint="Wrap the inputs in a tuple, e.g. `return (images, labels)` or `return (x,)`.",
             )
         return tuple(inputs)
-
-    def _run(self, inputs: Sequence[Any], batch_size: int, times: int) -> None:
-        for _ in range(times):
-            self._call_iteration(inputs, batch_size)
 
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         try:
@@ -210,6 +257,12 @@ class IterationRunner:
         if self.device.type == "cpu":
             return contextlib.nullcontext()
         return torch.device(self.device)
+
+
+def _provisional_timing(warmup_ms: float, recorded_ms: float) -> TimingStats:
+    """The iteration's time before it is timed: the last warm-up iteration may still carry one-off
+    costs and the recorded one carries the recorder's, so both are upper bounds; the lower is used."""
+    return TimingStats(min(warmup_ms, recorded_ms), 0.0, 1, 1)
 
 
 def _check_model(model: Any, entry: EntryPoint) -> None:

@@ -8,15 +8,17 @@ each new tensor an operation returns (forward, backward and optimizer alike) and
 that storage is freed. The peak it reports is the largest sum of live tensor storage seen after any
 operation. It does not see scratch buffers a kernel allocates and frees internally, nor memory
 outside tensors (Python objects, the allocator's own overhead); process RSS would mix all of that
-with the interpreter and libraries, which is why it is not used.
+with the interpreter and libraries, which is why it is not used. The tensors alive when it starts
+are found through the garbage collector (`LiveTensors`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import warnings
 import weakref
-from typing import Callable
+from typing import Callable, Iterator, List, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -24,17 +26,65 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 
+class LiveTensors:
+    """Every tensor alive in the process, found through the garbage collector.
+
+    gc finds every tensor that has a Python object: parameters, gradients, optimizer state, inputs,
+    and whatever else the user's code keeps alive. A full collection and scan cost about 0.15 s
+    each once torch's compiler is imported (creating an optimizer imports it), several times the
+    iteration of a small model. `frozen()` moves the objects alive now (torch's modules, the
+    engine, the user's model) into the collector's permanent generation, remembering the tensors
+    among them through weak references: later collections and scans see only what was created
+    since. It also keeps the collector's pauses during measured iterations to the objects the
+    iteration itself makes, as in the user's own training process where the engine is absent.
+    """
+
+    def __init__(self) -> None:
+        self._frozen: List[weakref.ref] = []
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator["LiveTensors"]:
+        gc.collect()
+        self._frozen = [weakref.ref(t) for t in _tensors_among(gc.get_objects())]
+        gc.freeze()
+        try:
+            yield self
+        finally:
+            # Back to the oldest generation, so that cycles among them can be collected again
+            # (a warm worker runs many analyses).
+            gc.unfreeze()
+            self._frozen = []
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        # Unreachable cycles still waiting for the collector would be found too, so collect them
+        # first: they hold no training memory.
+        gc.collect()
+        for ref in self._frozen:
+            tensor = ref()
+            if tensor is not None:
+                yield tensor
+        yield from _tensors_among(gc.get_objects())
+
+
+def _tensors_among(objects) -> List[torch.Tensor]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # looking at arbitrary objects must not surface their warnings
+        return [obj for obj in objects if issubclass(type(obj), torch.Tensor)]
+
+
 class TensorMemoryTracker(TorchDispatchMode):
     """Live and peak bytes of CPU tensor storage while active (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, live_tensors: Optional[LiveTensors] = None) -> None:
         super().__init__()
+        self._live_tensors = live_tensors or LiveTensors()
         self._sizes = WeakIdKeyDictionary()
         self.live_bytes = 0
         self.peak_bytes = 0
 
     def __enter__(self):
-        self._count_existing_tensors()
+        for tensor in self._live_tensors:
+            self._track(tensor)
         self.peak_bytes = self.live_bytes
         return super().__enter__()
 
@@ -46,17 +96,6 @@ class TensorMemoryTracker(TorchDispatchMode):
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
         return out
-
-    def _count_existing_tensors(self) -> None:
-        # gc finds every tensor that has a Python object: parameters, gradients, optimizer state,
-        # inputs, and whatever else the user's code keeps alive. Unreachable cycles still waiting
-        # for the collector would be found too, so collect them first: they hold no training memory.
-        gc.collect()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for obj in gc.get_objects():
-                if issubclass(type(obj), torch.Tensor):
-                    self._track(obj)
 
     def _track(self, tensor: torch.Tensor) -> None:
         if tensor.device.type != "cpu" or tensor.is_sparse or tensor.is_nested:
@@ -79,7 +118,9 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.live_bytes -= size
 
 
-def measure_peak_bytes(device: torch.device, run_iterations: Callable[[], None]) -> int:
+def measure_peak_bytes(
+    device: torch.device, run_iterations: Callable[[], None], live_tensors: Optional[LiveTensors] = None
+) -> int:
     """Peak tensor memory on `device` while `run_iterations` runs."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -87,7 +128,7 @@ def measure_peak_bytes(device: torch.device, run_iterations: Callable[[], None])
         run_iterations()
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device))
-    with TensorMemoryTracker() as tracker:
+    with TensorMemoryTracker(live_tensors) as tracker:
         run_iterations()
     return int(tracker.peak_bytes)
 

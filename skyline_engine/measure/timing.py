@@ -56,11 +56,13 @@ def clock_for(device: torch.device):
 class TimingBudget:
     """How long to time one batch size.
 
-    Stop when at least `min_run_s` has been spent on at least `min_blocks` blocks and the median's
-    standard error is within `target_relative_error` of it, or when `max_run_s` is spent.
+    `warmup_iterations` run before anything is measured at a batch size (the first creates an
+    optimizer's state). Then stop timing when at least `min_run_s` has been spent on at least
+    `min_blocks` blocks and the median's standard error is within `target_relative_error` of it,
+    or when `max_run_s` is spent.
     """
 
-    warmup_iterations: int = 2
+    warmup_iterations: int = 1
     min_run_s: float = 0.2
     max_run_s: float = 2.0
     min_blocks: int = 3
@@ -93,7 +95,9 @@ def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBu
         for _ in range(block_size):
             run_once()
 
-    per_iteration: List[float] = []
+    # An iteration long enough to be its own block is already a sample; a shorter one only sized
+    # the blocks.
+    per_iteration: List[float] = [first_ms] if block_size == 1 else []
     spent_ms = first_ms
     while True:
         block_ms = clock.time_ms(run_block)
