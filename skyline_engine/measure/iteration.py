@@ -24,6 +24,7 @@ from skyline_engine.entry.loader import (
 )
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
+from skyline_engine.measure.allocator import pin_malloc_thresholds
 from skyline_engine.measure.memory import LiveTensors, is_out_of_memory, measure_peak_bytes, release_cached_memory
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
 
@@ -69,6 +70,7 @@ class IterationRunner:
         self.device = device
         self.budget = budget
         self.clock = clock_for(device)
+        pin_malloc_thresholds()  # before the model's memory is allocated
         self.call_sites = CallSites(entry.files)
         self.creation = CreationSites(self.call_sites)
         with self._default_device():
