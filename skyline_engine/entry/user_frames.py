@@ -36,9 +36,10 @@ class ProjectFiles:
 
     def contains(self, filename: str) -> bool:
         known = self._cache.get(filename)
-        if known is None and filename.startswith("<"):
+        if known is None and (filename.startswith("<") or filename.startswith(_LIBRARY_ROOTS)):
             # Pseudo-files (`<frozen runpy>`, `<string>`) are no files at all; realpath would
-            # resolve them against the working directory, often the project root.
+            # resolve them against the working directory, often the project root. Library files
+            # are told by name, without realpath's system calls (thousands of torch modules).
             known = self._cache[filename] = False
         if known is None:
             real = os.path.realpath(filename)

@@ -78,7 +78,6 @@ class IterationRunner:
                 self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
             _check_model(self.model, entry)
             self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
-        self.creation.find_optimizers(self.model, entry.relative_path)
         if not callable(self.iteration):
             raise EntryPointError(
                 f"`{ITERATION_PROVIDER}` returned {_describe(self.iteration)}, not a function.",
@@ -120,11 +119,7 @@ class IterationRunner:
         try:
             inputs = self._inputs(batch_size)
             run = functools.partial(self._call_iteration, inputs, batch_size)
-            # Skyline's observation: optimizers such as Adam create their state in the first step,
-            # so memory is measured in an iteration after the warm-up (steady state).
-            for _ in range(self.budget.warmup_iterations - 1):
-                run()
-            warmup_ms = self.clock.time_ms(run)
+            warmup_ms = self._warm_up(run)
             recorder = None
             if breakdown:
                 recorder, peak, recorded_ms = self._record_first(run)
@@ -151,6 +146,21 @@ class IterationRunner:
             del inputs
             self._last_output = None
             release_cached_memory(self.device)
+
+    def _warm_up(self, run: Callable[[], None]) -> float:
+        """The warm-up iterations; the time of the last one (infinite when none ran).
+
+        Skyline's observation: optimizers such as Adam create their state in the first step, so
+        memory is measured after a warm-up (steady state). Later batch sizes need none on CPU (the
+        state exists, nothing is tuned per shape, and the memory iteration comes before timing);
+        cuDNN picks its algorithms per shape, so CUDA warms up at every batch size."""
+        first = not self._ran_once
+        if not first and self.device.type != "cuda":
+            return math.inf
+        with self.creation.finding_optimizers(self.entry.relative_path) if first else contextlib.nullcontext():
+            for _ in range(self.budget.warmup_iterations - 1):
+                run()
+            return self.clock.time_ms(run)
 
     def _record_first(self, run: Callable[[], None]):
         """One iteration recorded operation by operation, its peak memory measured in the same
