@@ -128,3 +128,23 @@ def test_no_operation_is_counted_twice(document):
     lines_ms = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"])
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)
 
+
+
+def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(tmp_path):
+    (tmp_path / "training.py").write_text(
+        "import torch\n\n\ndef make_optimizer(model):\n"
+        "    return torch.optim.Adam(model.parameters())  # OPTIMIZER\n"
+    )
+    (tmp_path / "entry_point.py").write_text(
+        "import torch\nfrom training import make_optimizer\n\n\n"
+        "def skyline_model_provider():\n    return torch.nn.Linear(8, 1)\n\n\n"
+        "def skyline_input_provider(batch_size=4):\n    return (torch.randn(batch_size, 8),)\n\n\n"
+        "def skyline_iteration_provider(model):\n"
+        "    optimizer = make_optimizer(model)\n\n"
+        "    def iteration(x):\n        optimizer.zero_grad()\n        model(x).sum().backward()\n        optimizer.step()\n\n"
+        "    return iteration\n"
+    )
+    document = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False))
+    (state,) = document["optimizer_state"]
+    assert state["name"] == "Adam"
+    assert state["contexts"][0] == {"path": "training.py", "line": marker_line(tmp_path / "training.py", "OPTIMIZER")}

@@ -72,12 +72,19 @@ class CreationSites:
 
 
 def _construction_line(class_name: str, entry_path: str, files) -> Optional[Context]:
-    paths = [entry_path] + sorted(
-        files.relative(module.__file__)
-        for module in list(sys.modules.values())
-        if getattr(module, "__file__", None) and files.contains(module.__file__)
+    line = _first_call(files.root, entry_path, class_name)
+    if line is not None:
+        return (entry_path, line)
+    # Elsewhere in the project: only then the scan of every loaded module (thousands, with torch).
+    others = sorted(
+        {
+            files.relative(module.__file__)
+            for module in list(sys.modules.values())
+            if getattr(module, "__file__", None) and files.contains(module.__file__)
+        }
+        - {entry_path}
     )
-    for path in dict.fromkeys(paths):
+    for path in others:
         line = _first_call(files.root, path, class_name)
         if line is not None:
             return (path, line)
