@@ -1,8 +1,13 @@
 """The CPU peak-memory tracker, on real tensors and a real training step."""
 
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 
+from skyline_engine.attribute.frames import CallSites
+from skyline_engine.attribute.recorder import OperationRecorder
+from skyline_engine.entry.user_frames import ProjectFiles
 from skyline_engine.measure.memory import TensorMemoryTracker, is_out_of_memory, measure_peak_bytes
 
 MiB = 1 << 20
@@ -66,3 +71,26 @@ def test_out_of_memory_is_recognised_from_a_real_cpu_allocation_failure():
     else:  # pragma: no cover - a machine with a petabyte of memory
         raise AssertionError("expected the allocation to fail")
     assert not is_out_of_memory(ValueError("shapes do not match"))
+
+
+def test_recording_the_iteration_does_not_change_its_peak():
+    # The user's batch size has its peak measured in the iteration recorded for the breakdown
+    # (the tracker outside the recorder): the recorder must keep no tensor alive of its own.
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(64, 256)
+
+    def step():
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    step()
+    device = torch.device("cpu")
+    plain = measure_peak_bytes(device, step)
+    recorder = OperationRecorder(CallSites(ProjectFiles(Path(__file__).parent)), {}, device)
+    with recorder:
+        recorder.start_iteration()
+        recorded = measure_peak_bytes(device, step)
+    assert recorder.recording.operations  # it did record
+    assert recorded == plain

@@ -94,8 +94,8 @@ class IterationRunner:
     def __enter__(self) -> "IterationRunner":
         """Measure inside `with runner:`: what is alive now (torch, the engine, the model) is frozen
         for the garbage collector while measuring, so each memory measurement scans only what was
-        created since and collections during timed iterations stay as small as in training
-        without the engine (see LiveTensors)."""
+        created since, and collections during timed iterations do not walk the engine's objects
+        (see LiveTensors)."""
         self._frozen.enter_context(self.live_tensors.frozen())
         return self
 

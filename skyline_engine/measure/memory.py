@@ -35,8 +35,8 @@ class LiveTensors:
     iteration of a small model. `frozen()` moves the objects alive now (torch's modules, the
     engine, the user's model) into the collector's permanent generation, remembering the tensors
     among them through weak references: later collections and scans see only what was created
-    since. It also keeps the collector's pauses during measured iterations to the objects the
-    iteration itself makes, as in the user's own training process where the engine is absent.
+    since. It also keeps the engine's own objects out of the collections that happen during
+    measured iterations.
     """
 
     def __init__(self) -> None:
