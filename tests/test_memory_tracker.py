@@ -8,7 +8,7 @@ import torch.nn as nn
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recorder import OperationRecorder
 from skyline_engine.entry.user_frames import ProjectFiles
-from skyline_engine.measure.memory import TensorMemoryTracker, is_out_of_memory, measure_peak_bytes
+from skyline_engine.measure.memory import StorageCounter, TensorMemoryTracker, is_out_of_memory, measure_peak_bytes
 
 MiB = 1 << 20
 
@@ -73,9 +73,10 @@ def test_out_of_memory_is_recognised_from_a_real_cpu_allocation_failure():
     assert not is_out_of_memory(ValueError("shapes do not match"))
 
 
-def test_recording_the_iteration_does_not_change_its_peak():
-    # The user's batch size has its peak measured in the iteration recorded for the breakdown
-    # (the tracker outside the recorder): the recorder must keep no tensor alive of its own.
+def test_the_recorder_counts_the_same_peak_as_the_tracker():
+    # The user's batch size has its peak counted by the recorder, in the iteration recorded for
+    # the breakdown: it must agree with a plain tracked iteration, so the recorder must keep no
+    # tensor alive of its own.
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
     optimizer = torch.optim.Adam(model.parameters())
     x = torch.randn(64, 256)
@@ -88,9 +89,10 @@ def test_recording_the_iteration_does_not_change_its_peak():
     step()
     device = torch.device("cpu")
     plain = measure_peak_bytes(device, step)
-    recorder = OperationRecorder(CallSites(ProjectFiles(Path(__file__).parent)), {}, device)
+    counter = StorageCounter()
+    recorder = OperationRecorder(CallSites(ProjectFiles(Path(__file__).parent)), {}, device, memory=counter)
     with recorder:
         recorder.start_iteration()
-        recorded = measure_peak_bytes(device, step)
+        step()
     assert recorder.recording.operations  # it did record
-    assert recorded == plain
+    assert counter.peak_bytes == plain

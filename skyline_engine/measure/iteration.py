@@ -25,7 +25,13 @@ from skyline_engine.entry.loader import (
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.allocator import pin_malloc_thresholds
-from skyline_engine.measure.memory import LiveTensors, is_out_of_memory, measure_peak_bytes, release_cached_memory
+from skyline_engine.measure.memory import (
+    LiveTensors,
+    StorageCounter,
+    is_out_of_memory,
+    measure_peak_bytes,
+    release_cached_memory,
+)
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
 
 # The breakdown averages a few recorded iterations of fast models, up to this much time.
@@ -163,14 +169,20 @@ class IterationRunner:
             return self.clock.time_ms(run)
 
     def _record_first(self, run: Callable[[], None]):
-        """One iteration recorded operation by operation, its peak memory measured in the same
-        iteration (the memory tracker runs outside the recorder's timer) and its wall time."""
+        """One iteration recorded operation by operation, with its peak memory measured in the same
+        iteration (on CPU counted by the recorder itself, outside its timer), and its wall time."""
         module_names = {id(m): name for name, m in self.model.named_modules(prefix="model")}
-        recorder = OperationRecorder(self.call_sites, module_names, self.device)
+        counter = StorageCounter(self.live_tensors) if self.device.type == "cpu" else None
+        recorder = OperationRecorder(self.call_sites, module_names, self.device, memory=counter)
         wall_ms = []
         with recorder:
             recorder.start_iteration()
-            peak = measure_peak_bytes(self.device, lambda: wall_ms.append(self.clock.time_ms(run)), self.live_tensors)
+            if counter is not None:
+                wall_ms.append(self.clock.time_ms(run))
+                peak = counter.peak_bytes
+            else:  # CUDA: the caching allocator's own peak
+                peak = measure_peak_bytes(self.device, lambda: wall_ms.append(self.clock.time_ms(run)))
+        recorder.memory = None  # further recorded iterations only add to the breakdown
         return recorder, peak, wall_ms[0]
 
     def _record_more(self, recorder: OperationRecorder, run: Callable[[], None], run_time_ms: float) -> None:

@@ -9,7 +9,8 @@ that storage is freed. The peak it reports is the largest sum of live tensor sto
 operation. It does not see scratch buffers a kernel allocates and frees internally, nor memory
 outside tensors (Python objects, the allocator's own overhead); process RSS would mix all of that
 with the interpreter and libraries, which is why it is not used. The tensors alive when it starts
-are found through the garbage collector (`LiveTensors`).
+are found through the garbage collector (`LiveTensors`). The counting itself (`StorageCounter`)
+also runs inside the breakdown's recorder, so that a recorded iteration is not dispatched twice.
 """
 
 from __future__ import annotations
@@ -72,30 +73,23 @@ def _tensors_among(objects) -> List[torch.Tensor]:
         return [obj for obj in objects if issubclass(type(obj), torch.Tensor)]
 
 
-class TensorMemoryTracker(TorchDispatchMode):
-    """Live and peak bytes of CPU tensor storage while active (see the module docstring)."""
+class StorageCounter:
+    """Live and peak bytes of CPU tensor storage (see the module docstring): it starts from every
+    tensor alive, then is shown each operation's outputs and hears of each storage freed."""
 
     def __init__(self, live_tensors: Optional[LiveTensors] = None) -> None:
-        super().__init__()
-        self._live_tensors = live_tensors or LiveTensors()
         self._sizes = WeakIdKeyDictionary()
         self.live_bytes = 0
-        self.peak_bytes = 0
-
-    def __enter__(self):
-        for tensor in self._live_tensors:
+        for tensor in live_tensors if live_tensors is not None else LiveTensors():
             self._track(tensor)
         self.peak_bytes = self.live_bytes
-        return super().__enter__()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+    def add_outputs(self, out) -> None:
         for value in tree_flatten(out)[0]:
             if isinstance(value, torch.Tensor):
                 self._track(value)
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
-        return out
 
     def _track(self, tensor: torch.Tensor) -> None:
         if tensor.device.type != "cpu" or tensor.is_sparse or tensor.is_nested:
@@ -116,6 +110,33 @@ class TensorMemoryTracker(TorchDispatchMode):
 
     def _release(self, size: int) -> None:
         self.live_bytes -= size
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """Live and peak bytes of CPU tensor storage while active: a StorageCounter shown the outputs
+    of every operation."""
+
+    def __init__(self, live_tensors: Optional[LiveTensors] = None) -> None:
+        super().__init__()
+        self._live_tensors = live_tensors
+        self.counter: Optional[StorageCounter] = None
+
+    def __enter__(self):
+        self.counter = StorageCounter(self._live_tensors)
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.counter.add_outputs(out)
+        return out
+
+    @property
+    def live_bytes(self) -> int:
+        return self.counter.live_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.counter.peak_bytes
 
 
 def measure_peak_bytes(
