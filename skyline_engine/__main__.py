@@ -1,3 +1,3 @@
-from skyline_engine.cli import main
+from skyline_engine.cli import run
 
-raise SystemExit(main())
+run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("skyline: interrupted", file=sys.stderr)
         return 130
+
+
+def run() -> None:
+    """The program: `skyline` and `python -m skyline_engine`."""
+    code = main()
+    # Everything alive now goes to the collector's permanent generation, which the interpreter's
+    # last collection at exit skips: with torch and its compiler loaded, exiting took 0.9 s, a
+    # third of a cold `skyline profile` of the default example. Outputs are written and closed by
+    # now; streams are flushed by the interpreter as usual.
+    gc.freeze()
+    raise SystemExit(code)
 
 
 def _parser() -> argparse.ArgumentParser:
