@@ -135,7 +135,22 @@ def warm_latency(entry: str, device: str) -> dict:
         service.close()
 
 
-def accuracy(entry: str, device: str) -> dict:
+def accuracy(entry: str, device: str, rounds: int) -> dict:
+    """`accuracy_once`, `rounds` times: a shared 2-core machine sometimes slows one measurement by
+    10 % or more, in the engine's probes or in the held-out truth alike. Reported: the round whose
+    median time error is the median of all rounds, with every round's medians."""
+    results = [accuracy_once(entry, device) for _ in range(rounds)]
+    typical = sorted(results, key=lambda r: r["time_error_median"] if r["time_error_median"] is not None else 0)[
+        (len(results) - 1) // 2
+    ]
+    return {
+        **typical,
+        "rounds_time_error_median": [r["time_error_median"] for r in results],
+        "rounds_memory_error_median": [r["memory_error_median"] for r in results],
+    }
+
+
+def accuracy_once(entry: str, device: str) -> dict:
     """Fit the models as the engine does, then measure held-out batch sizes for real."""
     document = analyze(AnalysisRequest(entry, REPO, device=device))
     models = document["models"]
@@ -235,7 +250,8 @@ def markdown(results: dict) -> str:
         "batch sizes are measured after the analysis, in the same process, as the engine measures "
         "(CPU: glibc's malloc thresholds pinned, see skyline_engine/measure/allocator.py).",
         "",
-        "Held-out batch sizes (absolute error of the prediction):",
+        "Held-out batch sizes (absolute error of the prediction; of the rounds, each an analysis and "
+        "its held-out measurements, the one with the median time error):",
         "",
     ]
     for name, r in results["models"].items():
@@ -243,7 +259,11 @@ def markdown(results: dict) -> str:
             f"{h['batch_size']}: time {_percent(h['time_error'])}, memory {_percent(h['memory_error'])}"
             for h in r["accuracy"]["held_out"]
         )
-        out.append(f"- {name} (fitted on {r['accuracy']['measured_batch_sizes']}): {rows}")
+        rounds = ", ".join(_percent(e) for e in r["accuracy"].get("rounds_time_error_median", []))
+        out.append(
+            f"- {name} (fitted on {r['accuracy']['measured_batch_sizes']}): {rows}"
+            + (f" (median time error of each round: {rounds})" if rounds else "")
+        )
     return "\n".join(out) + "\n"
 
 
@@ -282,7 +302,7 @@ def main() -> None:
         results["models"][name] = {
             "cold": cold_latency(entry, args.device, args.rounds),
             "warm": warm_latency(entry, args.device),
-            "accuracy": accuracy(entry, args.device),
+            "accuracy": accuracy(entry, args.device, args.rounds),
         }
     print("bench: editor", file=sys.stderr)
     results["editor"] = editor.measure(device=args.device)
