@@ -121,6 +121,18 @@ def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
     assert "measuring batch size" in result.stderr  # progress while it works
 
 
+def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
+    from skyline_engine.render.units import format_ms
+
+    name, doc, result = profiled
+    rows = [line.split() for line in result.stdout.splitlines() if line.rstrip().endswith("measured")]
+    samples = {s["batch_size"]: s for s in doc["models"]["samples"]}
+    assert len(rows) == len(samples)
+    for row in rows:
+        sample = samples[int(row[0].replace(",", ""))]
+        assert " ".join(row[1:3]) == format_ms(sample["run_time_ms"])
+
+
 def test_batch_size_option_profiles_at_that_batch_size(tmp_path):
     out = tmp_path / "a.json"
     result = run_skyline(
