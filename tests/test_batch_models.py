@@ -73,3 +73,14 @@ def test_a_poor_fit_is_reported_not_hidden():
     m = BatchSizeModels.fit([8, 16, 32], [5.0, 1.0, 9.0], [1e4, 2e4, 3e4], 10**9)
     assert any("fits the measurements poorly" in w for w in m.warnings())
     assert math.isfinite(m.run_time.r2)
+
+
+def test_a_largest_fit_far_beyond_the_measurements_is_flagged():
+    # Memory grows 1 kB a sample from 50 kB: 1 MB of capacity (less 10 % headroom) fits 850
+    # samples, 26x the largest measured (32); 200 kB fits 130, 4x.
+    far = models(capacity=1_000_000)
+    assert far.max_batch_size() > 16 * 32
+    assert any("extrapolated far beyond" in note and "(32)" in note for note in far.warnings())
+    near = models(capacity=200_000)
+    assert near.max_batch_size() <= 16 * 32
+    assert not any("extrapolated far beyond" in note for note in near.warnings())

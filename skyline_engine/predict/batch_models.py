@@ -19,6 +19,9 @@ MEMORY_HEADROOM_FRACTION = 0.10
 
 # Below this R² a model's predictions are flagged as unreliable.
 POOR_FIT_R2 = 0.95
+# Beyond this multiple of the largest measured batch size, the largest that fits is a far
+# extrapolation (the default example on a 24 GiB CPU: 22 million, 86,000× the largest measured).
+FAR_EXTRAPOLATION = 16
 
 
 def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_HEADROOM_FRACTION) -> int:
@@ -52,11 +55,14 @@ class BatchSizeModels:
     # The models are not trusted below the smallest measured batch size: there a line with a
     # negative bias would predict times near zero and absurd throughput.
     smallest_measured_batch_size: int
+    largest_measured_batch_size: int
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
 
     @classmethod
     def fit(cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int):
-        return cls(fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity, min(batch_sizes))
+        return cls(
+            fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity, min(batch_sizes), max(batch_sizes)
+        )
 
     @classmethod
     def from_dict(cls, models: dict, memory_capacity_bytes: int) -> "BatchSizeModels":
@@ -68,6 +74,7 @@ class BatchSizeModels:
             peak_memory=_line_from_dict(models["peak_memory_bytes"]),
             memory_capacity_bytes=int(memory_capacity_bytes),
             smallest_measured_batch_size=min(int(s["batch_size"]) for s in models["samples"]),
+            largest_measured_batch_size=max(int(s["batch_size"]) for s in models["samples"]),
             headroom_fraction=float(models.get("memory_headroom_fraction", MEMORY_HEADROOM_FRACTION)),
         )
 
@@ -126,6 +133,14 @@ class BatchSizeModels:
                     f"The {what} model fits the measurements poorly (R² = {model.r2:.2f}); "
                     "its predictions are unreliable."
                 )
+        largest = self.max_batch_size()
+        if largest is not None and largest > FAR_EXTRAPOLATION * self.largest_measured_batch_size:
+            notes.append(
+                f"The largest batch size predicted to fit ({largest:,}) is "
+                f"{largest / self.largest_measured_batch_size:,.0f}× the largest measured "
+                f"({self.largest_measured_batch_size:,}): the lines are extrapolated far beyond the "
+                "measurements, where caches, the allocator and the machine can bend them."
+            )
         if self.run_time.slope <= 0:
             notes.append(
                 "Iteration time did not grow with the batch size over the measured range, "
