@@ -216,7 +216,7 @@ def markdown(results: dict) -> str:
             f"| {_percent(cold.get('imports_share_of_torch_profiler'))} "
             f"| {_ratio(cold.get('first_result_over_torch_profiler'))} "
             f"| {cold['skyline_over_bare_iteration']:.2f} "
-            f"| {warm['first_result_in_iterations']:.1f}, "
+            f"| {warm['first_result_in_iterations']:.1f} ({warm['first_result_after_model_built_ms']:.0f} ms), "
             f"{mark(warm['first_result_in_iterations'] <= TARGETS['first_result_iterations'])} "
             f"| {warm['complete_s']:.1f} s "
             f"| {_percent(time_error)}, {mark(time_error is not None and time_error <= TARGETS['time_error_median'])} "
