@@ -33,8 +33,18 @@ def _argv(home: Path) -> list:
     env.update(NVIM_RPLUGIN_MANIFEST=str(home / "rplugin.vim"), SKYLINE_TEST_PYTHON=sys.executable)
     for name in ("config", "data", "state", "cache"):
         (home / name).mkdir(exist_ok=True)
-    return ["env", *(f"{k}={v}" for k, v in env.items()), _nvim_binary(), "--embed", "--headless", "-n",
-            "-i", "NONE", "-u", str(REPO / "tests" / "minimal_init.lua")]
+    return [
+        "env",
+        *(f"{k}={v}" for k, v in env.items()),
+        _nvim_binary(),
+        "--embed",
+        "--headless",
+        "-n",
+        "-i",
+        "NONE",
+        "-u",
+        str(REPO / "tests" / "minimal_init.lua"),
+    ]
 
 
 def _state(editor) -> dict:

@@ -15,8 +15,17 @@ import msgpack
 class Service:
     def __init__(self, project_root: Path, device: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "skyline_engine", "serve", "--stdio", "--project-root", str(project_root),
-             "--device", device],
+            [
+                sys.executable,
+                "-m",
+                "skyline_engine",
+                "serve",
+                "--stdio",
+                "--project-root",
+                str(project_root),
+                "--device",
+                device,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

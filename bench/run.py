@@ -87,7 +87,7 @@ def cold_latency(entry: str, device: str, rounds: int) -> dict:
     names = list(variants)
     times = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             times[name].append(timed(variants[name]))
     medians = {name: statistics.median(values) for name, values in times.items()}
     return {
@@ -115,6 +115,7 @@ def warm_latency(entry: str, device: str) -> dict:
                     if m[0] != 2 or m[1] != kind or m[2][0].get("analysis_id") != analysis_id:
                         return False
                     return partial is None or m[2][0].get("partial") == partial
+
                 return match
 
             built, _ = service.wait(
@@ -242,7 +243,7 @@ def markdown(results: dict) -> str:
         ]
     out += [
         "",
-        "How measured: cold runs are separate processes, interleaved; \"importing torch\" is a process "
+        'How measured: cold runs are separate processes, interleaved; "importing torch" is a process '
         "that only imports torch and its compiler (creating any optimizer imports it), a floor all "
         "of them share. The cold service runs from starting `skyline serve --stdio` to the first "
         "per-line result of an analysis sent at once (an editor's first profile). Warm: through `skyline serve --stdio`, the second of two analyses, from the "

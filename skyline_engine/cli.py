@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
         help="analyze an entry point: throughput, peak memory and batch-size predictions",
         description="Analyze a Skyline entry point and print a report.",
     )
-    profile.add_argument("entry_point", metavar="ENTRY", help="the entry point file (relative to the working directory)")
+    profile.add_argument(
+        "entry_point", metavar="ENTRY", help="the entry point file (relative to the working directory)"
+    )
     profile.add_argument("--batch-size", type=_positive_int, help="profile at this batch size instead of the default")
     profile.add_argument(
         "--set-batch-size",

@@ -85,8 +85,18 @@ def nvim_session(tmp_path_factory) -> Session:
     )
     for name in ("config", "data", "state", "cache"):
         (home / name).mkdir()
-    argv = ["env", *(f"{key}={value}" for key, value in env.items()),
-            nvim_binary(), "--embed", "--headless", "-n", "-i", "NONE", "-u", str(MINIMAL_INIT)]
+    argv = [
+        "env",
+        *(f"{key}={value}" for key, value in env.items()),
+        nvim_binary(),
+        "--embed",
+        "--headless",
+        "-n",
+        "-i",
+        "NONE",
+        "-u",
+        str(MINIMAL_INIT),
+    ]
     session = Session(home, argv)
     editor = pynvim.attach("child", argv=argv)
     try:

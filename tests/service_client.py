@@ -98,8 +98,10 @@ class RpcClient:
     def wait_final(self, analysis_id: int, timeout: float = WAIT_S) -> Tuple[str, dict]:
         """The notification that ends an analysis: complete `analysis` or `analysis_error`."""
         return self.wait_notification(
-            lambda m, p: p.get("analysis_id") == analysis_id
-            and (m == "analysis_error" or (m == "analysis" and not p["partial"])),
+            lambda m, p: (
+                p.get("analysis_id") == analysis_id
+                and (m == "analysis_error" or (m == "analysis" and not p["partial"]))
+            ),
             timeout,
         )
 
@@ -163,7 +165,17 @@ class ServiceProcess:
         self.root = Path(root)
         self.log_path = self.root.parent / f"service-{os.getpid()}-{id(self)}.log"
         self._log = open(self.log_path, "wb")
-        command = [sys.executable, "-m", "skyline_engine", "serve", "--project-root", str(root), "--device", "cpu", *args]
+        command = [
+            sys.executable,
+            "-m",
+            "skyline_engine",
+            "serve",
+            "--project-root",
+            str(root),
+            "--device",
+            "cpu",
+            *args,
+        ]
         if stdio:
             command.append("--stdio")
         else:

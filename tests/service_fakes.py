@@ -14,8 +14,13 @@ from typing import List
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.dispatcher import Dispatcher
 
-DEVICE = {"type": "cpu", "index": None, "name": "Fake CPU", "memory_capacity_bytes": 1 << 34,
-          "memory_capacity_source": "physical-memory"}
+DEVICE = {
+    "type": "cpu",
+    "index": None,
+    "name": "Fake CPU",
+    "memory_capacity_bytes": 1 << 34,
+    "memory_capacity_source": "physical-memory",
+}
 
 
 class FakeJob:
@@ -92,10 +97,18 @@ def document(root="/srv/project", models=True) -> dict:
         "entry_point": "tiny/entry_point.py",
         "device": DEVICE,
         "batch_size": 16,
-        "models": None if not models else {
+        "models": None
+        if not models
+        else {
             "samples": [{"batch_size": b} for b in (8, 16, 32)],
             "run_time_ms": {"slope": 0.1, "bias": 1.0, "r2": 1.0, "max_relative_residual": 0.0, "points": 3},
-            "peak_memory_bytes": {"slope": 1000.0, "bias": 5000.0, "r2": 1.0, "max_relative_residual": 0.0, "points": 3},
+            "peak_memory_bytes": {
+                "slope": 1000.0,
+                "bias": 5000.0,
+                "r2": 1.0,
+                "max_relative_residual": 0.0,
+                "points": 3,
+            },
             "memory_headroom_fraction": 0.1,
         },
         "warnings": [] if models else ["Only one batch size could be measured, so nothing is predicted."],

@@ -316,13 +316,16 @@ SCALE = 2.0
 raise RuntimeError("helper could not find its configuration")  # <- HERE
 """
 
-ARGPARSE_AT_IMPORT = IMPORTS + """
+ARGPARSE_AT_IMPORT = (
+    IMPORTS
+    + """
 import argparse
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--lr", type=float, default=0.01)
 args = parser.parse_args()  # <- HERE
 """
+)
 
 
 @cases(
@@ -692,7 +695,9 @@ def test_provider_returns_the_wrong_thing(tmp_path, case):
     Case(
         # Calling it fails before any line of the user's runs: the location is its def line.
         "iteration-takes-other-inputs",
-        with_entry(iteration_provider=iteration_provider_with("def iteration(x):", "def iteration(x, labels):  # <- HERE")),
+        with_entry(
+            iteration_provider=iteration_provider_with("def iteration(x):", "def iteration(x, labels):  # <- HERE")
+        ),
         says=("TypeError", "missing 1 required positional argument: 'labels'", "at batch size 8", "iteration(*inputs)"),
     ),
     Case(

@@ -66,15 +66,16 @@ def test_positional_only_parameters_count_for_alignment():
 
 
 def test_decorated_function():
-    source = "import functools\n\n@functools.lru_cache()\n@other\ndef skyline_input_provider(batch_size=12):\n    pass\n"
+    source = (
+        "import functools\n\n@functools.lru_cache()\n@other\ndef skyline_input_provider(batch_size=12):\n    pass\n"
+    )
     location = find(source)
     assert (location.line, location.value) == (5, 12)
 
 
 def test_last_top_level_definition_wins():
     source = (
-        "def skyline_input_provider(batch_size=8):\n    pass\n\n"
-        "def skyline_input_provider(batch_size=48):\n    pass\n"
+        "def skyline_input_provider(batch_size=8):\n    pass\n\ndef skyline_input_provider(batch_size=48):\n    pass\n"
     )
     location = find(source)
     assert (location.line, location.value) == (4, 48)

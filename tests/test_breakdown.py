@@ -93,7 +93,10 @@ def test_optimizer_state_belongs_to_the_optimizers_construction_line(document, p
     parameters = sum(w["size_bytes"] for w in document["weights"])
     assert state["name"] == "SGD"
     assert state["size_bytes"] == parameters  # one momentum buffer per parameter
-    assert state["contexts"][0] == {"path": "entry_point.py", "line": marker_line(project / "entry_point.py", "OPTIMIZER")}
+    assert state["contexts"][0] == {
+        "path": "entry_point.py",
+        "line": marker_line(project / "entry_point.py", "OPTIMIZER"),
+    }
 
 
 def test_activations_kept_for_backward_are_attributed_to_their_operations(document, project):
@@ -129,11 +132,9 @@ def test_no_operation_is_counted_twice(document):
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)
 
 
-
 def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(tmp_path):
     (tmp_path / "training.py").write_text(
-        "import torch\n\n\ndef make_optimizer(model):\n"
-        "    return torch.optim.Adam(model.parameters())  # OPTIMIZER\n"
+        "import torch\n\n\ndef make_optimizer(model):\n    return torch.optim.Adam(model.parameters())  # OPTIMIZER\n"
     )
     (tmp_path / "entry_point.py").write_text(
         "import torch\nfrom training import make_optimizer\n\n\n"

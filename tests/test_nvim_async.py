@@ -31,7 +31,7 @@ from nvim_helpers import (  # noqa: F401 - fixtures
 
 # The model provider waits while a `hold` file exists next to the entry point: an analysis
 # that is surely running until the test releases it.
-HOLD = '''
+HOLD = """
 def skyline_model_provider():
     import pathlib, time
     hold = pathlib.Path(__file__).with_name("hold")
@@ -39,7 +39,7 @@ def skyline_model_provider():
     while hold.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return MLPClassifier()
-'''
+"""
 
 
 @pytest.fixture
@@ -181,9 +181,25 @@ def remote_engine(project, tmp_path):
     """`skyline serve --listen` on a free port, serving the project: (address, token file)."""
     token_file = tmp_path / "state" / "token"
     server = subprocess.Popen(
-        [sys.executable, "-m", "skyline_engine", "serve", "--listen", "127.0.0.1:0", "--token-file", str(token_file),
-         "--project-root", str(project), "--quick", "--device", "cpu"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "skyline_engine",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            str(token_file),
+            "--project-root",
+            str(project),
+            "--quick",
+            "--device",
+            "cpu",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         match = re.search(r"listening on (\S+)", server.stdout.readline())
@@ -230,7 +246,9 @@ def test_editing_the_literal_while_a_reprofile_runs(nvim, held_project):
     nvim.api.buf_set_text(0, row, start, row, start + 3, ["32"])  # the user types over the digits
     wait_for(lambda: state(nvim)["batch_size"] == 32, "the prediction to follow the edit", timeout=10)
     (held_project / "hold").unlink()
-    wait_for(lambda: state(nvim)["measured"]["batch_size"] == 32 and not state(nvim)["running"], "the measurement at 32")
+    wait_for(
+        lambda: state(nvim)["measured"]["batch_size"] == 32 and not state(nvim)["running"], "the measurement at 32"
+    )
     assert document(nvim)["batch_size"] == 32
     assert "batch_size=32" in nvim.current.buffer[row]
     assert_no_traceback(nvim)

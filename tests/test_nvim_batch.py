@@ -119,7 +119,11 @@ def test_batch_size_command_forms_and_bad_values(profiled):
     nvim.input("5<Plug>(skyline-batch-dec)")
     wait_for(lambda: "batch_size=1" in literal_line(nvim), "the smallest batch size", timeout=10)
     nvim.command("SkylineBatchSize 4")
-    for bad, message in (("0", "it must be from 1"), ("-5", "the batch size would be -1"), ("abc", "expected N, +N, -N or max")):
+    for bad, message in (
+        ("0", "it must be from 1"),
+        ("-5", "the batch size would be -1"),
+        ("abc", "expected N, +N, -N or max"),
+    ):
         nvim.command(f"SkylineBatchSize {bad}")
         wait_for_message(nvim, message)
         assert "batch_size=4" in literal_line(nvim)
@@ -146,7 +150,9 @@ def test_keymaps_can_be_switched_off_and_are_never_global(nvim, project):
     nvim.command(f"edit {project}/entry_point.py")
     profile(nvim)
     assert nvim.funcs.maparg("\\+", "n") == ""
-    nvim.exec_lua("require('skyline').setup({keymaps = {batch_inc = '<M-a>', batch_dec = ''}, engine_args = {'--quick'}, device = 'cpu'})")
+    nvim.exec_lua(
+        "require('skyline').setup({keymaps = {batch_inc = '<M-a>', batch_dec = ''}, engine_args = {'--quick'}, device = 'cpu'})"
+    )
     nvim.command(f"edit {project}/model.py")
     nvim.command("bwipeout! entry_point.py")
     nvim.command(f"edit {project}/entry_point.py")  # the entry point's buffer, read again

@@ -21,7 +21,12 @@ from nvim_helpers import (  # noqa: F401 - fixtures
 )
 
 COMMANDS = ["SkylineProfile", "SkylineStop", "SkylineBreakdown", "SkylineBatchSize", "SkylineConnect", "SkylineClear"]
-PLUGS = ["<Plug>(skyline-batch-inc)", "<Plug>(skyline-batch-dec)", "<Plug>(skyline-profile)", "<Plug>(skyline-breakdown)"]
+PLUGS = [
+    "<Plug>(skyline-batch-inc)",
+    "<Plug>(skyline-batch-dec)",
+    "<Plug>(skyline-profile)",
+    "<Plug>(skyline-breakdown)",
+]
 
 
 def test_the_manifest_registers_the_remote_plugin(nvim, nvim_session):
@@ -141,7 +146,9 @@ def test_help_tags_generate_and_cover_everything(nvim, tmp_path):
     shutil.copytree(REPO / "doc", doc)  # :helptags writes doc/tags: not into the checkout
     result = subprocess.run(
         [nvim_binary(), "--headless", "-u", "NONE", "-i", "NONE", "-n", "+helptags " + str(doc), "+qa"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0 and "E154" not in result.stderr + result.stdout, result.stderr
     tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}

@@ -109,7 +109,9 @@ def test_breakdown_float_shows_the_results_and_jumps_to_lines(nvim, project):
 
 
 def test_edits_mark_annotations_stale_until_the_save_reprofiles(nvim, project):
-    nvim.exec_lua("require('skyline').setup({engine_args = {'--quick'}, device = 'cpu', virt_text_pos = 'eol', save_debounce_ms = 50})")
+    nvim.exec_lua(
+        "require('skyline').setup({engine_args = {'--quick'}, device = 'cpu', virt_text_pos = 'eol', save_debounce_ms = 50})"
+    )
     nvim.command(f"edit {project}/model.py")
     model_buf = nvim.current.buffer
     nvim.command(f"edit {project}/entry_point.py")
@@ -158,7 +160,9 @@ def test_unsaved_changes_are_matched_to_the_profiled_file(nvim, project):
     assert doc["batch_size"] == 64 and result["batch_size"] == 64  # the buffer's, not the file's
     # The engine profiled the file; its lines are drawn where they are in the buffer, dimmed.
     shown = annotations(nvim, model)
-    assert {row: text for row, (text, _) in shown.items()} == {row + 2: text for row, text in expected_rows(doc, "model.py").items()}
+    assert {row: text for row, (text, _) in shown.items()} == {
+        row + 2: text for row, text in expected_rows(doc, "model.py").items()
+    }
     assert {group for _, group in shown.values()} == {"SkylineStale"}
     # The entry point differs from its file only by the batch size the request carried.
     assert "SkylineStale" not in {group for _, group in annotations(nvim, entry).values()}

@@ -67,7 +67,12 @@ def test_memory_report_answers_skylines_queries(project):
             "JOIN stack_frames f ON f.correlation_id = c.correlation_id AND f.ordering = 0"
         )
     }
-    assert weights["model.inp.weight"] == (32 * 128 * 4, 32 * 128 * 4, "model.py", marker_line(project / "model.py", "INPUT_LAYER"))
+    assert weights["model.inp.weight"] == (
+        32 * 128 * 4,
+        32 * 128 * 4,
+        "model.py",
+        marker_line(project / "model.py", "INPUT_LAYER"),
+    )
     activations = db.execute(
         "SELECT a.operation_name, a.size_bytes, f.file_path, f.line_number FROM activation_entries a "
         "JOIN stack_correlation c ON c.entry_id = a.id AND c.entry_type = 2 "
@@ -80,7 +85,15 @@ def test_memory_report_answers_skylines_queries(project):
 
 def test_trace_is_a_chrome_trace_of_one_iteration(project):
     result = run_skyline(
-        "profile", "entry_point.py", "--trace", "trace.json", "--json", "doc.json", "--device", "cpu", "--quiet",
+        "profile",
+        "entry_point.py",
+        "--trace",
+        "trace.json",
+        "--json",
+        "doc.json",
+        "--device",
+        "cpu",
+        "--quiet",
         cwd=project,
     )
     assert result.returncode == 0, result.stderr

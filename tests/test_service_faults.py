@@ -42,12 +42,17 @@ def assert_a_normal_analysis_succeeds(client):
 
 def test_a_worker_killed_with_sigkill(client):
     analysis_id = client.request("analyze", {"entry_point": "slow/entry_point.py"})["analysis_id"]
-    client.wait_notification(lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model")
+    client.wait_notification(
+        lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model"
+    )
     worker = client.request("status")["worker_pid"]
     os.kill(worker, signal.SIGKILL)
     method, error = client.wait_final(analysis_id)
     assert method == "analysis_error"
-    assert error["kind"] in ("crashed", "out_of_memory")  # out_of_memory only if the kernel's OOM killer fired meanwhile
+    assert error["kind"] in (
+        "crashed",
+        "out_of_memory",
+    )  # out_of_memory only if the kernel's OOM killer fired meanwhile
     assert error["signal"] == "SIGKILL"
     assert "killed" in error["message"]
     assert "building the model" in error["message"]  # the step it was in

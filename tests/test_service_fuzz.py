@@ -31,10 +31,28 @@ VALID_FRAMES = [
 ]
 
 leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(allow_nan=True),
-    st.text(max_size=20), st.binary(max_size=20),
-    st.sampled_from(["initialize", "analyze", "predict", "cancel", "status", "shutdown", "entry_point",
-                     "batch_size", "analysis_id", "protocol_version", "token", "client_root"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64) + 1, 2**64 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+    st.sampled_from(
+        [
+            "initialize",
+            "analyze",
+            "predict",
+            "cancel",
+            "status",
+            "shutdown",
+            "entry_point",
+            "batch_size",
+            "analysis_id",
+            "protocol_version",
+            "token",
+            "client_root",
+        ]
+    ),
 )
 msgpack_values = st.recursive(
     leaves,
@@ -44,7 +62,15 @@ msgpack_values = st.recursive(
     ),
     max_leaves=20,
 )
-PARAMETER_NAMES = ["protocol_version", "token", "entry_point", "batch_size", "analysis_id", "client_root", "time_limit_s"]
+PARAMETER_NAMES = [
+    "protocol_version",
+    "token",
+    "entry_point",
+    "batch_size",
+    "analysis_id",
+    "client_root",
+    "time_limit_s",
+]
 # Near misses: requests with real method names and parameter names, values of any type.
 plausible_requests = st.tuples(
     st.just(0),

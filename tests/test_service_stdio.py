@@ -146,7 +146,9 @@ def test_a_user_code_error_names_the_line(client, root):
 
 def test_cancel_ends_the_analysis_and_its_worker(client):
     analysis_id = client.request("analyze", {"entry_point": SLOW})["analysis_id"]
-    client.wait_notification(lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model")
+    client.wait_notification(
+        lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model"
+    )
     worker = client.request("status")["worker_pid"]
     assert client.request("cancel", {"analysis_id": analysis_id}) == {"cancelled": True}
     method, final = client.wait_final(analysis_id)
@@ -176,7 +178,9 @@ def test_edited_files_are_picked_up_by_the_next_analysis(client, root):
     entry_text, model_text = entry.read_text(), model.read_text()
     try:
         entry.write_text(entry_text.replace("batch_size=16", "batch_size=24"))
-        model.write_text(model_text.replace("return self.linear(x).pow(2).mean()", "raise RuntimeError('edited')  # <- HERE"))
+        model.write_text(
+            model_text.replace("return self.linear(x).pow(2).mean()", "raise RuntimeError('edited')  # <- HERE")
+        )
         _, method, final = client.analyze(TINY)
         assert (method, final["kind"], final["path"]) == ("analysis_error", "user_code", "tiny/model.py")
         assert final["line"] == marked_line(model)

@@ -41,8 +41,10 @@ def service(root, token_file):
     service = ServiceProcess(
         root,
         "--quick",
-        "--max-frame-bytes", str(MAX_FRAME),
-        "--handshake-timeout", str(HANDSHAKE_S),
+        "--max-frame-bytes",
+        str(MAX_FRAME),
+        "--handshake-timeout",
+        str(HANDSHAKE_S),
         stdio=False,
         token_file=token_file,
     )
@@ -164,7 +166,9 @@ def test_a_client_that_disconnects_mid_analysis_takes_its_worker_with_it(connect
     client = connect()
     client.initialize(token=service.token)
     analysis_id = client.request("analyze", {"entry_point": SLOW})["analysis_id"]
-    client.wait_notification(lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model")
+    client.wait_notification(
+        lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model"
+    )
     worker = client.request("status")["worker_pid"]
     client.close()
     assert process_gone(worker)
@@ -279,7 +283,9 @@ def test_a_client_that_never_reads_does_not_stop_the_others(connect, service):
 def _serve(root, *args, timeout=60):
     return subprocess.run(
         [sys.executable, "-m", "skyline_engine", "serve", "--project-root", str(root), *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -177,8 +177,13 @@ def test_a_superseded_analysis_is_never_delivered():
     old, new = engine.jobs
     assert old.stopped and not new.stopped
     assert sent.notifications("analysis_error") == [
-        {"analysis_id": old.analysis_id, "kind": "superseded", "message": "analysis 1 was superseded by analysis 2.",
-         "path": None, "line": None}
+        {
+            "analysis_id": old.analysis_id,
+            "kind": "superseded",
+            "message": "analysis 1 was superseded by analysis 2.",
+            "path": None,
+            "line": None,
+        }
     ]
     # Messages the old worker had already written arrive late: all dropped.
     old.listener.on_progress(old, "late", 0.9)
@@ -309,8 +314,13 @@ def test_tokens_compare_exactly():
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("8080", ("127.0.0.1", 8080)), (":0", ("127.0.0.1", 0)), ("0.0.0.0:1", ("0.0.0.0", 1)),
-     ("localhost:22", ("localhost", 22)), ("[::1]:9", ("::1", 9))],
+    [
+        ("8080", ("127.0.0.1", 8080)),
+        (":0", ("127.0.0.1", 0)),
+        ("0.0.0.0:1", ("0.0.0.0", 1)),
+        ("localhost:22", ("localhost", 22)),
+        ("[::1]:9", ("::1", 9)),
+    ],
 )
 def test_listen_addresses(text, expected):
     assert parse_listen(text) == expected
@@ -327,7 +337,9 @@ def test_loopback_detection():
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
 
 
-@pytest.mark.parametrize("text, size", [("1024", 1024), ("2G", 2 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("4k", 4096)])
+@pytest.mark.parametrize(
+    "text, size", [("1024", 1024), ("2G", 2 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("4k", 4096)]
+)
 def test_sizes(text, size):
     assert parse_size(text) == size
 

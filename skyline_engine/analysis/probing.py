@@ -67,9 +67,7 @@ class Probing:
                 self._measure(candidate)
                 return True
             except OutOfMemoryAtBatchSize:
-                self.notes.append(
-                    f"Batch size {candidate} ran out of memory; probing a smaller one instead."
-                )
+                self.notes.append(f"Batch size {candidate} ran out of memory; probing a smaller one instead.")
                 candidate = (user_batch_size + candidate) // 2
         return False
 

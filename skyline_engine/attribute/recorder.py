@@ -118,7 +118,7 @@ class Recording:
 
     def first_iteration(self) -> List[OperationRecord]:
         end = self.iteration_starts[1] if len(self.iteration_starts) > 1 else len(self.operations)
-        return self.operations[: end]
+        return self.operations[:end]
 
 
 class OperationRecorder(TorchDispatchMode):

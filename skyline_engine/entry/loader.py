@@ -109,7 +109,9 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
     imports = ImportScope(path.parent, files)
     try:
         module = _import(path, code, files)
-        providers = {name: _provider(module, name, relative) for name in (MODEL_PROVIDER, INPUT_PROVIDER, ITERATION_PROVIDER)}
+        providers = {
+            name: _provider(module, name, relative) for name in (MODEL_PROVIDER, INPUT_PROVIDER, ITERATION_PROVIDER)
+        }
         _check_no_required_parameters(providers[MODEL_PROVIDER], relative)
         default_batch_size = _default_batch_size(providers[INPUT_PROVIDER], relative)
         _check_takes_model(providers[ITERATION_PROVIDER], relative)
@@ -197,7 +199,7 @@ def user_code_error(
         message = (
             f"the code called sys.exit({code}) (raised while running {what}). Skyline imports the entry "
             "point and calls its providers, which must not exit; parse command-line arguments "
-            "(argparse exits on Skyline's) only under `if __name__ == \"__main__\":`."
+            '(argparse exits on Skyline\'s) only under `if __name__ == "__main__":`.'
         )
     trace = user_traceback_text(exc.__traceback__, files)
     if trace:
@@ -234,7 +236,9 @@ def _provider(module: ModuleType, name: str, relative: str) -> Callable:
     # A model instance is callable too, but calling it runs `forward` without inputs.
     if not callable(fn) or isinstance(fn, torch.nn.Module):
         raise EntryPointError(
-            f"`{name}` is a {type(fn).__name__}, not a function.", path=relative, hint="Define it with:\n" + _EXAMPLES[name]
+            f"`{name}` is a {type(fn).__name__}, not a function.",
+            path=relative,
+            hint="Define it with:\n" + _EXAMPLES[name],
         )
     return fn
 

@@ -43,8 +43,8 @@ class ProjectFiles:
             known = self._cache[filename] = False
         if known is None:
             real = os.path.realpath(filename)
-            known = real.startswith(self._prefix) and not real.startswith(_LIBRARY_ROOTS) and (
-                "site-packages" not in real
+            known = (
+                real.startswith(self._prefix) and not real.startswith(_LIBRARY_ROOTS) and ("site-packages" not in real)
             )
             self._cache[filename] = known
         return known
@@ -53,9 +53,7 @@ class ProjectFiles:
         return os.path.relpath(os.path.realpath(filename), self.root)
 
 
-def innermost_user_frame(
-    tb: Optional[TracebackType], files: ProjectFiles
-) -> Optional[traceback.FrameSummary]:
+def innermost_user_frame(tb: Optional[TracebackType], files: ProjectFiles) -> Optional[traceback.FrameSummary]:
     """The deepest frame of a traceback that lies in a project file."""
     found = None
     for frame in traceback.extract_tb(tb):

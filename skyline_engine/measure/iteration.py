@@ -316,4 +316,3 @@ def _describe(value: Any) -> str:
         # `return MyModel` for `return MyModel()`: "a value of type type" would not say so.
         return f"the class {value.__name__} itself"
     return f"a value of type {type(value).__name__}"
-

@@ -168,6 +168,4 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if oom_type is not None and isinstance(exc, oom_type):
         return True
     text = str(exc)
-    return isinstance(exc, RuntimeError) and (
-        "out of memory" in text.lower() or "can't allocate memory" in text
-    )
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)

@@ -108,7 +108,10 @@ def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBu
             continue
         if spent_ms >= budget.max_run_s * 1000:
             break
-        if spent_ms >= budget.min_run_s * 1000 and _median_relative_error(per_iteration) <= budget.target_relative_error:
+        if (
+            spent_ms >= budget.min_run_s * 1000
+            and _median_relative_error(per_iteration) <= budget.target_relative_error
+        ):
             break
     q1, median, q3 = np.percentile(per_iteration, [25, 50, 75])
     return TimingStats(float(median), float(q3 - q1), len(per_iteration) * block_size, block_size)

@@ -61,7 +61,11 @@ class BatchSizeModels:
     @classmethod
     def fit(cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int):
         return cls(
-            fit_line(batch_sizes, run_times_ms), fit_line(batch_sizes, peaks), capacity, min(batch_sizes), max(batch_sizes)
+            fit_line(batch_sizes, run_times_ms),
+            fit_line(batch_sizes, peaks),
+            capacity,
+            min(batch_sizes),
+            max(batch_sizes),
         )
 
     @classmethod

@@ -43,8 +43,7 @@ def _summary(doc: dict) -> str:
         f"Throughput     {format_rate(it['samples_per_second'], SAMPLES)} "
         f"(one iteration {format_ms(it['run_time_ms'])}, IQR {format_ms(it['run_time_iqr_ms'])}, "
         f"{it['repetitions']} repetitions)",
-        f"Peak memory    {format_bytes(it['peak_memory_bytes'])} of {format_bytes(capacity)} "
-        f"{bar(share)} {share:.1%}",
+        f"Peak memory    {format_bytes(it['peak_memory_bytes'])} of {format_bytes(capacity)} {bar(share)} {share:.1%}",
     ]
     models = doc.get("models")
     if models:
@@ -74,7 +73,14 @@ def _hottest_lines(doc: dict) -> str:
     if untracked:
         share = untracked["run_time_ms"] / total if total else 0.0
         rows.append(
-            ("untracked", format_ms(untracked["run_time_ms"]), "", f"{share:.1%}", format_bytes(untracked["memory_bytes"]), "")
+            (
+                "untracked",
+                format_ms(untracked["run_time_ms"]),
+                "",
+                f"{share:.1%}",
+                format_bytes(untracked["memory_bytes"]),
+                "",
+            )
         )
     return "Hottest lines (one iteration)\n" + _table(rows, right_aligned=(1, 2, 3, 4))
 
@@ -176,8 +182,6 @@ def _table(rows: List[tuple], right_aligned=()) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:
-        cells = [
-            cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]) for i, cell in enumerate(row)
-        ]
+        cells = [cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]) for i, cell in enumerate(row)]
         out.append("  " + "   ".join(cells).rstrip())
     return "\n".join(out)

@@ -107,6 +107,11 @@ class ClientAnalyses:
         job.stop()
         self.notify(
             "analysis_error",
-            {"analysis_id": job.analysis_id, "kind": kind, "message": f"analysis {job.analysis_id} was {why}.",
-             "path": None, "line": None},
+            {
+                "analysis_id": job.analysis_id,
+                "kind": kind,
+                "message": f"analysis {job.analysis_id} was {why}.",
+                "path": None,
+                "line": None,
+            },
         )

@@ -127,7 +127,9 @@ class Dispatcher:
         except Exception as exc:  # a bug: tell the client, keep serving
             log.exception("%s failed", method)
             if not responded:
-                self._reply_error(msgid, RpcError(INTERNAL, f"internal error in `{method}`: {type(exc).__name__}: {exc}"))
+                self._reply_error(
+                    msgid, RpcError(INTERNAL, f"internal error in `{method}`: {type(exc).__name__}: {exc}")
+                )
             return True
 
     def _handler(self, method: str):
@@ -206,8 +208,10 @@ class Dispatcher:
         smallest = models.smallest_measured_batch_size
         warning = None
         if batch_size < smallest:
-            warning = (f"batch size {batch_size} is below the smallest measured ({smallest}), "
-                       "where the models are not reliable.")
+            warning = (
+                f"batch size {batch_size} is below the smallest measured ({smallest}), "
+                "where the models are not reliable."
+            )
         return {"analysis_id": latest.analysis_id, **prediction, "warning": warning}
 
     def _cancel(self, params: dict, respond) -> dict:

@@ -46,8 +46,13 @@ class EngineService:
             return None
         with self._lock:
             analysis_id = next(self._ids)
-        request = dict(request, analysis_id=analysis_id, project_root=self.server_root, device=self.config.device,
-                       budget=self.config.budget.to_dict())
+        request = dict(
+            request,
+            analysis_id=analysis_id,
+            project_root=self.server_root,
+            device=self.config.device,
+            budget=self.config.budget.to_dict(),
+        )
         return Job(analysis_id, request, worker, self.pool, listener, time_limit_s or self.config.time_limit_s)
 
     def on_close(self, callback: Callable[[], None]) -> Callable[[], None]:

@@ -197,7 +197,7 @@ def _method(value: Any, msgid: Optional[int]) -> str:
 def _params(value: Any, msgid: Optional[int]) -> Dict[str, Any]:
     if not isinstance(value, list) or len(value) > 1:
         raise InvalidMessage(
-            RpcError(INVALID_PARAMS, "params are an array holding one map, e.g. [{\"batch_size\": 32}]"), msgid
+            RpcError(INVALID_PARAMS, 'params are an array holding one map, e.g. [{"batch_size": 32}]'), msgid
         )
     if not value:
         return {}

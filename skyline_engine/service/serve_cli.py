@@ -157,7 +157,8 @@ def _run_tcp(engine, args: argparse.Namespace) -> int:
             )
         logging.getLogger("skyline.service").warning(
             "WARNING: listening on %s, reachable from other machines; anyone with the token can run code "
-            "as this user. Traffic is not encrypted: prefer an SSH tunnel.", host
+            "as this user. Traffic is not encrypted: prefer an SSH tunnel.",
+            host,
         )
     token = tokens.new_token()
     token_path = Path(args.token_file) if args.token_file else tokens.default_token_path()

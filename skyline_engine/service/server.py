@@ -109,7 +109,7 @@ def _read(fd: int) -> bytes:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _wait(engine: EngineService) -> None:
@@ -185,9 +185,15 @@ class TcpServer:
                 if not dispatcher.initialized:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        connection.send(notification("protocol_error", {
-                            "code": HANDSHAKE_TIMEOUT,
-                            "message": f"no successful `initialize` within {config.handshake_timeout_s:g} s"}))
+                        connection.send(
+                            notification(
+                                "protocol_error",
+                                {
+                                    "code": HANDSHAKE_TIMEOUT,
+                                    "message": f"no successful `initialize` within {config.handshake_timeout_s:g} s",
+                                },
+                            )
+                        )
                         return b""
                     sock.settimeout(min(remaining, config.send_timeout_s))
                 else:

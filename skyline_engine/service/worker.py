@@ -105,8 +105,15 @@ def _finish(channel: Channel, message: dict) -> None:
     try:
         channel.send(message)
     except MemoryError:
-        channel.send({"type": "error", "kind": "out_of_memory", "message": "out of memory while sending the results.",
-                      "path": None, "line": None})
+        channel.send(
+            {
+                "type": "error",
+                "kind": "out_of_memory",
+                "message": "out of memory while sending the results.",
+                "path": None,
+                "line": None,
+            }
+        )
     sys.stderr.flush()
     os._exit(0)
 

@@ -310,8 +310,12 @@ class Job:
         except Exception:  # a bug here must not leave the worker running or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
             self.worker.kill()
-            error = {"kind": "internal", "message": "internal error in the engine service; see its log.",
-                     "path": None, "line": None}
+            error = {
+                "kind": "internal",
+                "message": "internal error in the engine service; see its log.",
+                "path": None,
+                "line": None,
+            }
             self.listener.on_error(self, error)
         finally:
             self.worker.close()

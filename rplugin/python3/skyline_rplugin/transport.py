@@ -47,7 +47,9 @@ class StdioTransport:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_path, "ab")
         except OSError as exc:
-            raise EngineUnavailable(f"cannot write the engine's log {str(self.log_path)!r}: {exc.strerror or exc}.") from None
+            raise EngineUnavailable(
+                f"cannot write the engine's log {str(self.log_path)!r}: {exc.strerror or exc}."
+            ) from None
         try:
             self.process = subprocess.Popen(
                 command,

@@ -26,7 +26,8 @@ def skyline_model_provider():
 
 def spin():
     turns = 0
-    while True: turns += 1  # noqa: E701 - one line, so every instruction of the loop is on it  # <- HERE
+    while True:
+        turns += 1  # noqa: E701 - one line, so every instruction of the loop is on it  # <- HERE
 
 
 def skyline_iteration_provider(model):
