@@ -8,6 +8,7 @@ project so that its file is never changed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -53,7 +54,7 @@ def _state(editor) -> dict:
 
 def _percentile(values, q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def measure(example: str = "examples/transformer", device: str = "cpu") -> dict:
@@ -119,10 +120,8 @@ def _key_to_prediction(editor) -> list:
 
 
 def _quit(editor) -> None:
-    try:
+    with contextlib.suppress(Exception):
         editor.command("qa!")
-    except Exception:  # noqa: BLE001 - the child exits while answering
-        pass
     editor.close()
 
 

@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 import msgpack
 
@@ -30,7 +29,7 @@ class Service:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        self.events: List[Tuple[float, list]] = []  # (arrival time, message)
+        self.events: list[tuple[float, list]] = []  # (arrival time, message)
         self._cond = threading.Condition()
         self._next = 0
         threading.Thread(target=self._read, daemon=True).start()
@@ -47,7 +46,7 @@ class Service:
                     self.events.append((time.perf_counter(), message))
                     self._cond.notify_all()
 
-    def request(self, method: str, params: Optional[dict] = None):
+    def request(self, method: str, params: dict | None = None):
         self._next += 1
         msgid = self._next
         self.process.stdin.write(msgpack.packb([0, msgid, method, [params or {}]], use_bin_type=True))
@@ -57,7 +56,7 @@ class Service:
             raise RuntimeError(f"{method}: {message[2]}")
         return message[3]
 
-    def wait(self, predicate, timeout: float = 600.0, since: int = 0) -> Tuple[float, list]:
+    def wait(self, predicate, timeout: float = 600.0, since: int = 0) -> tuple[float, list]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:

@@ -27,8 +27,8 @@ from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatch
 from skyline_engine.measure.timing import TimingBudget
 
 sys.path.insert(0, str(Path(__file__).parent))
-import editor  # noqa: E402
-from rpc import Service  # noqa: E402
+import editor
+from rpc import Service
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -110,7 +110,7 @@ def warm_latency(entry: str, device: str) -> dict:
             sent = time.perf_counter()
             analysis_id = service.request("analyze", {"entry_point": entry})["analysis_id"]
 
-            def about(kind, partial=None):
+            def about(kind, partial=None, analysis_id=analysis_id):
                 def match(m):
                     if m[0] != 2 or m[1] != kind or m[2][0].get("analysis_id") != analysis_id:
                         return False
@@ -246,7 +246,8 @@ def markdown(results: dict) -> str:
         'How measured: cold runs are separate processes, interleaved; "importing torch" is a process '
         "that only imports torch and its compiler (creating any optimizer imports it), a floor all "
         "of them share. The cold service runs from starting `skyline serve --stdio` to the first "
-        "per-line result of an analysis sent at once (an editor's first profile). Warm: through `skyline serve --stdio`, the second of two analyses, from the "
+        "per-line result of an analysis sent at once (an editor's first profile). Warm: through "
+        "`skyline serve --stdio`, the second of two analyses, from the "
         "progress event that says the model is built to the first `analysis` notification. Held-out "
         "batch sizes are measured after the analysis, in the same process, as the engine measures "
         "(CPU: glibc's malloc thresholds pinned, see skyline_engine/measure/allocator.py).",

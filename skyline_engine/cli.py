@@ -7,7 +7,6 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from skyline_engine import __version__
 from skyline_engine.errors import SkylineError
@@ -15,7 +14,7 @@ from skyline_engine.errors import SkylineError
 EXIT_ANALYSIS_ERROR = 1
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -135,7 +134,7 @@ def _project_root(args: argparse.Namespace, cwd: Path) -> Path:
     return Path(args.project_root) if args.project_root else cwd
 
 
-def _analyze(args, cwd: Path, batch_size: Optional[int], outputs, predict: bool, timeline: bool = False) -> dict:
+def _analyze(args, cwd: Path, batch_size: int | None, outputs, predict: bool, timeline: bool = False) -> dict:
     """Run the analysis, then write each (path, option, writer) output whose path was given.
     Paths are checked first: an error after a long analysis would waste it."""
     from skyline_engine.analysis.session import AnalysisRequest, analyze

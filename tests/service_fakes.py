@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import List
 
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.dispatcher import Dispatcher
@@ -49,7 +48,7 @@ class FakeEngine:
         self.config = ServiceConfig(project_root=Path(root))
         self.server_root = root
         self.pool = FakePool()
-        self.jobs: List[FakeJob] = []
+        self.jobs: list[FakeJob] = []
         self.shutdown_requested = False
         self._ids = itertools.count(1)
 

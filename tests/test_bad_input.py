@@ -16,10 +16,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent, indent
-from typing import Dict, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -90,17 +90,17 @@ DEFAULT_BATCH_SIZE = 8
 
 
 def entry_source(
-    imports: Optional[str] = IMPORTS,
-    model_provider: Optional[str] = MODEL_PROVIDER,
-    input_provider: Optional[str] = INPUT_PROVIDER,
-    iteration_provider: Optional[str] = ITERATION_PROVIDER,
+    imports: str | None = IMPORTS,
+    model_provider: str | None = MODEL_PROVIDER,
+    input_provider: str | None = INPUT_PROVIDER,
+    iteration_provider: str | None = ITERATION_PROVIDER,
 ) -> str:
     """An entry point from its four parts; None leaves a part out."""
     parts = [imports, model_provider, input_provider, iteration_provider]
     return "\n\n".join(dedent(p).strip("\n") + "\n" for p in parts if p is not None)
 
 
-def valid_files() -> Dict[str, str]:
+def valid_files() -> dict[str, str]:
     return {"entry_point.py": entry_source(), "model.py": model_source()}
 
 
@@ -111,7 +111,7 @@ def line_of(text: str, marker: str = MARKER) -> int:
     return found[0]
 
 
-def write_project(root: Path, files: Dict[str, Union[str, bytes]]) -> Path:
+def write_project(root: Path, files: dict[str, str | bytes]) -> Path:
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +129,7 @@ def run_skyline(
     cwd: Path, *args: str, entry: str = "entry_point.py", device: str = "cpu"
 ) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "skyline_engine", "profile", entry, *args, "--device", device, "--quiet"]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
 
 
 def error_paragraph(result: subprocess.CompletedProcess) -> str:
@@ -143,8 +143,8 @@ def error_paragraph(result: subprocess.CompletedProcess) -> str:
 
 def assert_error(
     result: subprocess.CompletedProcess,
-    path: Optional[str] = None,
-    line: Optional[int] = None,
+    path: str | None = None,
+    line: int | None = None,
     says: Sequence[str] = (),
 ) -> str:
     """Exit code 1 and one error paragraph at `path:line:` (or `path:`) that says all of `says`."""
@@ -183,12 +183,12 @@ def assert_no_json(project: Path, name: str = "out.json") -> None:
 @dataclass
 class Case:
     id: str
-    files: Dict[str, Union[str, bytes]]
-    says: Tuple[str, ...]
-    path: Optional[str] = "entry_point.py"  # where the error must point (relative to the root)
-    marker: Optional[str] = MARKER  # the text marking the error's line in `path`; None: no line
+    files: dict[str, str | bytes]
+    says: tuple[str, ...]
+    path: str | None = "entry_point.py"  # where the error must point (relative to the root)
+    marker: str | None = MARKER  # the text marking the error's line in `path`; None: no line
 
-    def expected_line(self) -> Optional[int]:
+    def expected_line(self) -> int | None:
         if self.marker is None:
             return None
         text = self.files[self.path]
@@ -197,12 +197,12 @@ class Case:
         return line_of(text, self.marker)
 
 
-def with_entry(**parts: Optional[str]) -> Dict[str, str]:
+def with_entry(**parts: str | None) -> dict[str, str]:
     """The valid project with some parts of its entry point replaced (None: left out)."""
     return {**valid_files(), "entry_point.py": entry_source(**parts)}
 
 
-def with_model(forward_body: str, **parts: Optional[str]) -> Dict[str, str]:
+def with_model(forward_body: str, **parts: str | None) -> dict[str, str]:
     return {**with_entry(**parts), "model.py": model_source(forward_body)}
 
 

@@ -142,7 +142,8 @@ def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(t
         "def skyline_input_provider(batch_size=4):\n    return (torch.randn(batch_size, 8),)\n\n\n"
         "def skyline_iteration_provider(model):\n"
         "    optimizer = make_optimizer(model)\n\n"
-        "    def iteration(x):\n        optimizer.zero_grad()\n        model(x).sum().backward()\n        optimizer.step()\n\n"
+        "    def iteration(x):\n        optimizer.zero_grad()\n"
+        "        model(x).sum().backward()\n        optimizer.step()\n\n"
         "    return iteration\n"
     )
     document = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False))

@@ -15,7 +15,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze

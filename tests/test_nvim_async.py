@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nvim_helpers import (  # noqa: F401 - fixtures
+from nvim_helpers import (
     FAST_SETUP,
     REPO,
     annotations,
@@ -19,10 +19,7 @@ from nvim_helpers import (  # noqa: F401 - fixtures
     document,
     expected_annotation,
     messages,
-    nvim,
-    nvim_session,
     profile,
-    project,
     state,
     wait_for,
     wait_for_done,

@@ -3,15 +3,12 @@ per press, the prediction from the models at once, and the re-profile that measu
 
 import pytest
 
-from nvim_helpers import (  # noqa: F401 - fixtures
+from nvim_helpers import (
     FAST_SETUP,
     assert_no_traceback,
     document,
-    nvim,
-    nvim_session,
     predict,
     profile,
-    project,
     state,
     wait_for,
     wait_for_message,
@@ -151,7 +148,8 @@ def test_keymaps_can_be_switched_off_and_are_never_global(nvim, project):
     profile(nvim)
     assert nvim.funcs.maparg("\\+", "n") == ""
     nvim.exec_lua(
-        "require('skyline').setup({keymaps = {batch_inc = '<M-a>', batch_dec = ''}, engine_args = {'--quick'}, device = 'cpu'})"
+        "require('skyline').setup({keymaps = {batch_inc = '<M-a>', batch_dec = ''},"
+        " engine_args = {'--quick'}, device = 'cpu'})"
     )
     nvim.command(f"edit {project}/model.py")
     nvim.command("bwipeout! entry_point.py")

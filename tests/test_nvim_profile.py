@@ -1,16 +1,13 @@
 """Profiling from the editor, end to end with the real engine on the default example: per-line
 annotations on the document's lines, the breakdown float, stale marking, profile on save."""
 
-from nvim_helpers import (  # noqa: F401 - fixtures
+from nvim_helpers import (
     FAST_SETUP,
     annotations,
     assert_no_traceback,
     document,
     expected_annotation,
-    nvim,
-    nvim_session,
     profile,
-    project,
     state,
     wait_for,
     wait_for_done,
@@ -110,7 +107,8 @@ def test_breakdown_float_shows_the_results_and_jumps_to_lines(nvim, project):
 
 def test_edits_mark_annotations_stale_until_the_save_reprofiles(nvim, project):
     nvim.exec_lua(
-        "require('skyline').setup({engine_args = {'--quick'}, device = 'cpu', virt_text_pos = 'eol', save_debounce_ms = 50})"
+        "require('skyline').setup({engine_args = {'--quick'}, device = 'cpu',"
+        " virt_text_pos = 'eol', save_debounce_ms = 50})"
     )
     nvim.command(f"edit {project}/model.py")
     model_buf = nvim.current.buffer

@@ -124,7 +124,7 @@ def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
 def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
     from skyline_engine.render.units import format_ms
 
-    name, doc, result = profiled
+    _, doc, result = profiled
     rows = [line.split() for line in result.stdout.splitlines() if line.rstrip().endswith("measured")]
     samples = {s["batch_size"]: s for s in doc["models"]["samples"]}
     assert len(rows) == len(samples)

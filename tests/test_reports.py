@@ -30,14 +30,14 @@ def test_run_time_report_answers_skylines_queries(project):
     assert db.execute("PRAGMA user_version").fetchone() == (1,)
     rows = db.execute("SELECT operation_name, forward_ms, backward_ms FROM run_time_entries").fetchall()
     assert rows and all(forward >= 0 and backward >= 0 for _, forward, backward in rows)
-    per_line = dict(
-        ((path, line), (forward, backward))
+    per_line = {
+        (path, line): (forward, backward)
         for path, line, forward, backward in db.execute(
             "SELECT f.file_path, f.line_number, SUM(e.forward_ms), SUM(e.backward_ms) "
             "FROM run_time_entries e JOIN stack_frames f ON f.entry_id = e.id AND f.ordering = 0 "
             "GROUP BY f.file_path, f.line_number"
         )
-    )
+    }
     loop = per_line[("model.py", marker_line(project / "model.py", "LOOP"))]
     assert loop[0] > 0 and loop[1] > 0
     helper = per_line[("helpers.py", marker_line(project / "helpers.py", "HELPER"))]

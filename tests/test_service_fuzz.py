@@ -118,13 +118,13 @@ def chunked(data: bytes, sizes):
 
 def run_stream(data: bytes, sizes, token=None, initialized=False):
     """Feed `data` through serve_client as a transport would; returns the messages written back."""
-    d, engine, _ = dispatcher(token=token)
+    d, _, _ = dispatcher(token=token)
     out = bytearray()
     connection = Connection(out.extend)
     d._send = connection.send
     if initialized:
         d.handle([0, 0, "initialize", [{"protocol_version": 1, "token": token}]])
-    chunks = iter(chunked(data, sizes) + [b""])
+    chunks = iter([*chunked(data, sizes), b""])
     serve_client(lambda: next(chunks), connection, d, MAX_FRAME)
     d.close()
     return list(msgpack.Unpacker(io.BytesIO(bytes(out)), raw=False, strict_map_key=False))
@@ -134,7 +134,7 @@ def assert_well_formed(messages):
     for message in messages:
         assert isinstance(message, list) and message[0] in (1, 2)
         if message[0] == 1:
-            _, msgid, error, result = message
+            _, msgid, error, _ = message
             assert isinstance(msgid, int)
             assert error is None or (isinstance(error["code"], str) and isinstance(error["message"], str))
         else:
@@ -169,7 +169,7 @@ def test_mutated_frames_get_answers_or_a_close(data, sizes, initialized):
 @SETTINGS
 @given(st.lists(message_like, min_size=1, max_size=8), st.sampled_from([None, "secret"]), st.booleans())
 def test_any_decoded_object_gets_at_most_one_response_per_request(objects, token, initialized):
-    d, engine, sent = dispatcher(token=token)
+    d, _, sent = dispatcher(token=token)
     if initialized:
         d.handle([0, 0, "initialize", [{"protocol_version": 1, "token": token}]])
     sent.sent.clear()

@@ -71,7 +71,7 @@ def test_analysis_reports_progress_then_partial_then_complete(client, root):
     partials = [p["document"] for m, p in messages if m == "analysis" and p["partial"]]
     # First one recorded iteration broken down (its time from that iteration), then the user's
     # batch size timed in full, before the other batch sizes are probed.
-    assert [d["iteration"]["repetitions"] for d in partials][0] == 1
+    assert next(d["iteration"]["repetitions"] for d in partials) == 1
     assert len(partials) == 2 and partials[1]["iteration"]["repetitions"] > 1
     for partial in partials:
         assert partial["models"] is None and partial["iteration"]["run_time_ms"] > 0

@@ -115,7 +115,7 @@ def call(d, sent, method, params=None, msgid=1):
 
 
 def test_initialize_first_and_once():
-    d, engine, sent = dispatcher()
+    d, _, sent = dispatcher()
     assert call(d, sent, "predict", {"batch_size": 4})[0]["code"] == "not_initialized"
     error, result, _ = call(d, sent, "initialize", {"protocol_version": 1})
     assert error is None and result["device"] == DEVICE and result["server_root"] == "/srv/project"

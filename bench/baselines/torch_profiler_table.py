@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bare_iteration import build_from_arguments  # noqa: E402
+from bare_iteration import build_from_arguments
 
 WARMUP = 3
 

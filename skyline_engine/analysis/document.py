@@ -5,7 +5,7 @@ Its fields are documented in docs/analysis-document.md; add fields freely, never
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -25,9 +25,9 @@ def build_document(
     device: DeviceInfo,
     batch_size: int,
     samples: Sequence[Sample],
-    models: Optional[BatchSizeModels],
-    batch_size_location: Optional[BatchSizeLocation],
-    warnings: List[str],
+    models: BatchSizeModels | None,
+    batch_size_location: BatchSizeLocation | None,
+    warnings: list[str],
 ) -> dict:
     measured = next(s for s in samples if s.batch_size == batch_size)
     document = {
@@ -58,13 +58,13 @@ def build_document(
 EMPTY_BREAKDOWN = {"lines": [], "operations": None, "weights": [], "optimizer_state": [], "untracked": None}
 
 
-def _models(samples: Sequence[Sample], models: Optional[BatchSizeModels]) -> Optional[dict]:
+def _models(samples: Sequence[Sample], models: BatchSizeModels | None) -> dict | None:
     if models is None:
         return None
     return {"samples": [s.to_dict() for s in samples], **models.to_dict()}
 
 
-def prediction_batch_sizes(batch_size: int, smallest: int, largest: Optional[int]) -> List[int]:
+def prediction_batch_sizes(batch_size: int, smallest: int, largest: int | None) -> list[int]:
     """Batch sizes worth showing: the user's, powers of two from the smallest measured batch size
     up to 16 times the user's, and the largest that fits; none above the largest that fits."""
     upper = min(largest, batch_size * 16) if largest else batch_size * 16
@@ -79,7 +79,7 @@ def prediction_batch_sizes(batch_size: int, smallest: int, largest: Optional[int
     return sorted(s for s in sizes if largest is None or s <= largest or s == batch_size)
 
 
-def _predictions(batch_size: int, models: Optional[BatchSizeModels]) -> List[dict]:
+def _predictions(batch_size: int, models: BatchSizeModels | None) -> list[dict]:
     if models is None:
         return []
     sizes = prediction_batch_sizes(batch_size, models.smallest_measured_batch_size, models.max_batch_size())

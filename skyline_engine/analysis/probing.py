@@ -8,7 +8,7 @@ user's batch size) and never ends the analysis.
 
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable
 
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.predict.linear import fit_line
@@ -25,8 +25,8 @@ class Probing:
         self.runner = runner
         self.usable = usable_memory_bytes
         self.progress = progress
-        self.samples: List[Sample] = []
-        self.notes: List[str] = []
+        self.samples: list[Sample] = []
+        self.notes: list[str] = []
         self._tried: set = set()
 
     def measure_users(self, user_batch_size: int, timeline: bool = False, on_breakdown=None) -> Sample:
@@ -35,7 +35,7 @@ class Probing:
         self._measure(user_batch_size, breakdown=True, timeline=timeline, on_breakdown=on_breakdown)
         return self.samples[-1]
 
-    def measure_others(self, user_batch_size: int) -> List[Sample]:
+    def measure_others(self, user_batch_size: int) -> list[Sample]:
         """Up to PROBES-1 more batch sizes around the user's; all samples, by batch size."""
         self._try(max(1, user_batch_size // 2))
         if not self._try_larger(user_batch_size, 2 * user_batch_size):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from skyline_engine.analysis.document import build_document
 from skyline_engine.analysis.probing import Probing
@@ -29,18 +29,18 @@ def no_progress(phase: str, fraction: float) -> None:
 class AnalysisRequest:
     entry_point: str
     project_root: Path
-    batch_size: Optional[int] = None
+    batch_size: int | None = None
     device: str = "auto"
     budget: TimingBudget = field(default_factory=TimingBudget)
     # Where a relative `entry_point` is looked up (the CLI's working directory); the root if None.
-    base_dir: Optional[Path] = None
+    base_dir: Path | None = None
     # Include the recorded iteration's operations one by one (`timeline`, for a trace file).
     timeline: bool = False
     # Probe other batch sizes and fit the batch-size models (the breakdown alone is quicker).
     predict: bool = True
 
 
-def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Optional[Partial] = None) -> dict:
+def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Partial | None = None) -> dict:
     """Run one analysis and return its document.
 
     `partial`, when given, receives early documents (`models` null, `predictions` empty): the
@@ -130,7 +130,7 @@ def _breakdown_notes(breakdown: dict) -> list:
     return notes
 
 
-def _fit_models(samples, device_info) -> Optional[BatchSizeModels]:
+def _fit_models(samples, device_info) -> BatchSizeModels | None:
     if len(samples) < 2:
         return None
     return BatchSizeModels.fit(
@@ -141,7 +141,7 @@ def _fit_models(samples, device_info) -> Optional[BatchSizeModels]:
     )
 
 
-def _check_batch_size(batch_size: Optional[int]) -> None:
+def _check_batch_size(batch_size: int | None) -> None:
     if batch_size is None:
         return
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:

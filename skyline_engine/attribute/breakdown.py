@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Dict, List
 
 import torch
 
@@ -37,13 +36,13 @@ class _Node:
     name: str
     module: str
     kind: str  # "module" or "operation"
-    contexts: List[Context] = field(default_factory=list)
+    contexts: list[Context] = field(default_factory=list)
     forward_ms: float = 0.0
     backward_ms: float = 0.0
     activation_bytes: int = 0
-    children: "OrderedDict[tuple, _Node]" = field(default_factory=OrderedDict)
+    children: OrderedDict[tuple, _Node] = field(default_factory=OrderedDict)
 
-    def child(self, key: tuple, make) -> "_Node":
+    def child(self, key: tuple, make) -> _Node:
         node = self.children.get(key)
         if node is None:
             node = self.children[key] = make()
@@ -85,7 +84,7 @@ def build_breakdown(
     operations = _per_iteration(recording.operations, iterations)
     recorded_ms = sum(op.duration_ms for op in operations)
     scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
-    lines: Dict[Context, _Line] = OrderedDict()
+    lines: dict[Context, _Line] = OrderedDict()
     for op in operations:
         if op.context is None:
             continue
@@ -134,7 +133,7 @@ def build_breakdown(
     return breakdown
 
 
-def _timeline(operations: List[OperationRecord]) -> List[dict]:
+def _timeline(operations: list[OperationRecord]) -> list[dict]:
     origin = operations[0].start_ms if operations else 0.0
     return [
         {
@@ -150,7 +149,7 @@ def _timeline(operations: List[OperationRecord]) -> List[dict]:
     ]
 
 
-def _fit_to_iteration(operations: List[OperationRecord], recorded_ms: float, run_time_ms: float) -> float:
+def _fit_to_iteration(operations: list[OperationRecord], recorded_ms: float, run_time_ms: float) -> float:
     """Operations can run slower while recorded than in the measured iteration (the recorder's own
     work between them evicts caches; the machine's load can change). When their sum exceeds the
     measured iteration, scale them to it, so that lines and `untracked` add up to the iteration;
@@ -163,7 +162,7 @@ def _fit_to_iteration(operations: List[OperationRecord], recorded_ms: float, run
     return scale
 
 
-def _per_iteration(operations: List[OperationRecord], iterations: int) -> List[OperationRecord]:
+def _per_iteration(operations: list[OperationRecord], iterations: int) -> list[OperationRecord]:
     """Copies of the records of `iterations` recorded iterations, scaled to one iteration. Copies:
     a recording is broken down more than once (a first result, then the final one)."""
     copies = {
@@ -191,16 +190,16 @@ def _context_dict(ctx: Context) -> dict:
     return {"path": ctx[0], "line": ctx[1]}
 
 
-def _operation_tree(operations: List[OperationRecord], recording: Recording) -> _Node:
+def _operation_tree(operations: list[OperationRecord], recording: Recording) -> _Node:
     """Modules in execution order, each with its operations (one node per operation name and
     line) and its submodules; operations outside any module hang from the root."""
     root = _Node("iteration", "", "module")
-    call_sites: Dict[str, List[Context]] = {}
+    call_sites: dict[str, list[Context]] = {}
     for call in recording.module_calls:
         sites = call_sites.setdefault(call.path, [])
         if call.context is not None and call.context not in sites:
             sites.append(call.context)
-    leaves: Dict[int, _Node] = {}
+    leaves: dict[int, _Node] = {}
     for op in operations:
         if op.phase == FORWARD:
             leaf = _leaf(root, op, call_sites)
@@ -213,25 +212,29 @@ def _operation_tree(operations: List[OperationRecord], recording: Recording) -> 
         leaf = leaves.get(id(op.creator)) if op.creator is not None else None
         if leaf is None:
             name = op.node_name or op.name
-            leaf = root.child(("backward", name, op.stack), lambda: _Node(name, "", "operation", list(op.stack)))
+            leaf = root.child(
+                ("backward", name, op.stack),
+                lambda name=name, stack=op.stack: _Node(name, "", "operation", list(stack)),
+            )
         leaf.backward_ms += op.duration_ms
     root.totals()
     return root
 
 
-def _leaf(root: _Node, op: OperationRecord, call_sites: Dict[str, List[Context]]) -> _Node:
+def _leaf(root: _Node, op: OperationRecord, call_sites: dict[str, list[Context]]) -> _Node:
     node = root
     if op.module:
         parts = op.module.split(".")
         for depth in range(1, len(parts) + 1):
             path = ".".join(parts[:depth])
             node = node.child(
-                ("module", path), lambda: _Node(parts[depth - 1], path, "module", list(call_sites.get(path, [])))
+                ("module", path),
+                lambda name=parts[depth - 1], path=path: _Node(name, path, "module", list(call_sites.get(path, []))),
             )
     return node.child(("operation", op.name, op.stack), lambda: _Node(op.name, op.module, "operation", list(op.stack)))
 
 
-def _weights(model: torch.nn.Module, creation: CreationSites) -> List[dict]:
+def _weights(model: torch.nn.Module, creation: CreationSites) -> list[dict]:
     entries = []
     seen = set()
     for name, param in model.named_parameters(prefix="model"):
@@ -250,7 +253,7 @@ def _weights(model: torch.nn.Module, creation: CreationSites) -> List[dict]:
     return entries
 
 
-def _optimizer_state(creation: CreationSites) -> List[dict]:
+def _optimizer_state(creation: CreationSites) -> list[dict]:
     entries = []
     for optimizer in creation.optimizer_objects():
         size = 0
@@ -268,7 +271,7 @@ def _optimizer_state(creation: CreationSites) -> List[dict]:
     return entries
 
 
-def _stack_dicts(stack) -> List[dict]:
+def _stack_dicts(stack) -> list[dict]:
     return [_context_dict(ctx) for ctx in stack]
 
 

@@ -16,14 +16,13 @@ import ast
 import contextlib
 import sys
 import weakref
-from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from skyline_engine.attribute.frames import CallSites, Context
 
-Stack = Tuple[Context, ...]
+Stack = tuple[Context, ...]
 
 
 class CreationSites:
@@ -31,12 +30,12 @@ class CreationSites:
         self.call_sites = call_sites
         # The project frames (innermost first) where each parameter or buffer was registered and
         # each optimizer constructed, keyed by the object's id.
-        self.tensors: Dict[int, Stack] = {}
-        self.optimizers: Dict[int, Stack] = {}
-        self._optimizer_refs: List[weakref.ref] = []
+        self.tensors: dict[int, Stack] = {}
+        self.optimizers: dict[int, Stack] = {}
+        self._optimizer_refs: list[weakref.ref] = []
         self._entry_path = ""
 
-    def optimizer_objects(self) -> List[torch.optim.Optimizer]:
+    def optimizer_objects(self) -> list[torch.optim.Optimizer]:
         """The optimizers found by `finding_optimizers` that are still alive."""
         return [o for o in (ref() for ref in self._optimizer_refs) if o is not None]
 
@@ -52,7 +51,7 @@ class CreationSites:
             self.optimizers[key] = (context,) if context else ()
         return self.optimizers[key]
 
-    def recording_modules(self) -> "_ModuleCreation":
+    def recording_modules(self) -> _ModuleCreation:
         return _ModuleCreation(self)
 
     @contextlib.contextmanager
@@ -71,7 +70,7 @@ class CreationSites:
             self._optimizer_refs.append(weakref.ref(optimizer))
 
 
-def _construction_line(class_name: str, entry_path: str, files) -> Optional[Context]:
+def _construction_line(class_name: str, entry_path: str, files) -> Context | None:
     line = _first_call(files.root, entry_path, class_name)
     if line is not None:
         return (entry_path, line)
@@ -91,7 +90,7 @@ def _construction_line(class_name: str, entry_path: str, files) -> Optional[Cont
     return None
 
 
-def _first_call(root: str, path: str, class_name: str) -> Optional[int]:
+def _first_call(root: str, path: str, class_name: str) -> int | None:
     try:
         with open(f"{root}/{path}", encoding="utf-8") as f:
             tree = ast.parse(f.read())

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional, Tuple
 
 from skyline_engine.entry.user_frames import ProjectFiles
 
 # (path relative to the project root, 1-based line)
-Context = Tuple[str, int]
+Context = tuple[str, int]
 
 
 class CallSites:
@@ -19,7 +18,7 @@ class CallSites:
         self.files = files
         self._by_filename: dict = {}
 
-    def innermost(self, skip: int = 1) -> Tuple[Optional[Context], Optional[int]]:
+    def innermost(self, skip: int = 1) -> tuple[Context | None, int | None]:
         """The innermost project frame's (path, line), and the identity of that frame."""
         frame = sys._getframe(skip + 1)
         while frame is not None:
@@ -29,7 +28,7 @@ class CallSites:
             frame = frame.f_back
         return None, None
 
-    def stack(self, skip: int = 1) -> Tuple[Tuple[Context, ...], Optional[int]]:
+    def stack(self, skip: int = 1) -> tuple[tuple[Context, ...], int | None]:
         """Every project frame's (path, line), innermost first, and the innermost frame's identity."""
         frame = sys._getframe(skip + 1)
         contexts = []
@@ -43,7 +42,7 @@ class CallSites:
             frame = frame.f_back
         return tuple(contexts), innermost_id
 
-    def _relative(self, filename: str) -> Optional[str]:
+    def _relative(self, filename: str) -> str | None:
         try:
             return self._by_filename[filename]
         except KeyError:

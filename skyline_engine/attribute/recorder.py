@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -41,28 +40,28 @@ _NO_SEQUENCE = (1 << 64) - 1
 class OperationRecord:
     name: str
     phase: str
-    stack: Tuple[Context, ...]  # the project frames at the operation, innermost first
+    stack: tuple[Context, ...]  # the project frames at the operation, innermost first
     module: str
-    sequence_nr: Optional[int]
+    sequence_nr: int | None
     # One execution of the call site: the invocation of the innermost user module running, and
     # the frame (frames of calls made one after the other may share an id, so calls of a helper
     # function within one module invocation count once).
     invocation: tuple
     duration_ms: float = 0.0
     activation_bytes: int = 0
-    node_name: Optional[str] = None
-    creator: Optional["OperationRecord"] = None  # for backward: the forward operation of its node
+    node_name: str | None = None
+    creator: OperationRecord | None = None  # for backward: the forward operation of its node
     start_ms: float = 0.0  # from the start of the recording
 
     @property
-    def context(self) -> Optional[Context]:
+    def context(self) -> Context | None:
         return self.stack[0] if self.stack else None
 
 
 @dataclass
 class ModuleCall:
     path: str
-    context: Optional[Context]
+    context: Context | None
 
 
 class _CpuTimer:
@@ -75,7 +74,7 @@ class _CpuTimer:
     def mark():
         return time.perf_counter_ns()
 
-    def assign(self, record: "OperationRecord", start, end) -> None:
+    def assign(self, record: OperationRecord, start, end) -> None:
         record.start_ms = (start - self.origin) / 1e6
         record.duration_ms = (end - start) / 1e6
 
@@ -89,7 +88,7 @@ class _CudaTimer:
 
     def __init__(self) -> None:
         self.origin = self.mark()
-        self.pending: List[tuple] = []
+        self.pending: list[tuple] = []
 
     @staticmethod
     def mark():
@@ -97,7 +96,7 @@ class _CudaTimer:
         event.record()
         return event
 
-    def assign(self, record: "OperationRecord", start, end) -> None:
+    def assign(self, record: OperationRecord, start, end) -> None:
         self.pending.append((record, start, end))
 
     def resolve(self) -> None:
@@ -112,11 +111,11 @@ class _CudaTimer:
 
 @dataclass
 class Recording:
-    operations: List[OperationRecord] = field(default_factory=list)
-    module_calls: List[ModuleCall] = field(default_factory=list)
-    iteration_starts: List[int] = field(default_factory=list)  # index of each iteration's first operation
+    operations: list[OperationRecord] = field(default_factory=list)
+    module_calls: list[ModuleCall] = field(default_factory=list)
+    iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
 
-    def first_iteration(self) -> List[OperationRecord]:
+    def first_iteration(self) -> list[OperationRecord]:
         end = self.iteration_starts[1] if len(self.iteration_starts) > 1 else len(self.operations)
         return self.operations[:end]
 
@@ -125,9 +124,9 @@ class OperationRecorder(TorchDispatchMode):
     def __init__(
         self,
         call_sites: CallSites,
-        module_names: Dict[int, str],
+        module_names: dict[int, str],
         device: torch.device,
-        memory: Optional[StorageCounter] = None,
+        memory: StorageCounter | None = None,
     ) -> None:
         super().__init__()
         self.call_sites = call_sites
@@ -139,12 +138,12 @@ class OperationRecorder(TorchDispatchMode):
         self.memory = memory
         self.timer = None
         self.recording = Recording()
-        self._forward_by_sequence: Dict[int, OperationRecord] = {}
+        self._forward_by_sequence: dict[int, OperationRecord] = {}
         self._producer = WeakIdKeyDictionary()  # storage -> forward OperationRecord that created it
         self._saved = WeakIdKeyDictionary()  # storages already counted as activations
-        self._call_stack: List[tuple] = []  # (module path, invocation id) of the modules running
+        self._call_stack: list[tuple] = []  # (module path, invocation id) of the modules running
         self._module_call_count = 0
-        self._users_module_types: Dict[type, bool] = {}
+        self._users_module_types: dict[type, bool] = {}
         self._hooks: list = []
         self._saved_tensor_hooks = None
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
 
 PROVIDER_NAME = "skyline_input_provider"
 PARAMETER_NAME = "batch_size"
@@ -35,8 +35,8 @@ class BatchSizeLocation:
     col_start: int
     col_end: int
     editable: bool
-    value: Optional[int]
-    reason: Optional[str]
+    value: int | None
+    reason: str | None
 
     def to_dict(self) -> dict:
         return {
@@ -50,7 +50,7 @@ class BatchSizeLocation:
         }
 
 
-def find_batch_size_location(source: str, path: str) -> Optional[BatchSizeLocation]:
+def find_batch_size_location(source: str, path: str) -> BatchSizeLocation | None:
     """The location of the `batch_size` default, or None when there is no provider,
     no `batch_size` parameter, or no default. Raises SyntaxError when `source` does not parse."""
     tree = ast.parse(source, filename=path)
@@ -93,7 +93,7 @@ def rewrite_batch_size(source: str, new_batch_size: int, path: str = "<entry poi
     return "".join(lines)
 
 
-def _split_lines(source: str) -> List[str]:
+def _split_lines(source: str) -> list[str]:
     """Lines with their endings kept, numbered as `ast` numbers them."""
     lines = []
     start = 0
@@ -105,7 +105,7 @@ def _split_lines(source: str) -> List[str]:
     return lines
 
 
-def _module_level_statements(body: List[ast.stmt]) -> Iterator[ast.stmt]:
+def _module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Statements run at module level, in source order: also those inside module-level
     `if`/`try`/`with`/loops, but not inside functions or classes."""
     for statement in body:
@@ -118,7 +118,7 @@ def _module_level_statements(body: List[ast.stmt]) -> Iterator[ast.stmt]:
             yield from _module_level_statements(handler.body)
 
 
-def _last_module_level_provider(tree: ast.Module) -> Optional[ast.FunctionDef]:
+def _last_module_level_provider(tree: ast.Module) -> ast.FunctionDef | None:
     found = None
     for statement in _module_level_statements(tree.body):
         if isinstance(statement, ast.FunctionDef) and statement.name == PROVIDER_NAME:
@@ -126,7 +126,7 @@ def _last_module_level_provider(tree: ast.Module) -> Optional[ast.FunctionDef]:
     return found
 
 
-def _batch_size_default(arguments: ast.arguments) -> Optional[ast.expr]:
+def _batch_size_default(arguments: ast.arguments) -> ast.expr | None:
     """The default expression of `batch_size`, positional or keyword-only; None when it has none."""
     positional = arguments.posonlyargs + arguments.args
     first_with_default = len(positional) - len(arguments.defaults)
@@ -139,7 +139,7 @@ def _batch_size_default(arguments: ast.arguments) -> Optional[ast.expr]:
     return None
 
 
-def _locate(default: ast.expr, lines: List[str], path: str) -> BatchSizeLocation:
+def _locate(default: ast.expr, lines: list[str], path: str) -> BatchSizeLocation:
     value = _int_literal_value(default)
     reason = _not_editable_reason(default, value)
     col_end = default.end_col_offset
@@ -156,13 +156,13 @@ def _locate(default: ast.expr, lines: List[str], path: str) -> BatchSizeLocation
     )
 
 
-def _int_literal_value(node: ast.expr) -> Optional[int]:
+def _int_literal_value(node: ast.expr) -> int | None:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     return None
 
 
-def _not_editable_reason(node: ast.expr, value: Optional[int]) -> Optional[str]:
+def _not_editable_reason(node: ast.expr, value: int | None) -> str | None:
     """Why the default cannot be rewritten in place, or None when it can."""
     text = ast.unparse(node)
     if value is not None:

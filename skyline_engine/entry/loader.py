@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable
 
 import torch
 
@@ -58,12 +58,12 @@ class EntryPoint:
     input_provider: Callable[..., Any]
     iteration_provider: Callable[[Any], Callable[..., Any]]
     default_batch_size: int
-    imports: "ImportScope"
+    imports: ImportScope
 
     def unload(self) -> None:
         self.imports.undo()
 
-    def line_of(self, fn: Callable) -> Optional[int]:
+    def line_of(self, fn: Callable) -> int | None:
         return _line(fn)
 
     def call(self, what: str, fn: Callable, *args, **kwargs):
@@ -71,7 +71,7 @@ class EntryPoint:
         return call_user_code(self.files, what, fn, *args, **kwargs)
 
 
-def resolve_entry_path(entry: str, project_root: Path, base: Optional[Path] = None) -> Path:
+def resolve_entry_path(entry: str, project_root: Path, base: Path | None = None) -> Path:
     """The entry point as an absolute path, checked to exist and to lie inside the project root.
 
     A relative `entry` is taken relative to `base` (the CLI's working directory) or else the root.
@@ -155,7 +155,7 @@ class ImportScope:
     def __init__(self, folder: Path, files: ProjectFiles) -> None:
         self.files = files
         self.modules_before = frozenset(sys.modules)
-        self.added_path: Optional[str] = None
+        self.added_path: str | None = None
         if str(folder) not in sys.path:
             self.added_path = str(folder)
             sys.path.insert(0, self.added_path)
@@ -179,7 +179,7 @@ def call_user_code(files: ProjectFiles, what: str, fn: Callable, *args, **kwargs
 
 
 def user_code_error(
-    files: ProjectFiles, what: str, exc: BaseException, fallback: Optional[Callable] = None
+    files: ProjectFiles, what: str, exc: BaseException, fallback: Callable | None = None
 ) -> UserCodeError:
     """The error at the user's innermost frame; at `fallback`'s definition when the exception has
     no frame of the user's (calling it with the wrong arguments fails before it runs)."""
@@ -207,7 +207,7 @@ def user_code_error(
     return UserCodeError(message, path=path, line=line)
 
 
-def _definition(fn: Optional[Callable], files: ProjectFiles) -> Tuple[Optional[str], Optional[int]]:
+def _definition(fn: Callable | None, files: ProjectFiles) -> tuple[str | None, int | None]:
     code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
     if code is None or not files.contains(code.co_filename):
         return None, None
@@ -243,7 +243,7 @@ def _provider(module: ModuleType, name: str, relative: str) -> Callable:
     return fn
 
 
-def _line(fn: Callable) -> Optional[int]:
+def _line(fn: Callable) -> int | None:
     """The line of `fn`'s `def`. A decorator's wrapper (functools.wraps, lru_cache) leads to the
     user's function through `__wrapped__`; the first line of a decorated function's code is its
     first decorator's, so the `def` is looked for below it."""

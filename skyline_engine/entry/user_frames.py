@@ -8,10 +8,9 @@ import sysconfig
 import traceback
 from pathlib import Path
 from types import TracebackType
-from typing import Optional, Tuple
 
 
-def _library_roots() -> Tuple[str, ...]:
+def _library_roots() -> tuple[str, ...]:
     # A venv inside the project root must not make torch "user code": anything under an
     # installation prefix is library code, wherever that prefix lies.
     paths = sysconfig.get_paths()
@@ -23,7 +22,7 @@ def _library_roots() -> Tuple[str, ...]:
 # The engine's own frames are never the user's, even when the engine lies inside the project
 # root (an editable install in the user's checkout, or this repository's own examples).
 _ENGINE_ROOT = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_LIBRARY_ROOTS = _library_roots() + (_ENGINE_ROOT,)
+_LIBRARY_ROOTS = (*_library_roots(), _ENGINE_ROOT)
 
 
 class ProjectFiles:
@@ -36,7 +35,7 @@ class ProjectFiles:
 
     def contains(self, filename: str) -> bool:
         known = self._cache.get(filename)
-        if known is None and (filename.startswith("<") or filename.startswith(_LIBRARY_ROOTS)):
+        if known is None and (filename.startswith(("<", *_LIBRARY_ROOTS))):
             # Pseudo-files (`<frozen runpy>`, `<string>`) are no files at all; realpath would
             # resolve them against the working directory, often the project root. Library files
             # are told by name, without realpath's system calls (thousands of torch modules).
@@ -53,7 +52,7 @@ class ProjectFiles:
         return os.path.relpath(os.path.realpath(filename), self.root)
 
 
-def innermost_user_frame(tb: Optional[TracebackType], files: ProjectFiles) -> Optional[traceback.FrameSummary]:
+def innermost_user_frame(tb: TracebackType | None, files: ProjectFiles) -> traceback.FrameSummary | None:
     """The deepest frame of a traceback that lies in a project file."""
     found = None
     for frame in traceback.extract_tb(tb):
@@ -62,7 +61,7 @@ def innermost_user_frame(tb: Optional[TracebackType], files: ProjectFiles) -> Op
     return found
 
 
-def user_traceback_text(tb: Optional[TracebackType], files: ProjectFiles, limit: int = 6) -> str:
+def user_traceback_text(tb: TracebackType | None, files: ProjectFiles, limit: int = 6) -> str:
     """The user's frames of a traceback, innermost last, as `path:line in function: source`."""
     frames = [f for f in traceback.extract_tb(tb) if files.contains(f.filename)][-limit:]
     lines = []

@@ -30,7 +30,7 @@ MMAP_THRESHOLD_BYTES = 32 << 20
 TRIM_THRESHOLD_BYTES = 256 << 20
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pin_malloc_thresholds() -> bool:
     """Fix glibc's mmap and trim thresholds for this process (once); False where the C library is
     not glibc (macOS, musl), whose allocators have no such thresholds to pin."""
@@ -48,7 +48,8 @@ def _glibc():
         return None
     try:
         libc = ctypes.CDLL(name)
-        libc.gnu_get_libc_version  # only glibc has it
+        if not hasattr(libc, "gnu_get_libc_version"):  # only glibc has it
+            return None
     except (OSError, AttributeError):
         return None
     return libc

@@ -6,8 +6,9 @@ import contextlib
 import functools
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -52,7 +53,7 @@ class Sample:
     peak_memory_bytes: int
     # The per-line and per-operation breakdown (the document's `lines`, `operations`, `weights`,
     # `untracked`, ...), when it was asked for.
-    breakdown: Optional[dict] = None
+    breakdown: dict | None = None
 
     @property
     def run_time_ms(self) -> float:
@@ -91,13 +92,13 @@ class IterationRunner:
                 line=entry.line_of(entry.iteration_provider),
                 hint="Return the function that runs one training iteration: `return iteration`.",
             )
-        self._last_output: Optional[Any] = None
+        self._last_output: Any | None = None
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
         self.live_tensors = LiveTensors()
         self._frozen = contextlib.ExitStack()
 
-    def __enter__(self) -> "IterationRunner":
+    def __enter__(self) -> IterationRunner:
         """Measure inside `with runner:`: what is alive now (torch, the engine, the model) is frozen
         for the garbage collector while measuring, so each memory measurement scans only what was
         created since, and collections during timed iterations do not walk the engine's objects
@@ -113,7 +114,7 @@ class IterationRunner:
         batch_size: int,
         breakdown: bool = False,
         timeline: bool = False,
-        on_breakdown: Optional[Callable[[Sample], None]] = None,
+        on_breakdown: Callable[[Sample], None] | None = None,
     ) -> Sample:
         """Time and peak memory at `batch_size`, and with `breakdown` the per-line breakdown (with
         `timeline`, its operations one by one); raises OutOfMemoryAtBatchSize when it does not fit.
@@ -211,7 +212,7 @@ class IterationRunner:
         entry = self.entry
         with self._default_device():
             inputs = entry.call(INPUT_PROVIDER, entry.input_provider, batch_size=batch_size)
-        if isinstance(inputs, torch.Tensor) or isinstance(inputs, (str, bytes, dict)) or not _is_iterable(inputs):
+        if isinstance(inputs, (torch.Tensor, str, bytes, dict)) or not _is_iterable(inputs):
             raise EntryPointError(
                 f"`{INPUT_PROVIDER}` returned {_describe(inputs)}; it must return a tuple of the "
                 "iteration's inputs, which Skyline passes as `iteration(*inputs)`.",

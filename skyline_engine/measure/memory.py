@@ -19,7 +19,8 @@ import contextlib
 import gc
 import warnings
 import weakref
-from typing import Callable, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -41,10 +42,10 @@ class LiveTensors:
     """
 
     def __init__(self) -> None:
-        self._frozen: List[weakref.ref] = []
+        self._frozen: list[weakref.ref] = []
 
     @contextlib.contextmanager
-    def frozen(self) -> Iterator["LiveTensors"]:
+    def frozen(self) -> Iterator[LiveTensors]:
         gc.collect()
         self._frozen = [weakref.ref(t) for t in _tensors_among(gc.get_objects())]
         gc.freeze()
@@ -67,7 +68,7 @@ class LiveTensors:
         yield from _tensors_among(gc.get_objects())
 
 
-def _tensors_among(objects) -> List[torch.Tensor]:
+def _tensors_among(objects) -> list[torch.Tensor]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # looking at arbitrary objects must not surface their warnings
         return [obj for obj in objects if issubclass(type(obj), torch.Tensor)]
@@ -77,7 +78,7 @@ class StorageCounter:
     """Live and peak bytes of CPU tensor storage (see the module docstring): it starts from every
     tensor alive, then is shown each operation's outputs and hears of each storage freed."""
 
-    def __init__(self, live_tensors: Optional[LiveTensors] = None) -> None:
+    def __init__(self, live_tensors: LiveTensors | None = None) -> None:
         self._sizes = WeakIdKeyDictionary()
         self.live_bytes = 0
         for tensor in live_tensors if live_tensors is not None else LiveTensors():
@@ -116,10 +117,10 @@ class TensorMemoryTracker(TorchDispatchMode):
     """Live and peak bytes of CPU tensor storage while active: a StorageCounter shown the outputs
     of every operation."""
 
-    def __init__(self, live_tensors: Optional[LiveTensors] = None) -> None:
+    def __init__(self, live_tensors: LiveTensors | None = None) -> None:
         super().__init__()
         self._live_tensors = live_tensors
-        self.counter: Optional[StorageCounter] = None
+        self.counter: StorageCounter | None = None
 
     def __enter__(self):
         self.counter = StorageCounter(self._live_tensors)
@@ -140,7 +141,7 @@ class TensorMemoryTracker(TorchDispatchMode):
 
 
 def measure_peak_bytes(
-    device: torch.device, run_iterations: Callable[[], None], live_tensors: Optional[LiveTensors] = None
+    device: torch.device, run_iterations: Callable[[], None], live_tensors: LiveTensors | None = None
 ) -> int:
     """Peak tensor memory on `device` while `run_iterations` runs."""
     if device.type == "cuda":

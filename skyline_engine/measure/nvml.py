@@ -5,10 +5,10 @@ Tests on machines without a GPU replace `total_memory_bytes` here and nowhere el
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
 
 
-def total_memory_bytes(uuid: Optional[str], index: int) -> Optional[int]:
+def total_memory_bytes(uuid: str | None, index: int) -> int | None:
     """Total memory of a GPU as NVML reports it, or None when NVML is not usable here.
 
     The GPU is found by its UUID when torch gives one (CUDA_VISIBLE_DEVICES renumbers devices
@@ -36,7 +36,5 @@ def total_memory_bytes(uuid: Optional[str], index: int) -> Optional[int]:
     except pynvml.NVMLError:
         return None
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass

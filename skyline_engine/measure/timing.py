@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBu
 
     # An iteration long enough to be its own block is already a sample; a shorter one only sized
     # the blocks.
-    per_iteration: List[float] = [first_ms] if block_size == 1 else []
+    per_iteration: list[float] = [first_ms] if block_size == 1 else []
     spent_ms = first_ms
     while True:
         block_ms = clock.time_ms(run_block)
@@ -117,7 +117,7 @@ def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBu
     return TimingStats(float(median), float(q3 - q1), len(per_iteration) * block_size, block_size)
 
 
-def _median_relative_error(values: List[float]) -> float:
+def _median_relative_error(values: list[float]) -> float:
     """Standard error of the sample median relative to it: sqrt(pi/2) * sigma / sqrt(n), with sigma
     estimated robustly as IQR / 1.349 (exact for normal noise, conservative for heavier tails)."""
     q1, median, q3 = np.percentile(values, [25, 50, 75])

@@ -8,8 +8,8 @@ samples/s = batch_size / run_time(batch_size) * 1000.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
 
 from skyline_engine.predict.linear import LinearModel, fit_line
 
@@ -33,7 +33,7 @@ def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_H
 class Prediction:
     batch_size: int
     run_time_ms: float
-    samples_per_second: Optional[float]
+    samples_per_second: float | None
     peak_memory_bytes: float
     fits: bool
 
@@ -69,7 +69,7 @@ class BatchSizeModels:
         )
 
     @classmethod
-    def from_dict(cls, models: dict, memory_capacity_bytes: int) -> "BatchSizeModels":
+    def from_dict(cls, models: dict, memory_capacity_bytes: int) -> BatchSizeModels:
         """The models again from an analysis document's `models` (the inverse of `to_dict`, given the
         document's `device.memory_capacity_bytes`), so predictions need no new measurement.
         Raises KeyError, TypeError or ValueError when `models` is not such a dict."""
@@ -92,7 +92,7 @@ class BatchSizeModels:
         memory = self.peak_memory(batch_size)
         return Prediction(batch_size, run_time, throughput, memory, memory <= self.usable_memory_bytes)
 
-    def max_batch_size(self) -> Optional[int]:
+    def max_batch_size(self) -> int | None:
         """The largest batch size predicted to fit in usable memory; None when memory does not grow
         with the batch size (nothing bounds it), 0 when not even one sample fits."""
         if self.peak_memory.slope <= 0:
@@ -100,11 +100,11 @@ class BatchSizeModels:
         largest = math.floor(self.peak_memory.inverse(self.usable_memory_bytes))
         return max(largest, 0)
 
-    def asymptotic_samples_per_second(self) -> Optional[float]:
+    def asymptotic_samples_per_second(self) -> float | None:
         """Throughput as the batch size grows without bound (Skyline's "predicted maximum")."""
         return 1000.0 / self.run_time.slope if self.run_time.slope > 0 else None
 
-    def best_batch_size(self) -> Optional[int]:
+    def best_batch_size(self) -> int | None:
         """The batch size with the highest predicted throughput among those that fit, from the
         smallest measured one up. Throughput = b / (slope·b + bias) is monotone in b: it rises
         with b when the bias is positive (fixed costs get shared) and falls when it is negative.
@@ -116,7 +116,7 @@ class BatchSizeModels:
             return largest
         return min(self.smallest_measured_batch_size, largest)
 
-    def predicted_max_samples_per_second(self) -> Optional[float]:
+    def predicted_max_samples_per_second(self) -> float | None:
         """The best throughput reachable within device memory (see `best_batch_size`)."""
         best = self.best_batch_size()
         if best is not None:
@@ -125,7 +125,7 @@ class BatchSizeModels:
             return self.asymptotic_samples_per_second()
         return None
 
-    def warnings(self) -> List[str]:
+    def warnings(self) -> list[str]:
         notes = []
         for what, model in (("run-time", self.run_time), ("peak-memory", self.peak_memory)):
             if model.r2 is None:

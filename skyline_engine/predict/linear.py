@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -19,14 +19,14 @@ class LinearModel:
 
     slope: float
     bias: float
-    r2: Optional[float]
+    r2: float | None
     max_relative_residual: float
     points: int
 
     def __call__(self, x: float) -> float:
         return self.slope * x + self.bias
 
-    def inverse(self, y: float) -> Optional[float]:
+    def inverse(self, y: float) -> float | None:
         """The x where the line reaches y, or None for a flat line."""
         if self.slope == 0:
             return None

@@ -6,10 +6,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Union
 
 
-def write_text_atomic(path: Union[str, Path], text: str) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename it over `path` (atomic on POSIX).
 
     An existing file keeps its permission bits.
@@ -33,7 +32,7 @@ def write_text_atomic(path: Union[str, Path], text: str) -> None:
         raise
 
 
-def write_json_atomic(path: Union[str, Path], document: dict) -> None:
+def write_json_atomic(path: str | Path, document: dict) -> None:
     write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
 
 

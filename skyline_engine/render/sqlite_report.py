@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Union
 
 # Skyline's report format version (PRAGMA user_version).
 REPORT_FORMAT_VERSION = 1
@@ -71,7 +71,7 @@ CREATE TABLE misc_sizes (
 """
 
 
-def write_run_time_report(path: Union[str, Path], document: dict) -> None:
+def write_run_time_report(path: str | Path, document: dict) -> None:
     def fill(db: sqlite3.Connection) -> None:
         db.executescript(RUN_TIME_SCHEMA)
         for op in operation_leaves(document["operations"]):
@@ -87,7 +87,7 @@ def write_run_time_report(path: Union[str, Path], document: dict) -> None:
     _write_database(path, fill)
 
 
-def write_memory_report(path: Union[str, Path], document: dict) -> None:
+def write_memory_report(path: str | Path, document: dict) -> None:
     def fill(db: sqlite3.Connection) -> None:
         db.executescript(MEMORY_SCHEMA)
         db.executemany(
@@ -123,7 +123,7 @@ def operation_leaves(node: dict) -> Iterator[dict]:
         yield from operation_leaves(child)
 
 
-def _correlate(db: sqlite3.Connection, entry_id: int, entry_type: int, contexts: List[dict]) -> None:
+def _correlate(db: sqlite3.Connection, entry_id: int, entry_type: int, contexts: list[dict]) -> None:
     correlation_id = db.execute(
         "INSERT INTO stack_correlation (entry_id, entry_type) VALUES (?, ?)", (entry_id, entry_type)
     ).lastrowid
@@ -133,7 +133,7 @@ def _correlate(db: sqlite3.Connection, entry_id: int, entry_type: int, contexts:
     )
 
 
-def _write_database(path: Union[str, Path], fill) -> None:
+def _write_database(path: str | Path, fill) -> None:
     """Build the database beside `path` and rename it into place: whole or not at all."""
     path = Path(path)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")

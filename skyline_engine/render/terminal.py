@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import linecache
 import os
-from typing import List
 
 from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
 
@@ -52,7 +51,7 @@ def _summary(doc: dict) -> str:
 
 
 def _hottest_lines(doc: dict) -> str:
-    lines = sorted(doc.get("lines") or [], key=lambda l: -(l["forward_ms"] + l["backward_ms"]))[:HOTTEST_LINES]
+    lines = sorted(doc.get("lines") or [], key=lambda line: -(line["forward_ms"] + line["backward_ms"]))[:HOTTEST_LINES]
     if not lines:
         return ""
     total = doc["iteration"]["run_time_ms"]
@@ -98,7 +97,10 @@ def _predicted_max(models: dict) -> str:
     if largest == 0:
         return "— (not even batch size 1 is predicted to fit)"
     if best is None:
-        return f"— (the run-time model cannot predict throughput; see the warnings); the largest predicted to fit is {largest:,}"
+        return (
+            "— (the run-time model cannot predict throughput; see the warnings); "
+            f"the largest predicted to fit is {largest:,}"
+        )
     fits = f"the largest predicted to fit is {largest:,} ({models['memory_headroom_fraction']:.0%} of memory kept free)"
     if best == largest:
         return f"{rate} at batch size {best:,}, {fits}"
@@ -112,7 +114,8 @@ def _predictions(doc: dict) -> str:
     models = doc["models"]
     measured = {s["batch_size"]: s for s in models["samples"]}
     rows = [("batch size", "iteration", "throughput", "peak memory", "")]
-    for p in predictions:
+    for prediction in predictions:
+        p = prediction
         notes = []
         if p["batch_size"] == doc["batch_size"]:
             notes.append("yours")
@@ -156,7 +159,8 @@ def _models(doc: dict) -> str:
     return (
         f"Batch-size models (least squares over batch sizes {sizes})\n"
         f"  iteration time = {rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}   {_fit(rt)}\n"
-        f"  peak memory    = {format_bytes(mem['slope'])} × batch size {_signed(mem['bias'], format_bytes)}   {_fit(mem)}"
+        f"  peak memory    = {format_bytes(mem['slope'])} × batch size "
+        f"{_signed(mem['bias'], format_bytes)}   {_fit(mem)}"
     )
 
 
@@ -178,7 +182,7 @@ def _warnings(doc: dict) -> str:
     return "Warnings\n" + "\n".join(f"  ! {w}" for w in warnings)
 
 
-def _table(rows: List[tuple], right_aligned=()) -> str:
+def _table(rows: list[tuple], right_aligned=()) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:

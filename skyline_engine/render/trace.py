@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Union
 
 from skyline_engine.render.files import write_text_atomic
 
@@ -38,5 +37,5 @@ def chrome_trace(document: dict) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(path: Union[str, Path], document: dict) -> None:
+def write_chrome_trace(path: str | Path, document: dict) -> None:
     write_text_atomic(path, json.dumps(chrome_trace(document)))

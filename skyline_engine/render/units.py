@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
 
-
-def format_bytes(n: Optional[float]) -> str:
+def format_bytes(n: float | None) -> str:
     if n is None:
         return "—"
     value = float(n)
@@ -16,7 +14,7 @@ def format_bytes(n: Optional[float]) -> str:
     return f"{value:.1f} TiB"
 
 
-def format_ms(ms: Optional[float]) -> str:
+def format_ms(ms: float | None) -> str:
     if ms is None:
         return "—"
     if ms >= 1000:
@@ -28,7 +26,7 @@ def format_ms(ms: Optional[float]) -> str:
     return f"{ms:.2f} ms"
 
 
-def format_rate(samples_per_second: Optional[float], unit: str = "/s") -> str:
+def format_rate(samples_per_second: float | None, unit: str = "/s") -> str:
     if samples_per_second is None:
         return "—"
     if samples_per_second >= 100:

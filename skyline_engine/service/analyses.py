@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from skyline_engine.service.engine import EngineService
 from skyline_engine.service.paths import PathMapper
@@ -32,13 +32,13 @@ class ClientAnalyses:
         self.engine = engine
         self.notify = notify
         self.mapper = mapper
-        self.latest: Optional[CompleteAnalysis] = None
+        self.latest: CompleteAnalysis | None = None
         self._lock = threading.RLock()
-        self._current: Optional[Job] = None
+        self._current: Job | None = None
         self._open = False  # the current analysis has not ended
         self._closed = False
 
-    def start(self, request: dict, time_limit_s: Optional[float], respond: Callable[[dict], None]) -> None:
+    def start(self, request: dict, time_limit_s: float | None, respond: Callable[[dict], None]) -> None:
         """Supersede the running analysis, start a new one; `respond` sends the reply in between,
         so the client learns the new id before any notification about it."""
         with self._lock:
@@ -62,7 +62,7 @@ class ClientAnalyses:
             self._end(job, "cancelled", "cancelled by the client")
             return True
 
-    def running(self) -> Optional[Job]:
+    def running(self) -> Job | None:
         with self._lock:
             return self._current if self._open else None
 

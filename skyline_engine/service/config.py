@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from skyline_engine.service.protocol import DEFAULT_MAX_FRAME_BYTES
 
@@ -13,8 +12,8 @@ from skyline_engine.service.protocol import DEFAULT_MAX_FRAME_BYTES
 class BudgetOverrides:
     """Changes to the TimingBudget of each analysis; None keeps the engine's default."""
 
-    min_run_s: Optional[float] = None
-    max_run_s: Optional[float] = None
+    min_run_s: float | None = None
+    max_run_s: float | None = None
 
     def to_dict(self) -> dict:
         fields = {"min_run_s": self.min_run_s, "max_run_s": self.max_run_s}
@@ -31,7 +30,7 @@ class ServiceConfig:
     worker_start_timeout_s: float = 120.0
     # RLIMIT_AS of each worker, in bytes; None for no limit. It bounds *virtual* memory, so it
     # suits CPU analyses (CUDA reserves large address ranges).
-    worker_memory_limit_bytes: Optional[int] = None
+    worker_memory_limit_bytes: int | None = None
     budget: BudgetOverrides = field(default_factory=BudgetOverrides)
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # A TCP client must complete `initialize` within this time, or it is disconnected.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 import skyline_engine
 from skyline_engine.service import params as p
@@ -63,15 +63,15 @@ RESPONDED = _Responded()
 
 
 class Dispatcher:
-    def __init__(self, engine: EngineService, send: Send, token: Optional[str] = None) -> None:
+    def __init__(self, engine: EngineService, send: Send, token: str | None = None) -> None:
         self.engine = engine
         self._send = send
         self._token = token  # None: no token needed (stdio: the editor started us)
         self.initialized = False
-        self.analyses: Optional[ClientAnalyses] = None
+        self.analyses: ClientAnalyses | None = None
         self._closed = False
         self._unregister = engine.on_close(self.close)
-        self._methods: Dict[str, Callable[[dict, Callable[[Any], None]], Any]] = {
+        self._methods: dict[str, Callable[[dict, Callable[[Any], None]], Any]] = {
             "initialize": self._initialize,
             "analyze": self._analyze,
             "predict": self._predict,
@@ -105,7 +105,7 @@ class Dispatcher:
 
     # --- calling a method -------------------------------------------------------------------
 
-    def _call(self, method: str, params: dict, msgid: Optional[int]) -> bool:
+    def _call(self, method: str, params: dict, msgid: int | None) -> bool:
         responded = False
 
         def respond(result: Any) -> None:
@@ -143,7 +143,7 @@ class Dispatcher:
             raise RpcError(NOT_INITIALIZED, f"call `initialize` before `{method}`")
         return handler
 
-    def _reply_error(self, msgid: Optional[int], error: RpcError) -> None:
+    def _reply_error(self, msgid: int | None, error: RpcError) -> None:
         if msgid is not None:
             self._send(response(msgid, error))
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import Iterable, List, Optional, Tuple
+from collections.abc import Iterable
 
 from skyline_engine.entry.user_frames import ProjectFiles
 
@@ -28,7 +28,7 @@ _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<functio
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
 
 
-def oom_kill_count() -> Optional[int]:
+def oom_kill_count() -> int | None:
     """The kernel's count of out-of-memory kills since boot, or None where it is not kept."""
     try:
         with open("/proc/vmstat", encoding="ascii") as f:
@@ -51,7 +51,7 @@ def death_error(
     returncode: int,
     *,
     oom_killed: bool,
-    last_phase: Optional[str],
+    last_phase: str | None,
 ) -> dict:
     """The `analysis_error` fields for a worker that ended without sending a result."""
     during = f" while {last_phase}" if last_phase else ""
@@ -88,7 +88,7 @@ def death_error(
     )
 
 
-def time_limit_error(limit_s: float, last_phase: Optional[str]) -> dict:
+def time_limit_error(limit_s: float, last_phase: str | None) -> dict:
     during = f" (it was {last_phase})" if last_phase else ""
     return _error(
         "time_limit",
@@ -109,7 +109,7 @@ def garbled_error(detail: str) -> dict:
     return _error("crashed", f"the analysis worker sent malformed messages ({detail}) and was stopped.")
 
 
-def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> Tuple[Optional[str], Optional[int]]:
+def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> tuple[str | None, int | None]:
     """The user's innermost frame in the last faulthandler dump of `stderr_tail`, as (path, line)
     relative to the project root; (None, None) when there is none."""
     files = ProjectFiles(project_root)
@@ -120,9 +120,9 @@ def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> Tuple
     return None, None
 
 
-def _last_dump(lines: List[str]) -> List[List[Tuple[str, int]]]:
+def _last_dump(lines: list[str]) -> list[list[tuple[str, int]]]:
     """The frames of each thread in the last dump, the current thread's first."""
-    threads: List[Tuple[bool, List[Tuple[str, int]]]] = []
+    threads: list[tuple[bool, list[tuple[str, int]]]] = []
     previous_was_dump = False
     for line in lines:
         header = _THREAD.match(line)
@@ -141,5 +141,5 @@ def _last_dump(lines: List[str]) -> List[List[Tuple[str, int]]]:
     return [frames for _, frames in threads]
 
 
-def _error(kind: str, message: str, *, signal: Optional[str] = None, exit_status: Optional[int] = None) -> dict:
+def _error(kind: str, message: str, *, signal: str | None = None, exit_status: int | None = None) -> dict:
     return {"kind": kind, "message": message, "path": None, "line": None, "signal": signal, "exit_status": exit_status}

@@ -5,8 +5,9 @@ Unknown parameters are ignored, so that a newer client can talk to an older engi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable
 
 from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_type
 
@@ -21,9 +22,9 @@ class Param:
     required: bool = False
 
 
-def validate(params: Dict[str, Any], spec: Sequence[Param]) -> Dict[str, Any]:
+def validate(params: dict[str, Any], spec: Sequence[Param]) -> dict[str, Any]:
     """The parameters of `spec`, checked; absent optional ones (and nil ones) are None."""
-    values: Dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for param in spec:
         value = params.get(param.name)
         if value is None:

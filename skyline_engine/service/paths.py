@@ -9,11 +9,11 @@ the client's root is all the editor needs to open the right buffers.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 
 class PathMapper:
-    def __init__(self, server_root: str, client_root: Optional[str]) -> None:
+    def __init__(self, server_root: str, client_root: str | None) -> None:
         self.server_root = server_root.rstrip("/") or "/"
         self.client_root = (client_root.rstrip("/") or "/") if client_root else None
         # The root as a whole path component: `/srv/proj` in `/srv/proj/a.py`, not in `/srv/project`.

@@ -18,8 +18,9 @@ Two kinds of trouble, treated differently:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Union
 
 import msgpack
 
@@ -53,7 +54,7 @@ class RpcError(Exception):
     `close` asks the transport to close the connection after sending it (a wrong token).
     """
 
-    def __init__(self, code: str, message: str, param: Optional[str] = None, close: bool = False) -> None:
+    def __init__(self, code: str, message: str, param: str | None = None, close: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -79,19 +80,19 @@ class FatalFrameError(Exception):
 class Request:
     msgid: int
     method: str
-    params: Dict[str, Any]
+    params: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Notification:
     method: str
-    params: Dict[str, Any]
+    params: dict[str, Any]
 
 
 class InvalidMessage(Exception):
     """A decoded object that is not a valid message; `msgid` is set when it could be read."""
 
-    def __init__(self, error: RpcError, msgid: Optional[int] = None) -> None:
+    def __init__(self, error: RpcError, msgid: int | None = None) -> None:
         super().__init__(error.message)
         self.error = error
         self.msgid = msgid
@@ -137,7 +138,7 @@ class FrameReader:
                 return
             except msgpack.StackError:
                 raise FatalFrameError(PARSE_ERROR, "malformed msgpack: nested too deeply") from None
-            except Exception as exc:  # msgpack raises FormatError, ValueError, UnicodeDecodeError…
+            except Exception as exc:  # noqa: BLE001 - msgpack raises FormatError, ValueError, UnicodeDecodeError…
                 text = str(exc)
                 if "exceeds max_" in text:
                     raise self._too_large() from None
@@ -154,7 +155,7 @@ def encode(message: list) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
-def response(msgid: int, error: Optional[RpcError], result: Any = None) -> list:
+def response(msgid: int, error: RpcError | None, result: Any = None) -> list:
     return [RESPONSE, msgid, error.to_wire() if error is not None else None, result if error is None else None]
 
 
@@ -188,13 +189,13 @@ def _parse_request(obj: list) -> Request:
     return Request(msgid, _method(obj[2], msgid), _params(obj[3], msgid))
 
 
-def _method(value: Any, msgid: Optional[int]) -> str:
+def _method(value: Any, msgid: int | None) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidMessage(_invalid(f"the method is a non-empty string, not {describe_type(value)}"), msgid)
     return value
 
 
-def _params(value: Any, msgid: Optional[int]) -> Dict[str, Any]:
+def _params(value: Any, msgid: int | None) -> dict[str, Any]:
     if not isinstance(value, list) or len(value) > 1:
         raise InvalidMessage(
             RpcError(INVALID_PARAMS, 'params are an array holding one map, e.g. [{"batch_size": 32}]'), msgid

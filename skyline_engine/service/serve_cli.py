@@ -17,7 +17,6 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Tuple
 
 from skyline_engine.errors import SkylineError
 from skyline_engine.service.protocol import DEFAULT_MAX_FRAME_BYTES
@@ -180,7 +179,7 @@ def _run_tcp(engine, args: argparse.Namespace) -> int:
         tokens.remove_token_file(token_path, token)
 
 
-def parse_listen(text: str) -> Tuple[str, int]:
+def parse_listen(text: str) -> tuple[str, int]:
     """`PORT`, `:PORT`, `HOST:PORT` or `[IPV6]:PORT` → (host, port)."""
     match = re.fullmatch(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d+)|(?P<only>\d+)", text.strip())
     if not match:

@@ -8,13 +8,14 @@ analysis's thread (notifications).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import sys
 import threading
 import time
-from typing import Callable, Set
+from typing import Callable
 
 from skyline_engine.service.dispatcher import Dispatcher
 from skyline_engine.service.engine import EngineService
@@ -128,7 +129,7 @@ class TcpServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.create_server((host, port), family=family)
         self.address = self.listener.getsockname()[:2]
-        self._clients: Set[socket.socket] = set()
+        self._clients: set[socket.socket] = set()
         self._lock = threading.Lock()
 
     def run(self) -> int:
@@ -142,10 +143,8 @@ class TcpServer:
 
     def close(self) -> None:
         self.engine.request_shutdown()
-        try:
+        with contextlib.suppress(OSError):
             self.listener.close()
-        except OSError:
-            pass
         with self._lock:
             clients = list(self._clients)
         for sock in clients:
@@ -221,10 +220,8 @@ class TcpServer:
 
 
 def _shutdown(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def print_line(text: str) -> None:

@@ -11,7 +11,7 @@ import hmac
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 
 def new_token() -> str:
@@ -41,7 +41,7 @@ def write_token_file(path: Path, token: str) -> None:
     os.replace(temporary, path)
 
 
-def remove_token_file(path: Optional[Path], token: str) -> None:
+def remove_token_file(path: Path | None, token: str) -> None:
     """Remove the file at exit if it still holds our token (a newer service may have replaced it)."""
     if path is None:
         return

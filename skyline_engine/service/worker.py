@@ -29,7 +29,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import msgpack
 
@@ -51,7 +51,7 @@ class Channel:
                 view = view[written:]
 
 
-def main(argv: Optional[list] = None) -> None:
+def main(argv: list | None = None) -> None:
     args = _parser().parse_args(argv)
     channel = Channel()
     faulthandler.enable(file=sys.stderr)  # a segfault prints the Python stacks to the log
@@ -77,7 +77,7 @@ def main(argv: Optional[list] = None) -> None:
     try:
         document = _analyze(job, channel)
         message = {"type": "result", "document": document}
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - whatever ends the analysis is reported, not raised
         message = {"type": "error", **describe_failure(exc, "running the analysis")}
     _finish(channel, message)
 
@@ -86,9 +86,10 @@ def _startup_failure(exc: BaseException) -> dict:
     failure = describe_failure(exc, "starting the analysis worker")
     if failure["kind"] == "internal":  # a broken installation or a tight limit, rather than a bug
         failure = _failure("worker_start", f"the analysis worker could not start: {type(exc).__name__}: {exc}.")
-        if _memory_limit is not None:
+        limit = _memory_limit()
+        if limit is not None:
             failure["message"] += (
-                f" Its memory limit ({_memory_limit / 2**30:.1f} GiB, set by --worker-memory-limit) "
+                f" Its memory limit ({limit / 2**30:.1f} GiB, from --worker-memory-limit or inherited) "
                 "may be too small for torch."
             )
     return failure
@@ -128,14 +129,9 @@ def _volunteer_for_the_oom_killer() -> None:
         pass
 
 
-_memory_limit: Optional[int] = None  # for error messages
-
-
-def _limit_memory(limit: Optional[int]) -> None:
-    global _memory_limit
+def _limit_memory(limit: int | None) -> None:
     if limit is None:
         return
-    _memory_limit = limit
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -143,7 +139,7 @@ def _limit_memory(limit: Optional[int]) -> None:
 
 def _warm_up(device_spec: str) -> dict:
     """Import what every analysis needs and describe the device analyses will run on."""
-    import torch  # noqa: F401 - the point of a warm worker
+    import torch  # the point of a warm worker
     import torch._dynamo  # noqa: F401 - creating any torch optimizer imports it: 1.1 s on 2 cores
 
     import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
@@ -152,7 +148,7 @@ def _warm_up(device_spec: str) -> dict:
     return describe_device(resolve_device(device_spec)).to_dict()
 
 
-def _read_job() -> Optional[dict]:
+def _read_job() -> dict | None:
     """The one job, read straight from fd 0 (no buffered reader, which could read past it)."""
     unpacker = msgpack.Unpacker(raw=False)
     while True:
@@ -238,10 +234,19 @@ def _with_prefix(exc, prefix: str) -> str:
     return changed.format()
 
 
+def _memory_limit() -> int | None:
+    """The address-space limit set by --memory-limit (read back from the process), or None."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def _memory_limit_note() -> str:
-    if _memory_limit is None:
+    limit = _memory_limit()
+    if limit is None:
         return ""
-    return f"\n(This worker's memory limit is {_memory_limit / 2**30:.1f} GiB, set by --worker-memory-limit.)"
+    return f"\n(This worker's memory limit is {limit / 2**30:.1f} GiB, from --worker-memory-limit or inherited.)"
 
 
 def _failure(kind: str, message: str) -> dict:

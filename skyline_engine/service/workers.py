@@ -17,6 +17,7 @@ imported) and what lets the service survive anything the code does.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import queue
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Tuple
+from typing import Callable, Protocol
 
 import msgpack
 
@@ -56,7 +57,7 @@ def _worker_environment() -> dict:
 
 
 class WorkerProcess:
-    def __init__(self, config: ServiceConfig, on_ready: Callable[["WorkerProcess", dict], None]) -> None:
+    def __init__(self, config: ServiceConfig, on_ready: Callable[[WorkerProcess, dict], None]) -> None:
         command = [sys.executable, "-m", "skyline_engine.service.worker", "--device", config.device]
         if config.worker_memory_limit_bytes is not None:
             command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
@@ -72,10 +73,10 @@ class WorkerProcess:
             start_new_session=True,
         )
         self.pid = self.popen.pid
-        self.messages: "queue.Queue[Optional[dict]]" = queue.Queue()
-        self.ready_message: Optional[dict] = None
+        self.messages: queue.Queue[dict | None] = queue.Queue()
+        self.ready_message: dict | None = None
         self.ready = threading.Event()  # set on `ready`, or when the worker ends before it
-        self._tail: "collections.deque[str]" = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_thread = threading.Thread(
             target=self._forward_stderr, name=f"worker-{self.pid}-stderr", daemon=True
         )
@@ -103,20 +104,16 @@ class WorkerProcess:
     def _signal(self, number: int) -> None:
         if self.popen.poll() is not None:
             return  # reaped: its pid (and group id) may belong to someone else by now
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, number)
-        except (ProcessLookupError, PermissionError):
-            pass
 
-    def wait(self, timeout: Optional[float] = None) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         return self.popen.wait(timeout)
 
     def kill_leftovers(self) -> None:
         """Right after the worker is reaped: end processes the user's code left in its group."""
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def stderr_tail(self, settle_s: float = 1.0) -> list:
         self._stderr_thread.join(settle_s)
@@ -124,10 +121,8 @@ class WorkerProcess:
 
     def close(self) -> None:
         self.kill()
-        try:
+        with contextlib.suppress(OSError):
             self.popen.stdin.close()
-        except OSError:
-            pass
 
     def _read_messages(self) -> None:
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_WORKER_MESSAGE_BYTES, strict_map_key=False)
@@ -140,7 +135,7 @@ class WorkerProcess:
                 unpacker.feed(data)
                 for message in unpacker:
                     self._accept(message)
-        except Exception as exc:  # a garbled stream: nothing more from it can be trusted
+        except Exception as exc:  # noqa: BLE001 - a garbled stream: nothing more from it can be trusted
             self.messages.put({"type": "garbled", "detail": f"{type(exc).__name__}: {exc}"})
             self.kill()
         finally:
@@ -178,11 +173,11 @@ class WorkerPool:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self._lock = threading.Lock()
-        self._spare: Optional[WorkerProcess] = None
+        self._spare: WorkerProcess | None = None
         self._running = 0
         self._closed = False
-        self._device: Optional[dict] = None
-        self._device_error: Optional[str] = None
+        self._device: dict | None = None
+        self._device_error: str | None = None
         self._device_known = threading.Event()
 
     def start_spare(self) -> None:
@@ -191,7 +186,7 @@ class WorkerPool:
                 return
             self._spare = self._spawn()
 
-    def take(self) -> Optional[WorkerProcess]:
+    def take(self) -> WorkerProcess | None:
         """A worker for a new analysis (the spare when it is alive), or None once closed."""
         with self._lock:
             if self._closed:
@@ -210,11 +205,11 @@ class WorkerPool:
             self._running -= 1
         self.start_spare()
 
-    def spare_pid(self) -> Optional[int]:
+    def spare_pid(self) -> int | None:
         spare = self._spare
         return spare.pid if spare is not None and spare.alive() else None
 
-    def device(self, timeout: float) -> Tuple[Optional[dict], Optional[str]]:
+    def device(self, timeout: float) -> tuple[dict | None, str | None]:
         """The analysis device as a worker describes it ({..} or None, and why not)."""
         self.start_spare()
         if not self._device_known.wait(timeout):
@@ -244,17 +239,17 @@ class WorkerPool:
     def _watch_start(self, worker: WorkerProcess) -> None:
         # A worker that dies before `ready` (a broken torch, a memory limit too low to import it)
         # must not leave `initialize` waiting for a device forever.
-        if not worker.ready.wait(self.config.worker_start_timeout_s) or worker.ready_message is None:
-            if self._device is None:
-                self._device_error = "the analysis worker ended before it was ready; see the engine's log"
-                self._device_known.set()
+        started = worker.ready.wait(self.config.worker_start_timeout_s) and worker.ready_message is not None
+        if not started and self._device is None:
+            self._device_error = "the analysis worker ended before it was ready; see the engine's log"
+            self._device_known.set()
 
 
 class JobListener(Protocol):
-    def on_progress(self, job: "Job", phase: str, fraction: float) -> None: ...
-    def on_partial(self, job: "Job", document: dict) -> None: ...
-    def on_result(self, job: "Job", document: dict) -> None: ...
-    def on_error(self, job: "Job", error: dict) -> None: ...
+    def on_progress(self, job: Job, phase: str, fraction: float) -> None: ...
+    def on_partial(self, job: Job, document: dict) -> None: ...
+    def on_result(self, job: Job, document: dict) -> None: ...
+    def on_error(self, job: Job, error: dict) -> None: ...
 
 
 class Job:
@@ -282,12 +277,12 @@ class Job:
         self.pool = pool
         self.listener = listener
         self.time_limit_s = time_limit_s
-        self.last_phase: Optional[str] = None
+        self.last_phase: str | None = None
         self.stopped = False  # cancelled or superseded: nothing more is reported
         self._started = False  # the worker has taken the job
         self._finished = False  # the worker has sent its result or error
-        self._overdue: Optional[str] = None  # "time_limit" or "start_timeout", once past the deadline
-        self._garbled: Optional[str] = None
+        self._overdue: str | None = None  # "time_limit" or "start_timeout", once past the deadline
+        self._garbled: str | None = None
         self._deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name=f"analysis-{analysis_id}", daemon=True)
 
@@ -334,7 +329,7 @@ class Job:
         if not (self._finished or self.stopped):
             self.listener.on_error(self, self._death(returncode, oom_kills_before))
 
-    def _next_message(self) -> Optional[dict]:
+    def _next_message(self) -> dict | None:
         """The worker's next message (None once it has ended), keeping the deadlines meanwhile."""
         while True:
             remaining = self._deadline - time.monotonic()
@@ -384,7 +379,7 @@ class Job:
         self.worker.kill_leftovers()
         return returncode
 
-    def _death(self, returncode: int, oom_kills_before: Optional[int]) -> dict:
+    def _death(self, returncode: int, oom_kills_before: int | None) -> dict:
         if self._overdue == "start_timeout":
             return failures.start_timeout_error(self.pool.config.worker_start_timeout_s)
         if self._overdue == "time_limit":

@@ -8,7 +8,7 @@ import torch
 
 # The same model code as examples/transformer, only configured larger.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "transformer"))
-from model import TinyLanguageModel  # noqa: E402
+from model import TinyLanguageModel
 
 CONTEXT = 128
 VOCABULARY = 8000

@@ -51,5 +51,5 @@ class SkylinePlugin:
     def _deliver(self, event):
         try:
             self.nvim.exec_lua(ON_MESSAGE, event)
-        except Exception:  # noqa: BLE001 - a UI error must not surface as a Python traceback
+        except Exception:  # a UI error must not surface as a Python traceback
             log.exception("skyline: delivering %s to Lua failed", event.get("event"))

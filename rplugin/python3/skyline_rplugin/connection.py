@@ -97,7 +97,7 @@ class EngineConnection:
             try:
                 for message in unpacker:
                     self._dispatch(message)
-            except Exception as exc:  # noqa: BLE001 - a garbled stream cannot be trusted any further
+            except Exception as exc:  # a garbled stream cannot be trusted any further
                 log.exception("skyline: unreadable message from the engine")
                 self._die(f"the engine sent an unreadable message ({type(exc).__name__}: {exc})")
                 return

@@ -5,6 +5,7 @@ connection, which owns the protocol. Opening either can fail in ways the user mu
 (no such interpreter, connection refused); that is `EngineUnavailable`, with a message for people.
 """
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -45,7 +46,7 @@ class StdioTransport:
         self._tail = deque(maxlen=LOG_TAIL_LINES)
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_path, "ab")
+            log = open(self.log_path, "ab")  # noqa: SIM115 - the stderr thread owns and closes it
         except OSError as exc:
             raise EngineUnavailable(
                 f"cannot write the engine's log {str(self.log_path)!r}: {exc.strerror or exc}."
@@ -82,10 +83,8 @@ class StdioTransport:
 
     def close(self):
         """Close stdin (the service exits on EOF, taking its workers); kill it if it lingers."""
-        try:
+        with contextlib.suppress(OSError):
             self.process.stdin.close()
-        except OSError:
-            pass
         threading.Thread(target=self._reap, name="skyline-engine-reaper", daemon=True).start()
 
     def describe_end(self):
@@ -134,10 +133,8 @@ class TcpTransport:
         self.sock.sendall(data)
 
     def close(self):
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
 
     def describe_end(self):

@@ -1,8 +1,5 @@
 """The model provider allocates tensors until allocation fails (the tests bound the worker's memory)."""
 
-import os
-import time
-
 import torch
 import torch.nn as nn
 
@@ -33,6 +30,5 @@ def skyline_iteration_provider(model):
         optimizer.zero_grad()
         model(x).backward()
         optimizer.step()
-        pass
 
     return iteration

@@ -1,8 +1,5 @@
 """The model's forward raises: an ordinary error in the user's code."""
 
-import os
-import time
-
 import torch
 import torch.nn as nn
 
@@ -31,6 +28,5 @@ def skyline_iteration_provider(model):
         optimizer.zero_grad()
         model(x).backward()
         optimizer.step()
-        pass
 
     return iteration

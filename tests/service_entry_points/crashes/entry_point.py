@@ -1,8 +1,6 @@
 """The training iteration reads address 0: a segmentation fault."""
 
 import ctypes
-import os
-import time
 
 import torch
 import torch.nn as nn

@@ -1,7 +1,6 @@
 """The training iteration ends the process with os._exit(3)."""
 
 import os
-import time
 
 import torch
 import torch.nn as nn

@@ -1,8 +1,5 @@
 """The training iteration never returns."""
 
-import os
-import time
-
 import torch
 import torch.nn as nn
 
@@ -27,7 +24,7 @@ def skyline_model_provider():
 def spin():
     turns = 0
     while True:
-        turns += 1  # noqa: E701 - one line, so every instruction of the loop is on it  # <- HERE
+        turns += 1  # one line, so every instruction of the loop is on it  # <- HERE
 
 
 def skyline_iteration_provider(model):

@@ -1,6 +1,5 @@
 """The model provider sleeps for minutes: an analysis that is surely running when the test acts."""
 
-import os
 import time
 
 import torch
@@ -32,6 +31,5 @@ def skyline_iteration_provider(model):
         optimizer.zero_grad()
         model(x).backward()
         optimizer.step()
-        pass
 
     return iteration
