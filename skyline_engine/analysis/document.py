@@ -46,7 +46,7 @@ def build_document(
             "peak_memory_bytes": measured.peak_memory_bytes,
         },
         "models": _models(samples, models),
-        "predictions": _predictions(batch_size, models),
+        "predictions": _predictions(batch_size, models, samples),
         "batch_size_location": batch_size_location.to_dict() if batch_size_location else None,
         "warnings": list(warnings),
     }
@@ -64,11 +64,13 @@ def _models(samples: Sequence[Sample], models: BatchSizeModels | None) -> dict |
     return {"samples": [s.to_dict() for s in samples], **models.to_dict()}
 
 
-def prediction_batch_sizes(batch_size: int, smallest: int, largest: int | None) -> list[int]:
-    """Batch sizes worth showing: the user's, powers of two from the smallest measured batch size
-    up to 16 times the user's, and the largest that fits; none above the largest that fits."""
+def prediction_batch_sizes(batch_size: int, measured: Sequence[int], largest: int | None) -> list[int]:
+    """Batch sizes worth showing: the user's, every measured one, powers of two from the smallest
+    measured up to 16 times the user's, and the largest that fits; none above the largest that
+    fits but the measured ones."""
+    smallest = min(measured)
     upper = min(largest, batch_size * 16) if largest else batch_size * 16
-    sizes = {batch_size, smallest}
+    sizes = {batch_size, *measured}
     step = 1
     while step <= upper:
         if step >= smallest:
@@ -76,11 +78,24 @@ def prediction_batch_sizes(batch_size: int, smallest: int, largest: int | None) 
         step *= 2
     if largest:
         sizes.add(largest)
-    return sorted(s for s in sizes if largest is None or s <= largest or s == batch_size)
+    return sorted(s for s in sizes if largest is None or s <= largest or s == batch_size or s in measured)
 
 
-def _predictions(batch_size: int, models: BatchSizeModels | None) -> list[dict]:
+def _predictions(batch_size: int, models: BatchSizeModels | None, samples: Sequence[Sample]) -> list[dict]:
+    """The ladder's predictions; a measured batch size also carries its measurement, which is
+    what a reader shows for it (the line through the samples does not pass through each)."""
     if models is None:
         return []
-    sizes = prediction_batch_sizes(batch_size, models.smallest_measured_batch_size, models.max_batch_size())
-    return [models.predict(bs).to_dict() for bs in sizes]
+    measured = {s.batch_size: s for s in samples}
+    sizes = prediction_batch_sizes(batch_size, list(measured), models.max_batch_size())
+    return [
+        {**models.predict(b).to_dict(), "measured": _measurement(measured[b]) if b in measured else None} for b in sizes
+    ]
+
+
+def _measurement(sample: Sample) -> dict:
+    return {
+        "run_time_ms": sample.run_time_ms,
+        "samples_per_second": sample.batch_size / sample.run_time_ms * 1000.0,
+        "peak_memory_bytes": sample.peak_memory_bytes,
+    }

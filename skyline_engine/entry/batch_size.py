@@ -15,8 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-PROVIDER_NAME = "skyline_input_provider"
-PARAMETER_NAME = "batch_size"
+from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER
 
 _HINT = "Write the default as an integer literal, e.g. `def skyline_input_provider(batch_size=32):`."
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -72,7 +71,7 @@ def rewrite_batch_size(source: str, new_batch_size: int, path: str = "<entry poi
         from skyline_engine.errors import EntryPointError
 
         raise EntryPointError(
-            f"Found no `{PROVIDER_NAME}` with a `{PARAMETER_NAME}` default to rewrite.",
+            f"Found no `{INPUT_PROVIDER}` with a `{BATCH_SIZE_PARAMETER}` default to rewrite.",
             path=path,
             hint=_HINT,
         )
@@ -121,7 +120,7 @@ def _module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 def _last_module_level_provider(tree: ast.Module) -> ast.FunctionDef | None:
     found = None
     for statement in _module_level_statements(tree.body):
-        if isinstance(statement, ast.FunctionDef) and statement.name == PROVIDER_NAME:
+        if isinstance(statement, ast.FunctionDef) and statement.name == INPUT_PROVIDER:
             found = statement
     return found
 
@@ -131,10 +130,10 @@ def _batch_size_default(arguments: ast.arguments) -> ast.expr | None:
     positional = arguments.posonlyargs + arguments.args
     first_with_default = len(positional) - len(arguments.defaults)
     for index, arg in enumerate(positional):
-        if arg.arg == PARAMETER_NAME:
+        if arg.arg == BATCH_SIZE_PARAMETER:
             return arguments.defaults[index - first_with_default] if index >= first_with_default else None
     for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults):
-        if arg.arg == PARAMETER_NAME:
+        if arg.arg == BATCH_SIZE_PARAMETER:
             return default  # None when the keyword-only parameter has no default
     return None
 

@@ -24,12 +24,16 @@ from typing import Any, Callable
 
 import torch
 
+from skyline_engine.entry.contract import (
+    BATCH_SIZE_PARAMETER,
+    INPUT_PROVIDER,
+    ITERATION_PROVIDER,
+    MODEL_PROVIDER,
+    PROVIDERS,
+)
 from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame, user_traceback_text
 from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
 
-MODEL_PROVIDER = "skyline_model_provider"
-INPUT_PROVIDER = "skyline_input_provider"
-ITERATION_PROVIDER = "skyline_iteration_provider"
 _MODULE_NAME = "skyline_entry_point"
 
 _EXAMPLES = {
@@ -109,9 +113,7 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
     imports = ImportScope(path.parent, files)
     try:
         module = _import(path, code, files)
-        providers = {
-            name: _provider(module, name, relative) for name in (MODEL_PROVIDER, INPUT_PROVIDER, ITERATION_PROVIDER)
-        }
+        providers = {name: _provider(module, name, relative) for name in PROVIDERS}
         _check_no_required_parameters(providers[MODEL_PROVIDER], relative)
         default_batch_size = _default_batch_size(providers[INPUT_PROVIDER], relative)
         _check_takes_model(providers[ITERATION_PROVIDER], relative)
@@ -292,12 +294,12 @@ def _default_batch_size(fn: Callable, relative: str) -> int:
     sig = _signature(fn, INPUT_PROVIDER, relative)
     line = _line(fn)
     hint = "Write `def skyline_input_provider(batch_size=32):` with your batch size."
-    param = sig.parameters.get("batch_size")
+    param = sig.parameters.get(BATCH_SIZE_PARAMETER)
     if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
         raise EntryPointError(
             f"`{INPUT_PROVIDER}` must take a `batch_size` argument.", path=relative, line=line, hint=hint
         )
-    others = [p.name for p in _required(sig) if p.name != "batch_size"]
+    others = [p.name for p in _required(sig) if p.name != BATCH_SIZE_PARAMETER]
     if others:
         raise EntryPointError(
             f"`{INPUT_PROVIDER}` may take only `batch_size`, but it also requires: {', '.join(others)}.",

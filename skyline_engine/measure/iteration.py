@@ -16,13 +16,8 @@ from skyline_engine.attribute.breakdown import build_breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recorder import OperationRecorder
-from skyline_engine.entry.loader import (
-    INPUT_PROVIDER,
-    ITERATION_PROVIDER,
-    MODEL_PROVIDER,
-    EntryPoint,
-    user_code_error,
-)
+from skyline_engine.entry.contract import INPUT_PROVIDER, ITERATION_PROVIDER, MODEL_PROVIDER
+from skyline_engine.entry.loader import EntryPoint, user_code_error
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.allocator import pin_malloc_thresholds

@@ -112,16 +112,14 @@ def _predictions(doc: dict) -> str:
     if not predictions:
         return ""
     models = doc["models"]
-    measured = {s["batch_size"]: s for s in models["samples"]}
     rows = [("batch size", "iteration", "throughput", "peak memory", "")]
     for prediction in predictions:
-        p = prediction
+        # What was measured, not the line through it: a row marked "measured" shows the sample.
+        p = {**prediction, **(prediction["measured"] or {})}
         notes = []
         if p["batch_size"] == doc["batch_size"]:
             notes.append("yours")
-        if p["batch_size"] in measured:
-            # What was measured, not the line through it: a row marked "measured" shows the sample.
-            p = _measured_row(measured[p["batch_size"]], p)
+        if prediction["measured"]:
             notes.append("measured")
         if p["batch_size"] == models["max_batch_size"]:
             notes.append("largest that fits")
@@ -137,16 +135,6 @@ def _predictions(doc: dict) -> str:
             )
         )
     return "Batch sizes, measured and predicted\n" + _table(rows, right_aligned=(0, 1, 2, 3))
-
-
-def _measured_row(sample: dict, prediction: dict) -> dict:
-    run_time_ms = sample["run_time_ms"]
-    return {
-        **prediction,
-        "run_time_ms": run_time_ms,
-        "samples_per_second": sample["batch_size"] / run_time_ms * 1000.0 if run_time_ms > 0 else None,
-        "peak_memory_bytes": sample["peak_memory_bytes"],
-    }
 
 
 def _models(doc: dict) -> str:
