@@ -89,8 +89,7 @@ function M.find_literal(buf)
     end
   end
   local location = state.document and state.document.batch_size_location
-  return nil, reason or (location and location.reason)
-    or 'no `batch_size=` default found in skyline_input_provider'
+  return nil, reason or (location and location.reason) or 'no `batch_size=` default found in skyline_input_provider'
 end
 
 --- The batch size the buffer's literal says, or nil.
@@ -172,20 +171,24 @@ end)
 
 local function warn_if_unreliable(prediction)
   if not prediction.fits then
-    util.warn(string.format(
-      'batch size %d is predicted to need %s, more than the %s usable on the device',
-      prediction.batch_size,
-      format.bytes(prediction.peak_memory_bytes),
-      format.bytes(state.models.usable_memory_bytes)
-    ))
+    util.warn(
+      string.format(
+        'batch size %d is predicted to need %s, more than the %s usable on the device',
+        prediction.batch_size,
+        format.bytes(prediction.peak_memory_bytes),
+        format.bytes(state.models.usable_memory_bytes)
+      )
+    )
   end
   local smallest = models.smallest_measured(state.models)
   if smallest and prediction.batch_size < smallest then
-    util.warn(string.format(
-      'batch size %d is below the smallest measured (%d): the prediction is a guess',
-      prediction.batch_size,
-      smallest
-    ))
+    util.warn(
+      string.format(
+        'batch size %d is below the smallest measured (%d): the prediction is a guess',
+        prediction.batch_size,
+        smallest
+      )
+    )
   end
 end
 
@@ -294,7 +297,9 @@ end
 
 -- A literal the user typed (or undid) counts like a key press: new prediction, re-profile.
 local function follow_literal(buf)
-  local value = state.models and state.request and project.buffer_path(buf) == state.request.entry
+  local value = state.models
+    and state.request
+    and project.buffer_path(buf) == state.request.entry
     and M.literal_value(buf)
   if value and value >= 1 and value ~= state.batch_size then
     changed_to(value)

@@ -80,8 +80,7 @@ function M.connect(args)
   token_file = project.normalize(token_file or default_token_file())
   local token = read_token(token_file)
   if not token then
-    util.error('cannot read a token from ' .. token_file
-      .. ' (skyline serve --listen prints where it wrote it)')
+    util.error('cannot read a token from ' .. token_file .. ' (skyline serve --listen prints where it wrote it)')
     return
   end
   state.remote = { host = host, port = port, token = token }

@@ -41,8 +41,10 @@ end
 --- remote plugin cannot be reached.
 local function call(name, ...)
   if not M.registered(name) then
-    util.error('the remote plugin is not registered: run :UpdateRemotePlugins and restart Neovim'
-      .. ' (see :checkhealth skyline)')
+    util.error(
+      'the remote plugin is not registered: run :UpdateRemotePlugins and restart Neovim'
+        .. ' (see :checkhealth skyline)'
+    )
     return false
   end
   local ok, err = pcall(vim.fn[name], ...)

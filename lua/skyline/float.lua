@@ -71,7 +71,8 @@ local function add_throughput(sheet, document)
   local fitted = state.models
   if fitted and fitted.predicted_max_samples_per_second then
     local best = fitted.best_batch_size
-    local text = 'predicted maximum ' .. format.throughput(fitted.predicted_max_samples_per_second)
+    local text = 'predicted maximum '
+      .. format.throughput(fitted.predicted_max_samples_per_second)
       .. (best and (' at batch size ' .. format.integer(best)) or '')
     sheet:add({ { pad('', LABEL) }, { text, 'SkylineFloatMuted' } })
   end

@@ -87,7 +87,8 @@ end
 
 local function check_registration()
   local manifest = vim.g.loaded_remote_plugins
-  local text = type(manifest) == 'string' and vim.fn.filereadable(manifest) == 1
+  local text = type(manifest) == 'string'
+      and vim.fn.filereadable(manifest) == 1
       and table.concat(vim.fn.readfile(manifest), '\n')
     or ''
   if text:find('skyline_rplugin', 1, true) and require('skyline.engine').registered('SkylineRpcProfile') then
@@ -104,9 +105,16 @@ end
 local function check_engine()
   local python = config.python() or vim.g.python3_host_prog or 'python3'
   local root = plugin_root()
-  local env = root and { PYTHONPATH = table.concat(vim.tbl_filter(function(p)
-    return p ~= nil and p ~= ''
-  end, { root, os.getenv('PYTHONPATH') }), ':') } or nil
+  local env = root
+      and {
+        PYTHONPATH = table.concat(
+          vim.tbl_filter(function(p)
+            return p ~= nil and p ~= ''
+          end, { root, os.getenv('PYTHONPATH') }),
+          ':'
+        ),
+      }
+    or nil
   local out, why = run({ vim.fn.expand(python), '-c', ENGINE_PROBE }, env)
   local ok, report = pcall(vim.json.decode, out or '')
   if not out or not ok then
@@ -120,7 +128,7 @@ local function check_engine()
     vim.health.ok(string.format('skyline_engine %s importable (%s)', report.engine, report.engine_path))
   else
     vim.health.error('skyline_engine is not importable: ' .. tostring(report.engine_error), {
-      'Install the plugin\'s Python package into that interpreter: python -m pip install -e <plugin folder>',
+      "Install the plugin's Python package into that interpreter: python -m pip install -e <plugin folder>",
     })
   end
   if report.torch then
@@ -138,9 +146,7 @@ local function check_engine()
   if report.nvml_devices then
     vim.health.ok(string.format('NVML available (%d device(s))', report.nvml_devices))
   else
-    vim.health.info(
-      'NVML not available (' .. tostring(report.nvml_error) .. '): GPU memory capacity comes from torch'
-    )
+    vim.health.info('NVML not available (' .. tostring(report.nvml_error) .. '): GPU memory capacity comes from torch')
   end
 end
 

@@ -63,8 +63,7 @@ function M.resolve_entry(arg, last)
     return last
   end
   if current == nil or not M.is_python(buf) then
-    return nil,
-      'the current buffer is not a Python file; name the entry point: :SkylineProfile path/to/entry_point.py'
+    return nil, 'the current buffer is not a Python file; name the entry point: :SkylineProfile path/to/entry_point.py'
   end
   return nil,
     string.format(
