@@ -153,7 +153,7 @@ def accuracy(entry: str, device: str, rounds: int) -> dict:
 
 def accuracy_once(entry: str, device: str) -> dict:
     """Fit the models as the engine does, then measure held-out batch sizes for real."""
-    document = analyze(AnalysisRequest(entry, REPO, device=device))
+    document = analyze(AnalysisRequest(entry, REPO, device=device)).to_dict()
     models = document["models"]
     rt, mem = models["run_time_ms"], models["peak_memory_bytes"]
     loaded = load_entry_point(REPO / entry, REPO)

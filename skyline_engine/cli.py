@@ -153,7 +153,7 @@ def _analyze(args, cwd: Path, batch_size: int | None, outputs, predict: bool, ti
     )
     progress = StderrProgress(enabled=not args.quiet)
     try:
-        document = analyze(request, progress)
+        document = analyze(request, progress).to_dict()
     finally:
         progress.finish()
     for path, option, write in outputs:

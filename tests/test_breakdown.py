@@ -29,7 +29,7 @@ def project(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def document(project) -> dict:
-    return analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False))
+    return analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False)).to_dict()
 
 
 def line(document, path, marker, project):
@@ -146,7 +146,7 @@ def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(t
         "        model(x).sum().backward()\n        optimizer.step()\n\n"
         "    return iteration\n"
     )
-    document = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False))
+    document = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)).to_dict()
     (state,) = document["optimizer_state"]
     assert state["name"] == "Adam"
     assert state["contexts"][0] == {"path": "training.py", "line": marker_line(tmp_path / "training.py", "OPTIMIZER")}

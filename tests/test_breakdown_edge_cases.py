@@ -99,7 +99,7 @@ def marker(text, name):
 def test_breakdown_is_consistent(tmp_path, case):
     source = textwrap.dedent(MODEL) + textwrap.dedent(ITERATIONS[case])
     (tmp_path / "entry.py").write_text(source)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK, predict=False))
+    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK, predict=False)).to_dict()
     lines = {(e["path"], e["line"]): e for e in doc["lines"]}
     for entry in doc["lines"]:
         assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0

@@ -71,7 +71,7 @@ def profiler_forward_ms():
 def engine_forward_ms(lines):
     document = analyze(
         AnalysisRequest("entry_point.py", PROJECT, device="cpu", budget=TimingBudget(min_run_s=0.3), predict=False)
-    )
+    ).to_dict()
     ours = {(e["path"], e["line"]): e["forward_ms"] for e in document["lines"]}
     return {marker: ours[("entry_point.py", number)] for marker, number in lines.items()}
 

@@ -22,7 +22,7 @@ QUICK = TimingBudget(min_run_s=0.1, max_run_s=0.5)
 
 @pytest.fixture(scope="module")
 def document():
-    return analyze(AnalysisRequest("examples/cnn/entry_point.py", REPO, device="cuda", budget=QUICK))
+    return analyze(AnalysisRequest("examples/cnn/entry_point.py", REPO, device="cuda", budget=QUICK)).to_dict()
 
 
 def test_device_and_capacity_come_from_cuda_and_nvml(document):

@@ -60,7 +60,7 @@ def write_entry(folder, default_batch_size, fits_up_to):
 
 def test_a_probe_that_runs_out_of_memory_narrows_the_range(tmp_path):
     write_entry(tmp_path, default_batch_size=32, fits_up_to=40)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK))
+    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
     measured = [s["batch_size"] for s in doc["models"]["samples"]]
     # 32 (the user's), 16 (half); 64 and then 48 run out of memory; 40 fits.
     assert measured == [16, 32, 40]
@@ -71,7 +71,7 @@ def test_a_probe_that_runs_out_of_memory_narrows_the_range(tmp_path):
 
 def test_when_nothing_larger_fits_smaller_batch_sizes_are_measured(tmp_path):
     write_entry(tmp_path, default_batch_size=32, fits_up_to=32)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK))
+    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
     measured = [s["batch_size"] for s in doc["models"]["samples"]]
     assert measured == [8, 16, 32]
     assert doc["models"]["peak_memory_bytes"]["r2"] is not None
@@ -81,7 +81,7 @@ def test_the_users_batch_size_running_out_of_memory_is_an_error_at_its_line(tmp_
     entry = write_entry(tmp_path, default_batch_size=64, fits_up_to=40)
     line = next(i for i, text in enumerate(entry.read_text().splitlines(), 1) if "batch_size=64" in text)
     with pytest.raises(OutOfMemory) as caught:
-        analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK))
+        analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
     error = caught.value
     assert (error.path, error.line) == ("entry.py", line)
     assert "batch size 64 does not fit" in error.message
@@ -89,5 +89,5 @@ def test_the_users_batch_size_running_out_of_memory_is_an_error_at_its_line(tmp_
 
 def test_batch_size_one_still_gets_three_probes(tmp_path):
     write_entry(tmp_path, default_batch_size=1, fits_up_to=1000)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK))
+    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
     assert [s["batch_size"] for s in doc["models"]["samples"]] == [1, 2, 3]

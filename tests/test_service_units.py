@@ -13,6 +13,7 @@ import pytest
 
 from service_fakes import DEVICE, dispatcher, document
 from skyline_engine.service import failures
+from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
 from skyline_engine.service.protocol import (
     FatalFrameError,
@@ -189,7 +190,7 @@ def test_a_superseded_analysis_is_never_delivered():
     old.listener.on_progress(old, "late", 0.9)
     old.listener.on_partial(old, document())
     old.listener.on_result(old, document())
-    old.listener.on_error(old, {"kind": "crashed"})
+    old.listener.on_error(old, Failure("crashed", "late"))
     assert all(n["analysis_id"] == old.analysis_id for n in sent.notifications("analysis_error"))
     assert sent.notifications("analysis") == [] and sent.notifications("progress") == []
     assert d.analyses.latest is None
@@ -203,7 +204,7 @@ def test_each_analysis_ends_once():
     d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
     job = engine.jobs[0]
     job.listener.on_result(job, document())
-    job.listener.on_error(job, {"kind": "crashed", "message": "late"})
+    job.listener.on_error(job, Failure("crashed", "late"))
     assert len(sent.notifications("analysis")) == 1 and sent.notifications("analysis_error") == []
     assert call(d, sent, "cancel", {"analysis_id": job.analysis_id}, msgid=5)[1] == {"cancelled": False}
 
@@ -373,10 +374,10 @@ def test_only_the_last_dump_counts():
 
 def test_deaths_say_which():
     segv = failures.death_error(-11, oom_killed=False, last_phase="building the model")
-    assert (segv["kind"], segv["signal"]) == ("crashed", "SIGSEGV")
-    assert "segmentation fault" in segv["message"] and "building the model" in segv["message"]
-    assert failures.death_error(-9, oom_killed=True, last_phase=None)["kind"] == "out_of_memory"
+    assert (segv.kind, segv.signal) == ("crashed", "SIGSEGV")
+    assert "segmentation fault" in segv.message and "building the model" in segv.message
+    assert failures.death_error(-9, oom_killed=True, last_phase=None).kind == "out_of_memory"
     killed = failures.death_error(-9, oom_killed=False, last_phase=None)
-    assert killed["kind"] == "crashed" and "SIGKILL" in killed["message"]
+    assert killed.kind == "crashed" and "SIGKILL" in killed.message
     exited = failures.death_error(3, oom_killed=False, last_phase=None)
-    assert exited["exit_status"] == 3 and "status 3" in exited["message"]
+    assert exited.exit_status == 3 and "status 3" in exited.message

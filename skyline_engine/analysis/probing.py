@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
+from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample
 from skyline_engine.predict.linear import fit_line
 
 PROBES = 3
@@ -18,25 +18,26 @@ PROBES = 3
 LARGER_ATTEMPTS = 3
 
 Progress = Callable[[str, float], None]
+Measure = Callable[[int], Sample]
+
+
+def announce(progress: Progress, batch_size: int, done: int) -> None:
+    """The progress phase of measuring the (done+1)-th batch size."""
+    progress(f"measuring batch size {batch_size} ({done + 1}/{PROBES})", done / PROBES)
 
 
 class Probing:
-    def __init__(self, runner: IterationRunner, usable_memory_bytes: int, progress: Progress) -> None:
-        self.runner = runner
+    def __init__(self, measure: Measure, usable_memory_bytes: int, progress: Progress, users: Sample) -> None:
+        self.measure = measure
         self.usable = usable_memory_bytes
         self.progress = progress
-        self.samples: list[Sample] = []
+        self.samples: list[Sample] = [users]
         self.notes: list[str] = []
-        self._tried: set = set()
+        self._tried: set[int] = {users.batch_size}
 
-    def measure_users(self, user_batch_size: int, timeline: bool = False, on_breakdown=None) -> Sample:
-        """Measure the user's batch size, with the breakdown (`on_breakdown`: see
-        IterationRunner.measure); its OutOfMemoryAtBatchSize propagates."""
-        self._measure(user_batch_size, breakdown=True, timeline=timeline, on_breakdown=on_breakdown)
-        return self.samples[-1]
-
-    def measure_others(self, user_batch_size: int) -> list[Sample]:
+    def measure_others(self) -> list[Sample]:
         """Up to PROBES-1 more batch sizes around the user's; all samples, by batch size."""
+        user_batch_size = self.samples[0].batch_size
         self._try(max(1, user_batch_size // 2))
         if not self._try_larger(user_batch_size, 2 * user_batch_size):
             self._try(max(1, user_batch_size // 4))
@@ -75,12 +76,12 @@ class Probing:
         if len({s.batch_size for s in self.samples}) < 2:
             return batch_size
         memory = fit_line([s.batch_size for s in self.samples], [s.peak_memory_bytes for s in self.samples])
-        if memory.slope <= 0 or memory(batch_size) <= self.usable:
+        limit = memory.inverse(self.usable)
+        if memory.slope <= 0 or limit is None or memory(batch_size) <= self.usable:
             return batch_size
-        return min(batch_size, int(memory.inverse(self.usable)))
+        return min(batch_size, int(limit))
 
-    def _measure(self, batch_size: int, **options) -> None:
+    def _measure(self, batch_size: int) -> None:
         self._tried.add(batch_size)
-        done = len(self.samples)
-        self.progress(f"measuring batch size {batch_size} ({done + 1}/{PROBES})", done / PROBES)
-        self.samples.append(self.runner.measure(batch_size, **options))
+        announce(self.progress, batch_size, len(self.samples))
+        self.samples.append(self.measure(batch_size))

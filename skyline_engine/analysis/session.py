@@ -1,4 +1,9 @@
-"""One analysis, end to end: load the entry point → measure → fit the batch-size models → document."""
+"""One analysis, end to end:
+
+load the entry point → build the iteration (recording where parameters are created)
+→ the user's batch size, measured and broken down → other batch sizes → the batch-size
+models → the document
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from skyline_engine.analysis.document import build_document
-from skyline_engine.analysis.probing import Probing
-from skyline_engine.entry.batch_size import find_batch_size_location
-from skyline_engine.entry.loader import load_entry_point, resolve_entry_path
+from skyline_engine.analysis.document import AnalysisDocument, build_document
+from skyline_engine.analysis.probing import Probing, announce
+from skyline_engine.analysis.users_batch_size import measure_with_breakdown
+from skyline_engine.attribute.breakdown import Breakdown
+from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.frames import CallSites
+from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
+from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
 from skyline_engine.errors import OutOfMemory, SkylineError
-from skyline_engine.measure.device import describe_device, resolve_device
-from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
+from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
+from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
 
 Progress = Callable[[str, float], None]
-Partial = Callable[[dict], None]
+Partial = Callable[[AnalysisDocument], None]
+
+ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
+
+# Below this, the recorded operations ran notably slower than the measured iteration.
+NOTABLE_SCALING = 0.8
+
+# Below this share of the iteration on user lines, the breakdown says where the rest may be.
+LOW_ATTRIBUTION = 0.5
 
 
 def no_progress(phase: str, fraction: float) -> None:
@@ -40,12 +57,14 @@ class AnalysisRequest:
     predict: bool = True
 
 
-def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial: Partial | None = None) -> dict:
+def analyze(
+    request: AnalysisRequest, progress: Progress = no_progress, partial: Partial | None = None
+) -> AnalysisDocument:
     """Run one analysis and return its document.
 
-    `partial`, when given, receives early documents (`models` null, `predictions` empty): the
-    first as soon as one iteration at the user's batch size is broken down (its time from that
-    one iteration, `repetitions` 1), then, when predicting, the user's batch size timed in full,
+    `partial`, when given, receives early documents (`models` None, no predictions): the first as
+    soon as one iteration at the user's batch size is broken down (its time from that one
+    iteration, `repetitions` 1), then, when predicting, the user's batch size timed in full,
     before the other batch sizes are probed.
     """
     _check_batch_size(request.batch_size)
@@ -56,71 +75,91 @@ def analyze(request: AnalysisRequest, progress: Progress = no_progress, partial:
     device_info = describe_device(device)
     entry = load_entry_point(path, root)
     try:
-        batch_size = request.batch_size or entry.default_batch_size
-        # The text that was imported: reading the file again could see a later edit.
-        location = find_batch_size_location(entry.source, entry.relative_path)
-        document = functools.partial(
-            build_document,
-            project_root=str(root),
-            entry_point=entry.relative_path,
-            device=device_info,
-            batch_size=batch_size,
-            batch_size_location=location,
-        )
-        progress("building the model", 0.0)
-        runner = IterationRunner(entry, device, request.budget)
-        probing = Probing(runner, usable_memory_bytes(device_info.memory_capacity_bytes), progress)
-
-        def send(sample, notes):
-            if partial is not None:
-                partial(document(samples=[sample], models=None, warnings=notes))
-
-        with runner:
-            try:
-                first = probing.measure_users(
-                    batch_size,
-                    timeline=request.timeline,
-                    on_breakdown=lambda sample: send(sample, _breakdown_notes(sample.breakdown)),
-                )
-            except OutOfMemoryAtBatchSize as exc:
-                raise _does_not_fit(exc, device_info, location, entry.relative_path) from None
-            notes = _breakdown_notes(first.breakdown)
-            if request.predict:
-                send(first, notes)
-                samples = probing.measure_others(batch_size)
-                progress("fitting the batch-size models", 0.95)
-                models = _fit_models(samples, device_info)
-                warnings = notes + probing.notes + (models.warnings() if models else [ONE_SAMPLE])
-            else:
-                samples, models, warnings = [first], None, notes
-        complete = document(samples=samples, models=models, warnings=warnings)
+        document = _Analysis(request, entry, device_info, progress, partial).run()
     finally:
         entry.unload()
     progress("done", 1.0)
-    return complete
+    return document
 
 
-ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
+class _Analysis:
+    """One loaded entry point, analysed."""
 
-# Below this, the recorded operations ran notably slower than the measured iteration.
-NOTABLE_SCALING = 0.8
+    def __init__(
+        self,
+        request: AnalysisRequest,
+        entry: EntryPoint,
+        device: DeviceInfo,
+        progress: Progress,
+        partial: Partial | None,
+    ) -> None:
+        self.request = request
+        self.entry = entry
+        self.device = device
+        self.progress = progress
+        self.partial = partial
+        self.batch_size = request.batch_size or entry.default_batch_size
+        # The text that was imported: reading the file again could see a later edit.
+        self.location = find_batch_size_location(entry.source, entry.relative_path)
+        self.document = functools.partial(
+            build_document,
+            project_root=str(entry.files.root),
+            entry_point=entry.relative_path,
+            torch_version=torch_version(),
+            device=device,
+            batch_size=self.batch_size,
+            batch_size_location=self.location,
+        )
+
+    def run(self) -> AnalysisDocument:
+        self.progress("building the model", 0.0)
+        creation = CreationSites(CallSites(self.entry.files))
+        with creation.recording_modules():  # where each parameter is created: its line's memory
+            runner = IterationRunner(self.entry, self.device.torch_device, self.request.budget)
+        with runner:
+            users, breakdown = self._users_batch_size(runner, creation)
+            notes = breakdown_notes(breakdown)
+            if not self.request.predict:
+                return self.document(samples=[users], breakdown=breakdown, models=None, warnings=notes)
+            self._send(users, breakdown, notes)
+            probing = Probing(
+                runner.measure, usable_memory_bytes(self.device.memory_capacity_bytes), self.progress, users
+            )
+            samples = probing.measure_others()
+        self.progress("fitting the batch-size models", 0.95)
+        models = _fit_models(samples, self.device)
+        warnings = notes + probing.notes + (models.warnings() if models else [ONE_SAMPLE])
+        return self.document(samples=samples, breakdown=breakdown, models=models, warnings=warnings)
+
+    def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> tuple[Sample, Breakdown]:
+        announce(self.progress, self.batch_size, 0)
+        try:
+            return measure_with_breakdown(
+                runner,
+                creation,
+                self.batch_size,
+                timeline=self.request.timeline,
+                on_first=lambda sample, breakdown: self._send(sample, breakdown, breakdown_notes(breakdown)),
+            )
+        except OutOfMemoryAtBatchSize as exc:
+            raise _does_not_fit(exc, self.device, self.location, self.entry.relative_path) from None
+
+    def _send(self, sample: Sample, breakdown: Breakdown, notes: list[str]) -> None:
+        if self.partial is not None:
+            self.partial(self.document(samples=[sample], breakdown=breakdown, models=None, warnings=notes))
 
 
-# Below this share of the iteration on user lines, the breakdown says where the rest may be.
-LOW_ATTRIBUTION = 0.5
-
-
-def _breakdown_notes(breakdown: dict) -> list:
+def breakdown_notes(breakdown: Breakdown) -> list[str]:
+    """What the user should know about how the breakdown was obtained."""
     notes = []
-    attribution = breakdown["attribution"]
-    scale = attribution["scaled_by"]
+    scale = breakdown.attribution.scaled_by
     if scale < NOTABLE_SCALING:
         notes.append(
             f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
             "(recording adds work around each operation, a busy machine more); the per-line times "
             "were scaled down to the measured iteration."
         )
-    share = attribution["user_lines_fraction"]
+    share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:
         notes.append(
             f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; the "
@@ -130,14 +169,14 @@ def _breakdown_notes(breakdown: dict) -> list:
     return notes
 
 
-def _fit_models(samples, device_info) -> BatchSizeModels | None:
+def _fit_models(samples: list[Sample], device: DeviceInfo) -> BatchSizeModels | None:
     if len(samples) < 2:
         return None
     return BatchSizeModels.fit(
         [s.batch_size for s in samples],
         [s.run_time_ms for s in samples],
         [s.peak_memory_bytes for s in samples],
-        device_info.memory_capacity_bytes,
+        device.memory_capacity_bytes,
     )
 
 
@@ -148,12 +187,14 @@ def _check_batch_size(batch_size: int | None) -> None:
         raise SkylineError(f"the batch size must be a positive integer, not {batch_size!r}.")
 
 
-def _does_not_fit(exc: OutOfMemoryAtBatchSize, device, location, entry_path: str) -> OutOfMemory:
+def _does_not_fit(
+    exc: OutOfMemoryAtBatchSize, device: DeviceInfo, location: BatchSizeLocation | None, entry_path: str
+) -> OutOfMemory:
     path = location.path if location else entry_path
     line = location.line if location else None
     return OutOfMemory(
         f"batch size {exc.batch_size} does not fit in the memory of {device.name} "
-        f"({device.memory_capacity_bytes / 2**30:.1f} GiB): {exc.__str__().split(': ', 1)[-1]}",
+        f"({device.memory_capacity_bytes / 2**30:.1f} GiB): {exc.cause}",
         path=path,
         line=line,
         hint="Lower the batch size.",

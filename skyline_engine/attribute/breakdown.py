@@ -15,24 +15,43 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 import torch
 
-from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
 from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OperationRecord, Recording
 
 
-@dataclass
-class _Line:
-    forward_ms: float = 0.0
-    backward_ms: float = 0.0
-    memory_bytes: int = 0
-    invocations: set = field(default_factory=set)
+def contexts_to_list(stack: Stack) -> list[dict[str, Any]]:
+    return [{"path": path, "line": line} for path, line in stack]
+
+
+@dataclass(frozen=True)
+class LineCost:
+    path: str
+    line: int
+    forward_ms: float
+    backward_ms: float
+    memory_bytes: int
+    invocations: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "forward_ms": self.forward_ms,
+            "backward_ms": self.backward_ms,
+            "memory_bytes": self.memory_bytes,
+            "invocations": self.invocations,
+        }
 
 
 @dataclass
-class _Node:
+class OperationNode:
+    """A module (its totals those of its children) or one operation at one stack of user frames."""
+
     name: str
     module: str
     kind: str  # "module" or "operation"
@@ -40,23 +59,24 @@ class _Node:
     forward_ms: float = 0.0
     backward_ms: float = 0.0
     activation_bytes: int = 0
-    children: OrderedDict[tuple, _Node] = field(default_factory=OrderedDict)
+    children: OrderedDict[tuple[Any, ...], OperationNode] = field(default_factory=OrderedDict)
 
-    def child(self, key: tuple, make) -> _Node:
+    def child(self, key: tuple[Any, ...], make: Callable[[], OperationNode]) -> OperationNode:
         node = self.children.get(key)
         if node is None:
             node = self.children[key] = make()
         return node
 
-    def totals(self) -> None:
+    def add_up(self) -> None:
+        """A module's totals: the sums over its children."""
         for child in self.children.values():
-            child.totals()
+            child.add_up()
         if self.kind == "module":
             self.forward_ms = sum(c.forward_ms for c in self.children.values())
             self.backward_ms = sum(c.backward_ms for c in self.children.values())
             self.activation_bytes = sum(c.activation_bytes for c in self.children.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,
@@ -64,31 +84,141 @@ class _Node:
             "forward_ms": self.forward_ms,
             "backward_ms": self.backward_ms,
             "activation_bytes": self.activation_bytes,
-            "contexts": [_context_dict(c) for c in self.contexts],
+            "contexts": contexts_to_list(tuple(self.contexts)),
             "children": [c.to_dict() for c in self.children.values()],
         }
 
 
+@dataclass(frozen=True)
+class WeightMemory:
+    name: str
+    size_bytes: int
+    grad_size_bytes: int
+    contexts: Stack  # where it was registered, innermost first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "size_bytes": self.size_bytes,
+            "grad_size_bytes": self.grad_size_bytes,
+            "contexts": contexts_to_list(self.contexts),
+        }
+
+
+@dataclass(frozen=True)
+class OptimizerStateMemory:
+    name: str  # the optimizer's class
+    size_bytes: int
+    contexts: Stack  # where it was constructed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size_bytes": self.size_bytes, "contexts": contexts_to_list(self.contexts)}
+
+
+@dataclass(frozen=True)
+class Untracked:
+    run_time_ms: float
+    memory_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_time_ms": self.run_time_ms, "memory_bytes": self.memory_bytes}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    recorded_iterations: int
+    operations_ms: float
+    user_lines_ms: float
+    user_lines_fraction: float | None
+    scaled_by: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recorded_iterations": self.recorded_iterations,
+            "operations_ms": self.operations_ms,
+            "user_lines_ms": self.user_lines_ms,
+            "user_lines_fraction": self.user_lines_fraction,
+            "scaled_by": self.scaled_by,
+        }
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    name: str
+    phase: str
+    start_ms: float
+    duration_ms: float
+    path: str | None
+    line: int | None
+    module: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "phase": self.phase,
+            "start_ms": self.start_ms,
+            "duration_ms": self.duration_ms,
+            "path": self.path,
+            "line": self.line,
+            "module": self.module,
+        }
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """The breakdown's part of the analysis document."""
+
+    lines: list[LineCost]
+    operations: OperationNode
+    weights: list[WeightMemory]
+    optimizer_state: list[OptimizerStateMemory]
+    untracked: Untracked
+    attribution: Attribution
+    timeline: list[TimelineEntry] | None = None  # only when asked for
+
+    def to_dict(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "lines": [line.to_dict() for line in self.lines],
+            "operations": self.operations.to_dict(),
+            "weights": [w.to_dict() for w in self.weights],
+            "optimizer_state": [s.to_dict() for s in self.optimizer_state],
+            "untracked": self.untracked.to_dict(),
+            "attribution": self.attribution.to_dict(),
+        }
+        if self.timeline is not None:
+            fields["timeline"] = [entry.to_dict() for entry in self.timeline]
+        return fields
+
+
+@dataclass
+class _LineTotals:
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    memory_bytes: int = 0
+    invocations: set[tuple[Any, ...]] = field(default_factory=set)
+
+
 def build_breakdown(
     recording: Recording,
-    iterations: int,
     model: torch.nn.Module,
     creation: CreationSites,
     run_time_ms: float,
     peak_memory_bytes: int,
     timeline: bool = False,
-) -> dict:
-    """The breakdown's part of the analysis document; times are per iteration (`iterations`
-    iterations were recorded). With `timeline`, the first recorded iteration's operations too."""
+) -> Breakdown:
+    """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
+    iteration's operations too. The recording is not consumed: it is broken down more than once (a
+    first result, then the final one)."""
+    iterations = len(recording.iteration_starts)
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording.operations, iterations)
     recorded_ms = sum(op.duration_ms for op in operations)
     scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
-    lines: dict[Context, _Line] = OrderedDict()
+    lines: dict[Context, _LineTotals] = OrderedDict()
     for op in operations:
         if op.context is None:
             continue
-        line = lines.setdefault(op.context, _Line())
+        line = lines.setdefault(op.context, _LineTotals())
         if op.phase == FORWARD:
             line.forward_ms += op.duration_ms
             line.invocations.add(op.invocation)
@@ -98,53 +228,50 @@ def build_breakdown(
 
     weights = _weights(model, creation)
     optimizer_state = _optimizer_state(creation)
-    for entry in weights + optimizer_state:
-        if entry["contexts"]:
-            innermost = entry["contexts"][0]
-            line = lines.setdefault((innermost["path"], innermost["line"]), _Line())
-            line.memory_bytes += entry["size_bytes"] + entry.get("grad_size_bytes", 0)
+    created = [(w.contexts, w.size_bytes + w.grad_size_bytes) for w in weights]
+    created += [(s.contexts, s.size_bytes) for s in optimizer_state]
+    for contexts, size in created:
+        if contexts:  # the line that created it: the innermost project frame
+            lines.setdefault(contexts[0], _LineTotals()).memory_bytes += size
 
     attributed_ms = sum(op.duration_ms for op in operations if op.context is not None)
-    all_ops_ms = sum(op.duration_ms for op in operations)
     tracked_memory = (
         sum(op.activation_bytes for op in operations)
-        + sum(w["size_bytes"] + w["grad_size_bytes"] for w in weights)
-        + sum(s["size_bytes"] for s in optimizer_state)
+        + sum(w.size_bytes + w.grad_size_bytes for w in weights)
+        + sum(s.size_bytes for s in optimizer_state)
     )
-    breakdown = {
-        "lines": [_line_dict(ctx, line) for ctx, line in lines.items()],
-        "operations": _operation_tree(operations, recording).to_dict(),
-        "weights": weights,
-        "optimizer_state": optimizer_state,
-        "untracked": {
-            "run_time_ms": max(0.0, run_time_ms - attributed_ms),
-            "memory_bytes": max(0, peak_memory_bytes - tracked_memory),
-        },
-        "attribution": {
-            "recorded_iterations": iterations,
-            "operations_ms": all_ops_ms,
-            "user_lines_ms": attributed_ms,
-            "user_lines_fraction": attributed_ms / run_time_ms if run_time_ms > 0 else None,
-            "scaled_by": scale,
-        },
-    }
-    if first_iteration is not None:
-        breakdown["timeline"] = first_iteration
-    return breakdown
+    return Breakdown(
+        lines=[
+            LineCost(path, number, t.forward_ms, t.backward_ms, t.memory_bytes, len(t.invocations))
+            for (path, number), t in lines.items()
+        ],
+        operations=_operation_tree(operations, recording),
+        weights=weights,
+        optimizer_state=optimizer_state,
+        untracked=Untracked(max(0.0, run_time_ms - attributed_ms), max(0, peak_memory_bytes - tracked_memory)),
+        attribution=Attribution(
+            recorded_iterations=iterations,
+            operations_ms=sum(op.duration_ms for op in operations),
+            user_lines_ms=attributed_ms,
+            user_lines_fraction=attributed_ms / run_time_ms if run_time_ms > 0 else None,
+            scaled_by=scale,
+        ),
+        timeline=first_iteration,
+    )
 
 
-def _timeline(operations: list[OperationRecord]) -> list[dict]:
+def _timeline(operations: list[OperationRecord]) -> list[TimelineEntry]:
     origin = operations[0].start_ms if operations else 0.0
     return [
-        {
-            "name": op.name,
-            "phase": op.phase,
-            "start_ms": op.start_ms - origin,
-            "duration_ms": op.duration_ms,
-            "path": op.context[0] if op.context else None,
-            "line": op.context[1] if op.context else None,
-            "module": op.module,
-        }
+        TimelineEntry(
+            name=op.name,
+            phase=op.phase,
+            start_ms=op.start_ms - origin,
+            duration_ms=op.duration_ms,
+            path=op.context[0] if op.context else None,
+            line=op.context[1] if op.context else None,
+            module=op.module,
+        )
         for op in operations
     ]
 
@@ -163,8 +290,7 @@ def _fit_to_iteration(operations: list[OperationRecord], recorded_ms: float, run
 
 
 def _per_iteration(operations: list[OperationRecord], iterations: int) -> list[OperationRecord]:
-    """Copies of the records of `iterations` recorded iterations, scaled to one iteration. Copies:
-    a recording is broken down more than once (a first result, then the final one)."""
+    """Copies of the records of `iterations` recorded iterations, scaled to one iteration."""
     copies = {
         id(op): replace(op, duration_ms=op.duration_ms / iterations, activation_bytes=op.activation_bytes // iterations)
         for op in operations
@@ -175,31 +301,16 @@ def _per_iteration(operations: list[OperationRecord], iterations: int) -> list[O
     return list(copies.values())
 
 
-def _line_dict(ctx: Context, line: _Line) -> dict:
-    return {
-        "path": ctx[0],
-        "line": ctx[1],
-        "forward_ms": line.forward_ms,
-        "backward_ms": line.backward_ms,
-        "memory_bytes": line.memory_bytes,
-        "invocations": len(line.invocations),
-    }
-
-
-def _context_dict(ctx: Context) -> dict:
-    return {"path": ctx[0], "line": ctx[1]}
-
-
-def _operation_tree(operations: list[OperationRecord], recording: Recording) -> _Node:
+def _operation_tree(operations: list[OperationRecord], recording: Recording) -> OperationNode:
     """Modules in execution order, each with its operations (one node per operation name and
     line) and its submodules; operations outside any module hang from the root."""
-    root = _Node("iteration", "", "module")
+    root = OperationNode("iteration", "", "module")
     call_sites: dict[str, list[Context]] = {}
     for call in recording.module_calls:
         sites = call_sites.setdefault(call.path, [])
         if call.context is not None and call.context not in sites:
             sites.append(call.context)
-    leaves: dict[int, _Node] = {}
+    leaves: dict[int, OperationNode] = {}
     for op in operations:
         if op.phase == FORWARD:
             leaf = _leaf(root, op, call_sites)
@@ -214,14 +325,14 @@ def _operation_tree(operations: list[OperationRecord], recording: Recording) -> 
             name = op.node_name or op.name
             leaf = root.child(
                 ("backward", name, op.stack),
-                lambda name=name, stack=op.stack: _Node(name, "", "operation", list(stack)),
+                lambda name=name, stack=op.stack: OperationNode(name, "", "operation", list(stack)),
             )
         leaf.backward_ms += op.duration_ms
-    root.totals()
+    root.add_up()
     return root
 
 
-def _leaf(root: _Node, op: OperationRecord, call_sites: dict[str, list[Context]]) -> _Node:
+def _leaf(root: OperationNode, op: OperationRecord, call_sites: dict[str, list[Context]]) -> OperationNode:
     node = root
     if op.module:
         parts = op.module.split(".")
@@ -229,12 +340,17 @@ def _leaf(root: _Node, op: OperationRecord, call_sites: dict[str, list[Context]]
             path = ".".join(parts[:depth])
             node = node.child(
                 ("module", path),
-                lambda name=parts[depth - 1], path=path: _Node(name, path, "module", list(call_sites.get(path, []))),
+                lambda name=parts[depth - 1], path=path: OperationNode(
+                    name, path, "module", list(call_sites.get(path, []))
+                ),
             )
-    return node.child(("operation", op.name, op.stack), lambda: _Node(op.name, op.module, "operation", list(op.stack)))
+    return node.child(
+        ("operation", op.name, op.stack),
+        lambda: OperationNode(op.name, op.module, "operation", list(op.stack)),
+    )
 
 
-def _weights(model: torch.nn.Module, creation: CreationSites) -> list[dict]:
+def _weights(model: torch.nn.Module, creation: CreationSites) -> list[WeightMemory]:
     entries = []
     seen = set()
     for name, param in model.named_parameters(prefix="model"):
@@ -243,17 +359,17 @@ def _weights(model: torch.nn.Module, creation: CreationSites) -> list[dict]:
         seen.add(id(param))
         grad = param.grad
         entries.append(
-            {
-                "name": name,
-                "size_bytes": _bytes(param),
-                "grad_size_bytes": _bytes(grad) if grad is not None else 0,
-                "contexts": _stack_dicts(creation.tensor_stack(param)),
-            }
+            WeightMemory(
+                name=name,
+                size_bytes=_bytes(param),
+                grad_size_bytes=_bytes(grad) if grad is not None else 0,
+                contexts=creation.tensor_stack(param),
+            )
         )
     return entries
 
 
-def _optimizer_state(creation: CreationSites) -> list[dict]:
+def _optimizer_state(creation: CreationSites) -> list[OptimizerStateMemory]:
     entries = []
     for optimizer in creation.optimizer_objects():
         size = 0
@@ -261,18 +377,8 @@ def _optimizer_state(creation: CreationSites) -> list[dict]:
             for value in state.values():
                 if isinstance(value, torch.Tensor):
                     size += _bytes(value)
-        entries.append(
-            {
-                "name": type(optimizer).__name__,
-                "size_bytes": size,
-                "contexts": _stack_dicts(creation.optimizer_stack(optimizer)),
-            }
-        )
+        entries.append(OptimizerStateMemory(type(optimizer).__name__, size, creation.optimizer_stack(optimizer)))
     return entries
-
-
-def _stack_dicts(stack) -> list[dict]:
-    return [_context_dict(ctx) for ctx in stack]
 
 
 def _bytes(tensor: torch.Tensor) -> int:

@@ -33,6 +33,11 @@ class DeviceInfo:
         }
 
 
+def torch_version() -> str:
+    """The version of torch that measures (the document's `torch_version`)."""
+    return str(torch.__version__)
+
+
 def resolve_device(spec: str) -> torch.device:
     """`auto`, `cpu`, `cuda` or `cuda:N` to a torch device, with a clear error when it is absent."""
     spec = (spec or "auto").strip().lower()

@@ -1,4 +1,12 @@
-"""Measuring the user's training iteration at one batch size: its time and its peak memory."""
+"""The user's training iteration, built once from the entry point, and its measurement at one
+batch size: time and peak memory.
+
+`IterationRunner` builds the model and the iteration function from the providers, then offers the
+steps of a measurement separately, so that the analysis can interleave them with recording the
+breakdown (`attribute/`): `at_batch_size` (the inputs, and what an out-of-memory becomes), `warm_up`,
+`peak_memory`, `time`, `check_finite`. `measure` chains them for a batch size that needs no
+breakdown.
+"""
 
 from __future__ import annotations
 
@@ -6,78 +14,82 @@ import contextlib
 import functools
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from skyline_engine.attribute.breakdown import build_breakdown
-from skyline_engine.attribute.creation import CreationSites
-from skyline_engine.attribute.frames import CallSites
-from skyline_engine.attribute.recorder import OperationRecorder
 from skyline_engine.entry.contract import INPUT_PROVIDER, ITERATION_PROVIDER, MODEL_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, user_code_error
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.allocator import pin_malloc_thresholds
-from skyline_engine.measure.memory import (
-    LiveTensors,
-    StorageCounter,
-    is_out_of_memory,
-    measure_peak_bytes,
-    release_cached_memory,
-)
-from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for, measure_iteration_time
+from skyline_engine.measure.memory import LiveTensors, is_out_of_memory, measure_peak_bytes, release_cached_memory
+from skyline_engine.measure.timing import Clock, TimingBudget, TimingStats, clock_for, measure_iteration_time
 
-# The breakdown averages a few recorded iterations of fast models, up to this much time.
-RECORDING_BUDGET_MS = 200.0
-MAX_RECORDED_ITERATIONS = 3
+Run = Callable[[], None]
 
 
 class OutOfMemoryAtBatchSize(Exception):
-    def __init__(self, batch_size: int, cause: BaseException) -> None:
+    """The iteration does not fit at `batch_size`. It keeps the cause's text, not the exception:
+    the failed iteration's frames (and the activations they hold) must be freed before a smaller
+    batch size is tried."""
+
+    def __init__(self, batch_size: int, cause: str) -> None:
         super().__init__(f"out of memory at batch size {batch_size}: {cause}")
         self.batch_size = batch_size
+        self.cause = cause
 
 
 @dataclass(frozen=True)
 class Sample:
+    """One batch size, measured: the median iteration time and the peak memory."""
+
     batch_size: int
     timing: TimingStats
     peak_memory_bytes: int
-    # The per-line and per-operation breakdown (the document's `lines`, `operations`, `weights`,
-    # `untracked`, ...), when it was asked for.
-    breakdown: dict | None = None
 
     @property
     def run_time_ms(self) -> float:
         return self.timing.median_ms
 
-    def to_dict(self) -> dict:
+    @property
+    def samples_per_second(self) -> float:
+        return self.batch_size / self.run_time_ms * 1000.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A measurement as the analysis document writes it (`iteration`, `models.samples[]`,
+        `predictions[].measured`)."""
         return {
             "batch_size": self.batch_size,
             "run_time_ms": self.run_time_ms,
             "run_time_iqr_ms": self.timing.iqr_ms,
             "repetitions": self.timing.iterations,
+            "samples_per_second": self.samples_per_second,
             "peak_memory_bytes": self.peak_memory_bytes,
         }
 
 
+def single_iteration_timing(*upper_bounds_ms: float) -> TimingStats:
+    """The time of an iteration before it is timed, from single iterations that each over-estimate
+    it (a warm-up may carry one-off costs, a recorded one the recorder's): the lowest of them."""
+    return TimingStats(min(upper_bounds_ms), 0.0, 1, 1)
+
+
 class IterationRunner:
-    """Builds the user's model and iteration once, then measures them at any batch size."""
+    """Builds the user's model and iteration once, then measures them at any batch size.
+
+    Use it inside `with runner:`; see `__enter__`."""
 
     def __init__(self, entry: EntryPoint, device: torch.device, budget: TimingBudget) -> None:
         self.entry = entry
         self.device = device
         self.budget = budget
-        self.clock = clock_for(device)
+        self.clock: Clock = clock_for(device)
         pin_malloc_thresholds()  # before the model's memory is allocated
-        self.call_sites = CallSites(entry.files)
-        self.creation = CreationSites(self.call_sites)
         with self._default_device():
-            with self.creation.recording_modules():
-                self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
+            self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
             _check_model(self.model, entry)
             self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
         if not callable(self.iteration):
@@ -87,7 +99,7 @@ class IterationRunner:
                 line=entry.line_of(entry.iteration_provider),
                 hint="Return the function that runs one training iteration: `return iteration`.",
             )
-        self._last_output: Any | None = None
+        self._last_output: Any = None
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
         self.live_tensors = LiveTensors()
@@ -101,107 +113,70 @@ class IterationRunner:
         self._frozen.enter_context(self.live_tensors.frozen())
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._frozen.close()
 
-    def measure(
-        self,
-        batch_size: int,
-        breakdown: bool = False,
-        timeline: bool = False,
-        on_breakdown: Callable[[Sample], None] | None = None,
-    ) -> Sample:
-        """Time and peak memory at `batch_size`, and with `breakdown` the per-line breakdown (with
-        `timeline`, its operations one by one); raises OutOfMemoryAtBatchSize when it does not fit.
+    # -- one batch size, step by step ---------------------------------------------------------------
 
-        With `breakdown`, `on_breakdown` receives a first Sample as soon as one recorded iteration
-        is broken down, before the timing: its time comes from a single iteration (see
-        `_provisional_timing`) and the Sample returned at the end replaces it."""
+    @contextlib.contextmanager
+    def at_batch_size(self, batch_size: int) -> Iterator[Run]:
+        """The iteration at `batch_size`, ready to run (its inputs made once). Running out of memory
+        inside raises OutOfMemoryAtBatchSize; whatever happens, the inputs and what the iteration
+        left are released afterwards."""
         inputs = None
+        out_of_memory = None
         try:
             inputs = self._inputs(batch_size)
-            run = functools.partial(self._call_iteration, inputs, batch_size)
-            warmup_ms = self._warm_up(run)
-            recorder = None
-            if breakdown:
-                recorder, peak, recorded_ms = self._record_first(run)
-                if on_breakdown is not None:
-                    timing = _provisional_timing(warmup_ms, recorded_ms)
-                    on_breakdown(Sample(batch_size, timing, peak, self._breakdown(recorder, timing, peak, timeline)))
-            else:
-                peak = measure_peak_bytes(self.device, run, self.live_tensors)
-            self._check_loss_finite(batch_size)
-            timing = measure_iteration_time(run, self.clock, self.budget)
-            self._check_loss_finite(batch_size)
-            self._check_parameters_finite(batch_size)
-            parts = None
-            if recorder is not None:
-                self._record_more(recorder, run, timing.median_ms)
-                parts = self._breakdown(recorder, timing, peak, timeline)
-            return Sample(batch_size, timing, peak, parts)
+            yield functools.partial(self._call_iteration, inputs, batch_size)
         except (UserCodeError, RuntimeError, MemoryError) as exc:
             cause = exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
-            if is_out_of_memory(cause):
-                raise OutOfMemoryAtBatchSize(batch_size, cause) from None
-            raise
+            if not is_out_of_memory(cause):
+                raise
+            # Raised below, outside this handler: raised here it would keep `exc` (and through its
+            # traceback the failed iteration's tensors) alive as its __context__.
+            out_of_memory = OutOfMemoryAtBatchSize(batch_size, str(cause))
         finally:
             del inputs
             self._last_output = None
             release_cached_memory(self.device)
+        if out_of_memory is not None:
+            raise out_of_memory
 
-    def _warm_up(self, run: Callable[[], None]) -> float:
+    def warm_up(self, run: Run) -> float:
         """The warm-up iterations; the time of the last one (infinite when none ran).
 
         Skyline's observation: optimizers such as Adam create their state in the first step, so
         memory is measured after a warm-up (steady state). Later batch sizes need none on CPU (the
         state exists, nothing is tuned per shape, and the memory iteration comes before timing);
         cuDNN picks its algorithms per shape, so CUDA warms up at every batch size."""
-        first = not self._ran_once
-        if not first and self.device.type != "cuda":
+        if self._ran_once and self.device.type != "cuda":
             return math.inf
-        with self.creation.finding_optimizers(self.entry.relative_path) if first else contextlib.nullcontext():
-            for _ in range(self.budget.warmup_iterations - 1):
-                run()
-            return self.clock.time_ms(run)
+        for _ in range(self.budget.warmup_iterations - 1):
+            run()
+        return self.clock.time_ms(run)
 
-    def _record_first(self, run: Callable[[], None]):
-        """One iteration recorded operation by operation, with its peak memory measured in the same
-        iteration (on CPU counted by the recorder itself, outside its timer), and its wall time."""
-        module_names = {id(m): name for name, m in self.model.named_modules(prefix="model")}
-        counter = StorageCounter(self.live_tensors) if self.device.type == "cpu" else None
-        recorder = OperationRecorder(self.call_sites, module_names, self.device, memory=counter)
-        wall_ms = []
-        with recorder:
-            recorder.start_iteration()
-            if counter is not None:
-                wall_ms.append(self.clock.time_ms(run))
-                peak = counter.peak_bytes
-            else:  # CUDA: the caching allocator's own peak
-                peak = measure_peak_bytes(self.device, lambda: wall_ms.append(self.clock.time_ms(run)))
-        recorder.memory = None  # further recorded iterations only add to the breakdown
-        return recorder, peak, wall_ms[0]
+    def peak_memory(self, run: Run) -> int:
+        """Peak tensor memory of one iteration."""
+        return measure_peak_bytes(self.device, run, self.live_tensors)
 
-    def _record_more(self, recorder: OperationRecorder, run: Callable[[], None], run_time_ms: float) -> None:
-        """Fast models: average the breakdown over a few more recorded iterations, within
-        RECORDING_BUDGET_MS, now that the first result is out."""
-        more = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // max(run_time_ms, 1e-3))) - 1
-        if more <= 0:
-            return
-        with recorder:
-            for _ in range(more):
-                recorder.start_iteration()
-                run()
+    def time(self, run: Run, batch_size: int) -> TimingStats:
+        """The iteration timed until the estimate is stable; its loss and parameters checked finite
+        before and after."""
+        self.check_finite(batch_size)
+        timing = measure_iteration_time(run, self.clock, self.budget)
+        self.check_finite(batch_size)
+        self._check_parameters_finite(batch_size)
+        return timing
 
-    def _breakdown(self, recorder: OperationRecorder, timing: TimingStats, peak: int, timeline: bool) -> dict:
-        return build_breakdown(
-            recorder.recording,
-            len(recorder.recording.iteration_starts),
-            self.model,
-            self.creation,
-            timing.median_ms,
-            peak,
-            timeline=timeline,
-        )
+    def measure(self, batch_size: int) -> Sample:
+        """Time and peak memory at `batch_size`; OutOfMemoryAtBatchSize when it does not fit."""
+        with self.at_batch_size(batch_size) as run:
+            self.warm_up(run)
+            peak = self.peak_memory(run)
+            timing = self.time(run, batch_size)
+        return Sample(batch_size, timing, peak)
+
+    # -- the user's code ------------------------------------------------------------------------------
 
     def _inputs(self, batch_size: int) -> Sequence[Any]:
         entry = self.entry
@@ -236,10 +211,11 @@ class IterationRunner:
             error.hint = f"Skyline calls it as `iteration(*inputs)` with what `{INPUT_PROVIDER}` returns."
         return error
 
-    def _remember_output(self, module, args, output) -> None:
+    def _remember_output(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._last_output = output
 
-    def _check_loss_finite(self, batch_size: int) -> None:
+    def check_finite(self, batch_size: int) -> None:
+        """The loss of the last iteration, checked: a diverging iteration measures nothing real."""
         loss = self._last_output
         if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.is_floating_point():
             value = float(loss.detach())
@@ -263,26 +239,20 @@ class IterationRunner:
             hint="Check the learning rate, the inputs and the loss (a log of zero, a division by zero).",
         )
 
-    def _model_forward_location(self):
+    def _model_forward_location(self) -> tuple[str | None, int | None]:
         forward = getattr(type(self.model), "forward", None)
         code = getattr(forward, "__code__", None)
         if code is not None and self.entry.files.contains(code.co_filename):
             return self.entry.files.relative(code.co_filename), code.co_firstlineno
         return self.entry.relative_path, self.entry.line_of(self.entry.model_provider)
 
-    def _default_device(self):
+    def _default_device(self) -> contextlib.AbstractContextManager[Any]:
         # Providers create tensors and modules on the analysis device without naming it. The
         # iteration itself runs without a default device: torch implements it as a function mode
         # that would add overhead to every operation we time.
         if self.device.type == "cpu":
             return contextlib.nullcontext()
-        return torch.device(self.device)
-
-
-def _provisional_timing(warmup_ms: float, recorded_ms: float) -> TimingStats:
-    """The iteration's time before it is timed: the last warm-up iteration may still carry one-off
-    costs and the recorded one carries the recorder's, so both are upper bounds; the lower is used."""
-    return TimingStats(min(warmup_ms, recorded_ms), 0.0, 1, 1)
+        return self.device
 
 
 def _check_model(model: Any, entry: EntryPoint) -> None:

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
+
+
+class Clock(Protocol):
+    def time_ms(self, run_block: Callable[[], None]) -> float:
+        """Milliseconds `run_block` takes on the device."""
+        ...
 
 
 class CpuClock:
@@ -48,7 +54,7 @@ class CudaClock:
         return float(start.elapsed_time(end))
 
 
-def clock_for(device: torch.device):
+def clock_for(device: torch.device) -> Clock:
     return CudaClock(device) if device.type == "cuda" else CpuClock()
 
 
@@ -87,7 +93,7 @@ class TimingStats:
         }
 
 
-def measure_iteration_time(run_once: Callable[[], None], clock, budget: TimingBudget) -> TimingStats:
+def measure_iteration_time(run_once: Callable[[], None], clock: Clock, budget: TimingBudget) -> TimingStats:
     """Median time of one iteration, timed in blocks until stable. Assumes warm-up is done."""
     first_ms = clock.time_ms(run_once)
     block_size = max(1, int(np.ceil(budget.min_block_ms / max(first_ms, 1e-3))))

@@ -179,3 +179,20 @@ def _line_from_dict(line: dict) -> LinearModel:
         max_relative_residual=float(line.get("max_relative_residual", 0.0)),
         points=int(line.get("points", 0)),
     )
+
+
+def prediction_ladder(batch_size: int, measured: Sequence[int], largest: int | None) -> list[int]:
+    """Batch sizes worth showing: the user's, every measured one, powers of two from the smallest
+    measured up to 16 times the user's, and the largest that fits; none above the largest that
+    fits but the user's and the measured ones."""
+    smallest = min(measured)
+    upper = min(largest, batch_size * 16) if largest else batch_size * 16
+    sizes = {batch_size, *measured}
+    step = 1
+    while step <= upper:
+        if step >= smallest:
+            sizes.add(step)
+        step *= 2
+    if largest:
+        sizes.add(largest)
+    return sorted(s for s in sizes if largest is None or s <= largest or s == batch_size or s in measured)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from skyline_engine.service.engine import EngineService
+from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
 from skyline_engine.service.protocol import SHUTTING_DOWN, RpcError
 from skyline_engine.service.workers import Job
@@ -88,8 +89,8 @@ class ClientAnalyses:
             if self._deliver(job, "analysis", params, final=True):
                 self.latest = CompleteAnalysis(job.analysis_id, document)
 
-    def on_error(self, job: Job, error: dict) -> None:
-        self._deliver(job, "analysis_error", self.mapper.to_client(error), final=True)
+    def on_error(self, job: Job, failure: Failure) -> None:
+        self._deliver(job, "analysis_error", self.mapper.to_client(failure.to_dict()), final=True)
 
     # --- the gate ---------------------------------------------------------------------------
 
@@ -105,13 +106,5 @@ class ClientAnalyses:
     def _end(self, job: Job, kind: str, why: str) -> None:
         self._open = False
         job.stop()
-        self.notify(
-            "analysis_error",
-            {
-                "analysis_id": job.analysis_id,
-                "kind": kind,
-                "message": f"analysis {job.analysis_id} was {why}.",
-                "path": None,
-                "line": None,
-            },
-        )
+        failure = Failure(kind, f"analysis {job.analysis_id} was {why}.")
+        self.notify("analysis_error", {"analysis_id": job.analysis_id, **failure.to_dict()})

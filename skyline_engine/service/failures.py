@@ -1,9 +1,11 @@
-"""Why a worker ended without a result, in words a user can act on.
+"""Why an analysis ended without a result, in words a user can act on: `Failure`, the one shape
+of every `analysis_error` (docs/protocol.md), whoever finds the failure.
 
-The service only sees the end of the process: its exit status or signal, whether the kernel's
-out-of-memory killer fired meanwhile, and the tail of its stderr, where Python's faulthandler has
-written the stacks (on a crash, or when the service asked for them before stopping a worker that
-ran out of time). The innermost frame of the user's code in those stacks gives the error its line.
+When the worker itself cannot say (it crashed), the service only sees the end of the process: its
+exit status or signal, whether the kernel's out-of-memory killer fired meanwhile, and the tail of
+its stderr, where Python's faulthandler has written the stacks (on a crash, or when the service
+asked for them before stopping a worker that ran out of time). The innermost frame of the user's
+code in those stacks gives the error its line.
 """
 
 from __future__ import annotations
@@ -11,8 +13,61 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
 
 from skyline_engine.entry.user_frames import ProjectFiles
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The fields of an `analysis_error` notification, less its `analysis_id`.
+
+    `message` is one paragraph for people, starting with `path:line: ` when there is a line.
+    """
+
+    kind: str
+    message: str
+    path: str | None = None
+    line: int | None = None
+    signal: str | None = None  # the signal that ended the worker (`crashed`)
+    exit_status: int | None = None  # the status the worker exited with (`crashed`)
+    details: str | None = None  # for the log: a traceback, the worker's last words
+
+    def at(self, path: str, line: int) -> Failure:
+        """The failure located at the user's `path:line`, said first, as the engine's errors are."""
+        return replace(self, path=path, line=line, message=f"{path}:{line}: {self.message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"kind": self.kind, "message": self.message, "path": self.path, "line": self.line}
+        for name in ("signal", "exit_status", "details"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
+        return fields
+
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> Failure:
+        """A failure as a worker sent it; what is not of the expected type is dropped (a worker runs
+        the user's code, so its messages are not trusted to be well-formed)."""
+
+        def text(name: str) -> str | None:
+            value = fields.get(name)
+            return value if isinstance(value, str) else None
+
+        def integer(name: str) -> int | None:
+            value = fields.get(name)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        return cls(
+            kind=text("kind") or "internal",
+            message=text("message") or "the analysis worker reported an error without a message.",
+            path=text("path"),
+            line=integer("line"),
+            signal=text("signal"),
+            exit_status=integer("exit_status"),
+            details=text("details"),
+        )
+
 
 _SIGNAL_MEANINGS = {
     signal.SIGSEGV: "segmentation fault",
@@ -52,35 +107,35 @@ def death_error(
     *,
     oom_killed: bool,
     last_phase: str | None,
-) -> dict:
-    """The `analysis_error` fields for a worker that ended without sending a result."""
+) -> Failure:
+    """Why a worker ended without sending a result."""
     during = f" while {last_phase}" if last_phase else ""
     if returncode < 0:
         number = -returncode
         name = signal_name(number)
         if number == signal.SIGKILL and oom_killed:
-            return _error(
+            return Failure(
                 "out_of_memory",
                 f"the analysis worker was killed by the kernel's out-of-memory killer{during}: memory ran "
                 "out (the machine's, or its container's limit). Lower the batch size, or the model's size.",
                 signal=name,
             )
         if number == signal.SIGKILL:
-            return _error(
+            return Failure(
                 "crashed",
                 f"the analysis worker was killed (SIGKILL){during}, by another process or by the kernel "
                 "when memory ran out.",
                 signal=name,
             )
         meaning = _SIGNAL_MEANINGS.get(number)
-        return _error(
+        return Failure(
             "crashed",
             f"the analysis worker crashed{during}: it was ended by {name}"
             + (f" ({meaning})" if meaning else "")
             + ", usually a fault in native code (a C/C++/CUDA extension, or a library it loads).",
             signal=name,
         )
-    return _error(
+    return Failure(
         "crashed",
         f"the analysis worker exited with status {returncode}{during}, before the analysis finished: "
         "the code ended the process (os._exit, or a library that exits).",
@@ -88,25 +143,25 @@ def death_error(
     )
 
 
-def time_limit_error(limit_s: float, last_phase: str | None) -> dict:
+def time_limit_error(limit_s: float, last_phase: str | None) -> Failure:
     during = f" (it was {last_phase})" if last_phase else ""
-    return _error(
+    return Failure(
         "time_limit",
         f"the analysis ran longer than its time limit of {limit_s:g} s and was stopped{during}. "
         "An endless loop in the code? A model too slow to measure at this batch size?",
     )
 
 
-def start_timeout_error(limit_s: float) -> dict:
-    return _error(
+def start_timeout_error(limit_s: float) -> Failure:
+    return Failure(
         "worker_start",
         f"the analysis worker did not start within {limit_s:g} s (importing torch and finding the "
         "device took too long, or hung).",
     )
 
 
-def garbled_error(detail: str) -> dict:
-    return _error("crashed", f"the analysis worker sent malformed messages ({detail}) and was stopped.")
+def garbled_error(detail: str) -> Failure:
+    return Failure("crashed", f"the analysis worker sent malformed messages ({detail}) and was stopped.")
 
 
 def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> tuple[str | None, int | None]:
@@ -139,7 +194,3 @@ def _last_dump(lines: list[str]) -> list[list[tuple[str, int]]]:
             previous_was_dump = False  # blank lines separate a dump's threads; other text ends it
     threads.sort(key=lambda thread: not thread[0])
     return [frames for _, frames in threads]
-
-
-def _error(kind: str, message: str, *, signal: str | None = None, exit_status: int | None = None) -> dict:
-    return {"kind": kind, "message": message, "path": None, "line": None, "signal": signal, "exit_status": exit_status}

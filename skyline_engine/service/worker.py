@@ -33,6 +33,8 @@ from typing import Any
 
 import msgpack
 
+from skyline_engine.service.failures import Failure
+
 
 class Channel:
     """Messages to the service on a private duplicate of the original stdout."""
@@ -66,33 +68,35 @@ def main(argv: list | None = None) -> None:
         channel.send({"type": "ready", "pid": os.getpid(), "device": device, "error": None})
     except BaseException as exc:  # noqa: BLE001 - whatever stops the start is reported, not raised
         startup_error = _startup_failure(exc)
-        channel.send({"type": "ready", "pid": os.getpid(), "device": None, "error": startup_error})
+        channel.send({"type": "ready", "pid": os.getpid(), "device": None, "error": startup_error.to_dict()})
     job = _read_job()
     if job is None:
         os._exit(0)  # the service is gone, or it stopped its spare worker
     _exit_when_stdin_closes()
     channel.send({"type": "started", "pid": os.getpid()})
     if startup_error is not None:
-        _finish(channel, {"type": "error", **startup_error})
+        _finish(channel, {"type": "error", **startup_error.to_dict()})
     try:
         document = _analyze(job, channel)
         message = {"type": "result", "document": document}
     except BaseException as exc:  # noqa: BLE001 - whatever ends the analysis is reported, not raised
-        message = {"type": "error", **describe_failure(exc, "running the analysis")}
+        message = {"type": "error", **describe_failure(exc, "running the analysis").to_dict()}
     _finish(channel, message)
 
 
-def _startup_failure(exc: BaseException) -> dict:
+def _startup_failure(exc: BaseException) -> Failure:
     failure = describe_failure(exc, "starting the analysis worker")
-    if failure["kind"] == "internal":  # a broken installation or a tight limit, rather than a bug
-        failure = _failure("worker_start", f"the analysis worker could not start: {type(exc).__name__}: {exc}.")
-        limit = _memory_limit()
-        if limit is not None:
-            failure["message"] += (
-                f" Its memory limit ({limit / 2**30:.1f} GiB, from --worker-memory-limit or inherited) "
-                "may be too small for torch."
-            )
-    return failure
+    if failure.kind != "internal":
+        return failure
+    # A broken installation or a tight limit, rather than a bug.
+    message = f"the analysis worker could not start: {type(exc).__name__}: {exc}."
+    limit = _memory_limit()
+    if limit is not None:
+        message += (
+            f" Its memory limit ({limit / 2**30:.1f} GiB, from --worker-memory-limit or inherited) "
+            "may be too small for torch."
+        )
+    return Failure("worker_start", message)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,13 +111,7 @@ def _finish(channel: Channel, message: dict) -> None:
         channel.send(message)
     except MemoryError:
         channel.send(
-            {
-                "type": "error",
-                "kind": "out_of_memory",
-                "message": "out of memory while sending the results.",
-                "path": None,
-                "line": None,
-            }
+            {"type": "error", **Failure("out_of_memory", "out of memory while sending the results.").to_dict()}
         )
     sys.stderr.flush()
     os._exit(0)
@@ -177,6 +175,7 @@ def _exit_when_stdin_closes() -> None:
 
 
 def _analyze(job: dict, channel: Channel) -> dict:
+    from skyline_engine.analysis.document import AnalysisDocument
     from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.measure.timing import TimingBudget
 
@@ -191,14 +190,14 @@ def _analyze(job: dict, channel: Channel) -> dict:
     def progress(phase: str, fraction: float) -> None:
         channel.send({"type": "progress", "phase": phase, "fraction": float(fraction)})
 
-    def partial(document: dict) -> None:
-        channel.send({"type": "partial", "document": document})
+    def partial(document: AnalysisDocument) -> None:
+        channel.send({"type": "partial", "document": document.to_dict()})
 
-    return analyze(request, progress=progress, partial=partial)
+    return analyze(request, progress=progress, partial=partial).to_dict()
 
 
-def describe_failure(exc: BaseException, doing: str) -> dict:
-    """An exception as the `error` message: {kind, message, path, line} (+ `details`)."""
+def describe_failure(exc: BaseException, doing: str) -> Failure:
+    """What an exception that ended the work means for the user."""
     from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
 
     if isinstance(exc, SkylineError):
@@ -216,15 +215,16 @@ def describe_failure(exc: BaseException, doing: str) -> dict:
             kind = "error"
         if kind == "out_of_memory":
             message += _memory_limit_note()
-        return {"kind": kind, "message": message, "path": exc.path, "line": exc.line}
+        return Failure(kind, message, exc.path, exc.line)
     if isinstance(exc, MemoryError):
-        return _failure("out_of_memory", f"out of memory (MemoryError) while {doing}." + _memory_limit_note())
+        return Failure("out_of_memory", f"out of memory (MemoryError) while {doing}." + _memory_limit_note())
     if isinstance(exc, SystemExit):
-        return _failure("user_code", f"the code called sys.exit({exc.code!r}) while {doing}.")
-    details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    failure = _failure("internal", f"internal error while {doing}: {type(exc).__name__}: {exc}")
-    failure["details"] = details
-    return failure
+        return Failure("user_code", f"the code called sys.exit({exc.code!r}) while {doing}.")
+    return Failure(
+        "internal",
+        f"internal error while {doing}: {type(exc).__name__}: {exc}",
+        details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
 
 
 def _with_prefix(exc, prefix: str) -> str:
@@ -247,10 +247,6 @@ def _memory_limit_note() -> str:
     if limit is None:
         return ""
     return f"\n(This worker's memory limit is {limit / 2**30:.1f} GiB, from --worker-memory-limit or inherited.)"
-
-
-def _failure(kind: str, message: str) -> dict:
-    return {"kind": kind, "message": message, "path": None, "line": None}
 
 
 def _caused_by_out_of_memory(exc: BaseException) -> bool:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -34,6 +35,7 @@ import msgpack
 import skyline_engine
 from skyline_engine.service import failures
 from skyline_engine.service.config import ServiceConfig
+from skyline_engine.service.failures import Failure
 
 log = logging.getLogger("skyline.service")
 
@@ -249,7 +251,7 @@ class JobListener(Protocol):
     def on_progress(self, job: Job, phase: str, fraction: float) -> None: ...
     def on_partial(self, job: Job, document: dict) -> None: ...
     def on_result(self, job: Job, document: dict) -> None: ...
-    def on_error(self, job: Job, error: dict) -> None: ...
+    def on_error(self, job: Job, failure: Failure) -> None: ...
 
 
 class Job:
@@ -305,13 +307,7 @@ class Job:
         except Exception:  # a bug here must not leave the worker running or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
             self.worker.kill()
-            error = {
-                "kind": "internal",
-                "message": "internal error in the engine service; see its log.",
-                "path": None,
-                "line": None,
-            }
-            self.listener.on_error(self, error)
+            self.listener.on_error(self, Failure("internal", "internal error in the engine service; see its log."))
         finally:
             self.worker.close()
             self.pool.release()
@@ -366,7 +362,7 @@ class Job:
             if kind == "result":
                 self.listener.on_result(self, message["document"])
             else:
-                self.listener.on_error(self, _error_fields(message))
+                self.listener.on_error(self, Failure.from_dict(message))
         elif kind == "garbled":
             self._garbled = str(message.get("detail"))
 
@@ -379,7 +375,7 @@ class Job:
         self.worker.kill_leftovers()
         return returncode
 
-    def _death(self, returncode: int, oom_kills_before: int | None) -> dict:
+    def _death(self, returncode: int, oom_kills_before: int | None) -> Failure:
         if self._overdue == "start_timeout":
             return failures.start_timeout_error(self.pool.config.worker_start_timeout_s)
         if self._overdue == "time_limit":
@@ -392,16 +388,6 @@ class Job:
             error = failures.death_error(returncode, oom_killed=oom_killed, last_phase=self.last_phase)
         tail = self.worker.stderr_tail()
         path, line = failures.innermost_user_frame(tail, str(self.pool.config.project_root))
-        if path is not None:
-            # As the engine's own errors read: `path:line: what happened`.
-            error["path"], error["line"] = path, line
-            error["message"] = f"{path}:{line}: {error['message']}"
-        error["details"] = "\n".join(tail[-60:]) or None
-        return error
-
-
-def _error_fields(message: dict) -> dict:
-    error = {key: message.get(key) for key in ("kind", "message", "path", "line")}
-    if message.get("details"):
-        error["details"] = message["details"]
-    return error
+        if path is not None and line is not None:
+            error = error.at(path, line)
+        return replace(error, details="\n".join(tail[-60:]) or None)

@@ -1,0 +1,39 @@
+"""The user's batch size: measured, and recorded for the per-line breakdown, in one pass.
+
+warm-up (optimizers found as they step) → one recorded iteration, with its peak memory
+→ the first result (its time from single iterations) → timing → more recorded iterations
+for fast models → the final breakdown
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from skyline_engine.attribute.breakdown import Breakdown
+from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.recording import IterationRecording
+from skyline_engine.measure.iteration import IterationRunner, Sample, single_iteration_timing
+
+FirstResult = Callable[[Sample, Breakdown], None]
+
+
+def measure_with_breakdown(
+    runner: IterationRunner,
+    creation: CreationSites,
+    batch_size: int,
+    *,
+    timeline: bool,
+    on_first: FirstResult,
+) -> tuple[Sample, Breakdown]:
+    """The sample and the breakdown at `batch_size`; `on_first` gets a first pair as soon as one
+    recorded iteration is broken down. Raises OutOfMemoryAtBatchSize when it does not fit."""
+    with runner.at_batch_size(batch_size) as run:
+        with creation.finding_optimizers(runner.entry.relative_path):
+            warmup_ms = runner.warm_up(run)
+        recording = IterationRecording(creation, runner.model, runner.device)
+        peak, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
+        first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), peak)
+        on_first(first, recording.breakdown(first.run_time_ms, peak, timeline))
+        timing = runner.time(run, batch_size)
+        recording.record_more(run, timing.median_ms)
+        return Sample(batch_size, timing, peak), recording.breakdown(timing.median_ms, peak, timeline)
