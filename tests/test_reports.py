@@ -1,6 +1,7 @@
 """`skyline time`, `skyline memory` and `--trace`, read back as a user would: with SQL, with JSON."""
 
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_skyline
+from skyline_engine.render.files import write_json_atomic
+from skyline_engine.render.sqlite_report import write_memory_report
 
 PROJECT = Path(__file__).parent / "projects" / "breakdown"
 
@@ -131,3 +134,28 @@ def test_report_output_path_is_checked_before_the_analysis(project):
     assert result.returncode == 1
     assert "cannot write --output 'missing/time.sqlite'" in result.stderr
     assert "measuring" not in result.stderr
+
+
+def test_every_output_gets_the_usual_permissions_and_keeps_an_existing_files(tmp_path):
+    """SQLite reports came out 0600 (mkstemp's mode) while JSON was 0644: both now take the mode a
+    new file gets (0666 less the umask), and a file written over keeps its own."""
+    document = {
+        "operations": {"kind": "module", "children": []},
+        "weights": [],
+        "iteration": {"peak_memory_bytes": 1},
+    }
+    previous = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "out.json", document)
+        write_memory_report(tmp_path / "out.sqlite", document)
+        kept = tmp_path / "kept.sqlite"
+        kept.write_bytes(b"")
+        kept.chmod(0o604)
+        write_memory_report(kept, document)
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "out.json").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "out.sqlite").stat().st_mode & 0o777 == 0o640
+    assert kept.stat().st_mode & 0o777 == 0o604
+    assert sqlite3.connect(kept).execute("SELECT size_bytes FROM misc_sizes").fetchone() == (1,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.sqlite", "out.json", "out.sqlite"]  # no leftovers

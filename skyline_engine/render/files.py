@@ -6,25 +6,20 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename it over `path` (atomic on POSIX).
-
-    An existing file keeps its permission bits.
-    """
+def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
+    """`write(temporary)` fills a temporary file beside `path`, which is then renamed over `path`
+    (atomic on POSIX). The file keeps the permission bits of the one it replaces; a new file gets
+    the usual ones (0666 less the umask, 0644 by default), not mkstemp's private 0600."""
     path = Path(path)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)
-        else:
-            os.chmod(temporary, 0o666 & ~_umask())
+        write(temporary)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
@@ -32,7 +27,17 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def write_json_atomic(path: str | Path, document: dict) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    write_atomic(path, write)
+
+
+def write_json_atomic(path: str | Path, document: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
 
 

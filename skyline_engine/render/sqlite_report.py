@@ -6,11 +6,12 @@ frames of each entry, innermost (most specific) first, paths relative to the pro
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Callable
+
+from skyline_engine.render.files import write_atomic
 
 # Skyline's report format version (PRAGMA user_version).
 REPORT_FORMAT_VERSION = 1
@@ -133,12 +134,10 @@ def _correlate(db: sqlite3.Connection, entry_id: int, entry_type: int, contexts:
     )
 
 
-def _write_database(path: str | Path, fill) -> None:
+def _write_database(path: str | Path, fill: Callable[[sqlite3.Connection], None]) -> None:
     """Build the database beside `path` and rename it into place: whole or not at all."""
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    os.close(fd)
-    try:
+
+    def write(temporary: str) -> None:
         db = sqlite3.connect(temporary)
         try:
             with db:
@@ -146,8 +145,5 @@ def _write_database(path: str | Path, fill) -> None:
                 fill(db)
         finally:
             db.close()
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+
+    write_atomic(path, write)
