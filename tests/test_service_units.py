@@ -12,6 +12,8 @@ import msgpack
 import pytest
 
 from service_fakes import DEVICE, dispatcher, document
+from skyline_engine.cli.arguments import parse_size
+from skyline_engine.cli.serve import is_loopback, parse_listen
 from skyline_engine.service import failures
 from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
@@ -23,7 +25,6 @@ from skyline_engine.service.protocol import (
     Request,
     parse_message,
 )
-from skyline_engine.service.serve_cli import is_loopback, parse_listen, parse_size
 from skyline_engine.service.tokens import token_matches, write_token_file
 
 # --- framing --------------------------------------------------------------------------------

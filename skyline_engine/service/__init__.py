@@ -1,8 +1,8 @@
-"""The engine as a long-lived service: msgpack-RPC over stdio or TCP (docs/protocol.md).
+"""The engine as a long-lived service: msgpack-RPC over stdio or TCP (docs/protocol.md). It is
+started by `skyline serve` (cli/serve.py: its arguments → a ServiceConfig → a transport).
 
 The flow, module by module:
 
-    serve_cli   `skyline serve` arguments → ServiceConfig, then a transport
     server      transports: stdio, TCP (a thread per client); bytes → frames → Dispatcher
     protocol    framing (bounded streaming msgpack), message validation, error objects
     dispatcher  per client: the handshake (initialize first, once; the TCP token), the methods

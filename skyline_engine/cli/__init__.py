@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 from skyline_engine import __version__
+from skyline_engine.cli.arguments import DEVICE_HELP, positive_int
 from skyline_engine.errors import SkylineError
+
+BATCH_SIZE = positive_int("the batch size")
 
 EXIT_ANALYSIS_ERROR = 1
 
@@ -51,10 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "entry_point", metavar="ENTRY", help="the entry point file (relative to the working directory)"
     )
-    profile.add_argument("--batch-size", type=_positive_int, help="profile at this batch size instead of the default")
+    profile.add_argument("--batch-size", type=BATCH_SIZE, help="profile at this batch size instead of the default")
     profile.add_argument(
         "--set-batch-size",
-        type=_positive_int,
+        type=BATCH_SIZE,
         metavar="N",
         help="rewrite the batch_size default in the entry point to N, then profile at N",
     )
@@ -72,34 +75,24 @@ def _parser() -> argparse.ArgumentParser:
         )
         report.add_argument("entry_point", metavar="ENTRY", help="the entry point file")
         report.add_argument("-o", "--output", required=True, metavar="FILE.sqlite", help="the report to write")
-        report.add_argument("--batch-size", type=_positive_int, help="break down at this batch size")
+        report.add_argument("--batch-size", type=BATCH_SIZE, help="break down at this batch size")
         _add_common_options(report)
         report.set_defaults(run=_run_report)
 
-    from skyline_engine.service.serve_cli import add_serve_command  # the editor's way in (docs/protocol.md)
+    from skyline_engine.cli.serve import add_serve_command  # the editor's way in (docs/protocol.md)
 
     add_serve_command(commands)
     return parser
 
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="auto (default: CUDA when available), cpu, cuda or cuda:N")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument(
         "--project-root",
         default=None,
         help="the project's root folder (default: the working directory); results name files relative to it",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"the batch size must be positive, not {value}")
-    return value
 
 
 def _run_profile(args: argparse.Namespace) -> int:

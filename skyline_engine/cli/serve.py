@@ -10,6 +10,7 @@ the token runs code as this user. An SSH tunnel to a loopback service is the saf
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import logging
 import re
@@ -17,15 +18,20 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
+from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
 from skyline_engine.errors import SkylineError
-from skyline_engine.service.protocol import DEFAULT_MAX_FRAME_BYTES
+from skyline_engine.service.config import BudgetOverrides, ServiceConfig
 
 DEFAULT_HOST = "127.0.0.1"
 QUICK_MIN_RUN_S = 0.02
 QUICK_MAX_RUN_S = 0.2
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
+
+def _default(name: str) -> Any:
+    """ServiceConfig's default of field `name`: the options state no defaults of their own."""
+    return next(f.default for f in dataclasses.fields(ServiceConfig) if f.name == name)
 
 
 def add_serve_command(commands) -> None:
@@ -56,13 +62,13 @@ def add_serve_command(commands) -> None:
     serve.add_argument(
         "--project-root", default=None, help="the project's root folder (default: the working directory)"
     )
-    serve.add_argument("--device", default="auto", help="auto (default: CUDA when available), cpu, cuda or cuda:N")
+    serve.add_argument("--device", default=_default("device"), help=DEVICE_HELP)
     serve.add_argument(
         "--time-limit",
-        type=_positive_float,
-        default=600.0,
+        type=positive_float("the time limit"),
+        default=_default("time_limit_s"),
         metavar="SECONDS",
-        help="stop an analysis that runs longer (default 600; `analyze` may set its own)",
+        help=f"stop an analysis that runs longer (default {_default('time_limit_s'):g}; `analyze` may set its own)",
     )
     serve.add_argument(
         "--worker-memory-limit",
@@ -72,23 +78,29 @@ def add_serve_command(commands) -> None:
     )
     serve.add_argument(
         "--max-frame-bytes",
-        type=_positive_int,
-        default=DEFAULT_MAX_FRAME_BYTES,
+        type=positive_int("the largest request"),
+        default=_default("max_frame_bytes"),
         metavar="N",
-        help=f"largest request accepted (default {DEFAULT_MAX_FRAME_BYTES})",
+        help=f"largest request accepted (default {_default('max_frame_bytes')})",
     )
     serve.add_argument(
         "--handshake-timeout",
-        type=_positive_float,
-        default=10.0,
+        type=positive_float("the handshake timeout"),
+        default=_default("handshake_timeout_s"),
         metavar="SECONDS",
-        help="TCP clients must send `initialize` within this time (default 10)",
+        help=f"TCP clients must send `initialize` within this time (default {_default('handshake_timeout_s'):g})",
     )
     serve.add_argument(
-        "--min-run-s", type=_positive_float, metavar="SECONDS", help="time each batch size at least this long"
+        "--min-run-s",
+        type=positive_float("--min-run-s"),
+        metavar="SECONDS",
+        help="time each batch size at least this long",
     )
     serve.add_argument(
-        "--max-run-s", type=_positive_float, metavar="SECONDS", help="time each batch size at most this long"
+        "--max-run-s",
+        type=positive_float("--max-run-s"),
+        metavar="SECONDS",
+        help="time each batch size at most this long",
     )
     serve.add_argument(
         "--quick",
@@ -118,9 +130,7 @@ def run_serve(args: argparse.Namespace) -> int:
         engine.close()
 
 
-def build_config(args: argparse.Namespace):
-    from skyline_engine.service.config import BudgetOverrides, ServiceConfig
-
+def build_config(args: argparse.Namespace) -> ServiceConfig:
     root = Path(args.project_root) if args.project_root else Path.cwd()
     if not root.is_dir():
         raise SkylineError(f"the project root {str(root)!r} is not a directory.")
@@ -204,37 +214,5 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
 
 
-def parse_size(text: str) -> int:
-    """`8G`, `512M`, `1.5GiB`, `1073741824` → bytes (powers of 1024)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 8G or 512M")
-    number, unit = float(match.group(1)), match.group(2).upper()
-    size = int(number * 1024 ** "BKMGT".index(unit or "B"))
-    if size <= 0:
-        raise argparse.ArgumentTypeError("the size must be positive")
-    return size
-
-
 def _format_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not positive")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not positive")
-    return value

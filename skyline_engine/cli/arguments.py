@@ -1,0 +1,53 @@
+"""Argument types and options shared by the commands, with messages that say what is wrong."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Callable
+
+DEVICE_HELP = "auto (default: CUDA when available), cpu, cuda or cuda:N"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
+
+
+def positive_int(what: str) -> Callable[[str], int]:
+    """An argument type: an integer above 0, `what` naming it in the message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{what} must be positive, not {value}")
+        return value
+
+    return parse
+
+
+def positive_float(what: str) -> Callable[[str], float]:
+    """An argument type: a number above 0, `what` naming it in the message."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{what} must be positive, not {text}")
+        return value
+
+    return parse
+
+
+def parse_size(text: str) -> int:
+    """`8G`, `512M`, `1.5GiB`, `1073741824` → bytes (powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 8G or 512M")
+    number, unit = float(match.group(1)), match.group(2).upper()
+    size = int(number * 1024 ** "BKMGT".index(unit or "B"))
+    if size <= 0:
+        raise argparse.ArgumentTypeError("the size must be positive")
+    return size
