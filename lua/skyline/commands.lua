@@ -1,5 +1,6 @@
 -- The user commands (defined in plugin/skyline.lua) and their completion.
 local batch = require('skyline.batch')
+local constants = require('skyline.constants')
 local engine = require('skyline.engine')
 local float = require('skyline.float')
 local profile = require('skyline.profile')
@@ -36,25 +37,6 @@ function M.clear()
   profile.clear()
 end
 
--- Where `skyline serve --listen` writes its token by default.
-local function default_token_file()
-  local state_home = os.getenv('XDG_STATE_HOME') or vim.fs.joinpath(vim.uv.os_homedir(), '.local', 'state')
-  return vim.fs.joinpath(state_home, 'skyline', 'token')
-end
-
---- "host:port" or "[v6]:port" → host, port; nil when malformed.
-local function parse_address(text)
-  local host, port = text:match('^%[([^%]]+)%]:(%d+)$')
-  if not host then
-    host, port = text:match('^([^:]+):(%d+)$')
-  end
-  port = tonumber(port)
-  if not host or not port or port < 1 or port > 65535 then
-    return nil
-  end
-  return host, port
-end
-
 local function read_token(path)
   local ok, lines = pcall(vim.fn.readfile, path, '', 1)
   local token = ok and lines[1] and vim.trim(lines[1]) or ''
@@ -72,12 +54,12 @@ function M.connect(args)
     util.notify('the next profile uses the local engine')
     return
   end
-  local host, port = parse_address(address or '')
+  local host, port = util.parse_address(address or '')
   if not host then
     util.error(string.format('expected HOST:PORT (e.g. 127.0.0.1:7070) or local, not %q', address or ''))
     return
   end
-  token_file = project.normalize(token_file or default_token_file())
+  token_file = project.normalize(token_file or constants.default_token_path())
   local token = read_token(token_file)
   if not token then
     util.error('cannot read a token from ' .. token_file .. ' (skyline serve --listen prints where it wrote it)')

@@ -1,10 +1,9 @@
 -- Files and buffers of the profiled project: which file is the entry point, where the project
 -- root is, and how the document's root-relative paths map to buffers.
 local config = require('skyline.config')
+local constants = require('skyline.constants')
 
 local M = {}
-
-M.PROVIDERS = { 'skyline_model_provider', 'skyline_input_provider', 'skyline_iteration_provider' }
 
 function M.normalize(path)
   return vim.fs.normalize(vim.fn.fnamemodify(vim.fn.expand(path), ':p'))
@@ -27,7 +26,7 @@ end
 --- Whether the buffer defines all three providers (a `def` at any indentation).
 function M.defines_providers(buf)
   local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
-  for _, name in ipairs(M.PROVIDERS) do
+  for _, name in ipairs(constants.PROVIDERS) do
     if not (('\n' .. text):find('\n%s*def%s+' .. name .. '%s*%(')) then
       return false
     end
@@ -68,7 +67,7 @@ function M.resolve_entry(arg, last)
   return nil,
     string.format(
       'this buffer does not define %s; name the entry point: :SkylineProfile path/to/entry_point.py',
-      table.concat(M.PROVIDERS, ', ')
+      table.concat(constants.PROVIDERS, ', ')
     )
 end
 

@@ -1,4 +1,4 @@
--- Small helpers shared by the modules: messages and trailing-edge debouncing.
+-- Small helpers shared by the modules: messages, trailing-edge debouncing, addresses.
 local M = {}
 
 --- A message prefixed with the plugin's name; `level` defaults to INFO. Shown from the main
@@ -46,6 +46,21 @@ function M.debounce(fn)
     end)
   end
   return debounced
+end
+
+--- "host:port" or "[v6]:port" → host, port; nil when malformed. For a client: the host is
+--- never implied, and the port is 1-65535 (`skyline serve --listen` parses the same forms, see
+--- skyline_engine.service.serve_cli.parse_listen; tests/test_parity.py compares them).
+function M.parse_address(text)
+  local host, port = text:match('^%[([^%]]+)%]:(%d+)$')
+  if not host then
+    host, port = text:match('^([^:%[%]]+):(%d+)$')
+  end
+  port = tonumber(port)
+  if not host or not port or port < 1 or port > 65535 then
+    return nil
+  end
+  return host, port
 end
 
 return M

@@ -1,0 +1,28 @@
+-- Values the editor shares with the engine, kept by hand in both languages; tests/test_parity.py
+-- fails when they drift apart. Python: skyline_engine.entry.contract (PROVIDERS,
+-- BATCH_SIZE_PARAMETER), skyline_engine.service.params (MAX_BATCH_SIZE),
+-- skyline_engine.service.tokens (default_token_path).
+local M = {}
+
+M.MODEL_PROVIDER = 'skyline_model_provider'
+M.INPUT_PROVIDER = 'skyline_input_provider'
+M.ITERATION_PROVIDER = 'skyline_iteration_provider'
+M.PROVIDERS = { M.MODEL_PROVIDER, M.INPUT_PROVIDER, M.ITERATION_PROVIDER }
+
+-- The input provider's parameter whose default is the batch size (the literal the keys rewrite).
+M.BATCH_SIZE_PARAMETER = 'batch_size'
+
+-- The largest batch size the engine accepts in a request.
+M.MAX_BATCH_SIZE = 2147483647
+
+--- Where `skyline serve --listen` writes its token unless told otherwise:
+--- $XDG_STATE_HOME/skyline/token, else ~/.local/state/skyline/token.
+function M.default_token_path()
+  local state_home = os.getenv('XDG_STATE_HOME')
+  if state_home == nil or state_home == '' then -- Python's `or` skips an empty value too
+    state_home = vim.fs.joinpath(vim.uv.os_homedir(), '.local', 'state')
+  end
+  return vim.fs.joinpath(state_home, 'skyline', 'token')
+end
+
+return M
