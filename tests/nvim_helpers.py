@@ -200,7 +200,7 @@ def format_bytes(value: float) -> str:
     while abs(value) >= 1024 and unit < len(units) - 1:
         value /= 1024
         unit += 1
-    return f"{int(value)} B" if unit == 0 else f"{value:.1f} {units[unit]}"
+    return f"{value:.0f} B" if unit == 0 else f"{value:.1f} {units[unit]}"
 
 
 def expected_annotation(record: dict, iteration: dict) -> str:
@@ -221,7 +221,7 @@ def predict(models: dict, batch_size: int) -> dict:
     return {
         "batch_size": batch_size,
         "run_time_ms": run_time_ms,
-        "samples_per_second": batch_size / run_time_ms * 1000,
+        "samples_per_second": batch_size / run_time_ms * 1000 if run_time_ms > 0 else None,
         "peak_memory_bytes": memory,
         "fits": memory <= models["usable_memory_bytes"],
     }

@@ -47,7 +47,9 @@ function M.state()
 end
 
 local function compact(value)
-  if value >= 1e6 then
+  if value == nil then
+    return require('skyline.format').UNKNOWN -- a predicted run time that is not positive
+  elseif value >= 1e6 then
     return string.format('%.1fM', value / 1e6)
   elseif value >= 1e3 then
     return string.format('%.1fk', value / 1e3)
