@@ -158,3 +158,47 @@ def test_keymaps_can_be_switched_off_and_are_never_global(nvim, project):
     assert nvim.funcs.maparg("\\-", "n") == ""
     nvim.command(f"edit {project}/model.py")
     assert nvim.funcs.maparg("<M-a>", "n") == ""  # buffer-local
+
+
+def test_the_literal_is_edited_where_the_analysis_located_it(nvim, project):
+    # In parentheses, the literal is beyond what the editor's text scan finds; the engine's
+    # location of it is used while the buffer is as analysed, and after the plugin's own writes.
+    entry = project / "entry_point.py"
+    entry.write_text(entry.read_text().replace("batch_size=128", "batch_size=(128)"))
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {entry}")
+    profile(nvim)
+    nvim.exec_lua("require('skyline.config').get().reprofile_delay_ms = 600000")
+    others = nvim.current.buffer[:]
+    nvim.input("<Plug>(skyline-batch-inc)")
+    wait_for(lambda: "batch_size=(256)" in literal_line(nvim), "the literal to become 256", timeout=10)
+    nvim.input("<Plug>(skyline-batch-inc)")
+    wait_for(lambda: "batch_size=(512)" in literal_line(nvim), "the literal to become 512", timeout=10)
+    assert_prediction(nvim, 512)
+    after = nvim.current.buffer[:]
+    assert after[LITERAL_ROW] == others[LITERAL_ROW].replace("(128)", "(512)")
+    assert after[:LITERAL_ROW] + after[LITERAL_ROW + 1 :] == others[:LITERAL_ROW] + others[LITERAL_ROW + 1 :]
+
+    # Edited by hand: the literal is looked for in the text again, which does not see this one.
+    nvim.current.buffer.append("# a note", 0)
+    nvim.input("<Plug>(skyline-batch-inc)")
+    wait_for_message(nvim, "the batch_size default `(512` is not an integer literal")
+    assert nvim.current.buffer[LITERAL_ROW + 1] == after[LITERAL_ROW]
+    assert_no_traceback(nvim)
+
+
+def test_an_unsaved_literal_is_never_edited_at_the_files_columns(nvim, project):
+    # The file says 12, the buffer 128: the engine's columns of `12` lie inside `128`.
+    entry = project / "entry_point.py"
+    entry.write_text(entry.read_text().replace("batch_size=128", "batch_size=12"))
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {entry}")
+    nvim.current.buffer[LITERAL_ROW] = literal_line(nvim).replace("batch_size=12", "batch_size=128")
+    profile(nvim)
+    assert document(nvim)["batch_size_location"]["value"] == 12
+    nvim.exec_lua("require('skyline.config').get().reprofile_delay_ms = 600000")
+    nvim.input("<Plug>(skyline-batch-inc)")
+    wait_for(lambda: "batch_size=256" in literal_line(nvim), "the literal to become 256", timeout=10)
+    assert literal_line(nvim) == "def skyline_input_provider(batch_size=256):"
+    assert_prediction(nvim, 256)
+    assert_no_traceback(nvim)

@@ -6,22 +6,29 @@
 -- describes wherever that line has moved, or not at all. A buffer with unsaved changes is first
 -- matched against its file with a diff: lines the buffer changed are marked too (a changed line
 -- is still that line), and the buffer counts as different from what was profiled.
+local literal = require('skyline.literal')
+
 local M = {}
 
 M.ns = vim.api.nvim_create_namespace('skyline.anchor')
 
--- The batch_size literal may differ from the file on purpose: requests pass the buffer's value.
-local function without_batch_literal(line)
-  return (line:gsub('(batch_size[^=,)]*=%s*)%d+', '%1#'))
-end
-
+-- The text to diff: the batch_size literal may differ from the file on purpose (requests pass
+-- the buffer's value), so its digits are masked.
 local function joined(lines)
-  return table.concat(vim.tbl_map(without_batch_literal, lines), '\n') .. '\n'
+  local found = literal.find(lines)
+  if found then
+    lines = vim.list_slice(lines)
+    local text = lines[found.row + 1]
+    lines[found.row + 1] = text:sub(1, found.col_start) .. '#' .. text:sub(found.col_end + 1)
+  end
+  return table.concat(lines, '\n') .. '\n'
 end
 
---- File line → buffer line (both 1-based) for a buffer whose text is `current`, plus whether
---- the two texts differ.
-local function file_to_buffer(file, current)
+--- File line → buffer line (both 1-based) for a file whose lines are `file` shown in a buffer
+--- whose lines are `current`, plus whether the two texts differ (beyond the batch_size literal).
+--- A changed line keeps its mapping when the hunk changes as many lines as it replaces; lines of
+--- other hunks have none.
+function M.file_to_buffer(file, current)
   local hunks = vim.diff(joined(file), joined(current), { result_type = 'indices' })
   local map, offset, next_line = {}, 0, 1
   for _, hunk in ipairs(hunks) do
@@ -56,7 +63,7 @@ function M.place(buf, path)
     local ok, file = pcall(vim.fn.readfile, path)
     file = ok and file or {} -- never written: nothing of it is profiled
     file_lines = #file
-    map, differs = file_to_buffer(file, current)
+    map, differs = M.file_to_buffer(file, current)
   end
   local marks = {}
   for line = 1, file_lines do

@@ -2,10 +2,16 @@
 --
 -- A key press (or :SkylineBatchSize) rewrites the integer literal of the `batch_size` default
 -- in the entry point's buffer, and nothing else: one nvim_buf_set_text on the digits, so one
--- undo step. The throughput and memory at the new batch size are predicted at once from the
--- latest batch-size models (models.lua), and a debounced background re-profile measures them.
+-- undo step. The literal is where the document's `batch_size_location` says while the buffer is
+-- unchanged since the request that produced the document (or since this module's own last
+-- write); only after other edits is it located again in the text (literal.lua). The throughput
+-- and memory at the new batch size are predicted at once from the latest batch-size models
+-- (models.lua), and a debounced background re-profile measures them.
+local anchors = require('skyline.anchors')
 local config = require('skyline.config')
+local constants = require('skyline.constants')
 local format = require('skyline.format')
+local literal = require('skyline.literal')
 local models = require('skyline.models')
 local project = require('skyline.project')
 local state = require('skyline.state')
@@ -15,87 +21,64 @@ local M = {}
 
 M.ns = vim.api.nvim_create_namespace('skyline.batch')
 
-local MAX = 2147483647 -- the engine's largest batch size
--- How far below the `def skyline_input_provider(` line a multi-line signature may reach.
-local SIGNATURE_LINES = 20
+-- The literal as this module last wrote it: {buf, tick, row, col_start, col_end, value}; where it
+-- is for as long as the buffer's changedtick is still `tick`.
+local written = nil
 
---- The batch_size default on one line of text: {col_start, col_end, value} (0-based byte
---- columns, end exclusive) when it is a plain integer literal; nil and the reason otherwise;
---- nil alone when the line has no `batch_size =` default.
-local function literal_on(text)
-  local _, name_end = text:find('%f[%w_]batch_size%f[^%w_]')
-  if not name_end then
+-- The literal at the document's `batch_size_location`, when `buf` is the entry point's buffer
+-- and holds the text the engine analysed: saved when the request that produced the document
+-- was made, and unchanged (changedtick) since. The location's line is mapped through that
+-- request's anchors; its byte columns are used as they are.
+local function from_document(buf, tick)
+  local document, request = state.document, state.request
+  local location = document and document.batch_size_location
+  local seen = request and request.buffers[buf]
+  if not (location and location.editable and seen and not seen.modified and seen.tick == tick) then
     return nil
   end
-  local equals = text:match('^%s*:?[^=,()]*()=', name_end + 1) -- after an optional annotation
-  if not equals then
+  if project.buffer_path(buf) ~= project.absolute(request.root, location.path) then
     return nil
   end
-  local start, digits, after = text:match('^%s*()(%d+)()', equals + 1)
-  local rest = after and text:sub(after)
-  if digits and (rest:match('^%s*[,)]') or rest:match('^%s*$') or rest:match('^%s*#')) then
-    return { col_start = start - 1, col_end = after - 1, value = tonumber(digits) }
+  local row = anchors.row(buf, seen.anchor, location.line)
+  if not row then
+    return nil
   end
-  local expression = vim.trim(text:sub(equals + 1):match('^[^,)#]*'))
-  return nil,
-    string.format(
-      'the batch_size default `%s` is not an integer literal; write a number to use the batch-size keys',
-      expression
-    )
+  -- A last check that these bytes are the literal: the file may have changed on disk meanwhile.
+  local text = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+  if literal.integer(text:sub(location.col_start + 1, location.col_end)) ~= location.value then
+    return nil
+  end
+  return { row = row, col_start = location.col_start, col_end = location.col_end, value = location.value }
 end
 
--- Rows of the input provider's signature in `lines`, the hinted row first.
-local function candidate_rows(lines, hint_row)
-  local rows = {}
-  if hint_row then
-    table.insert(rows, hint_row)
-  end
-  for row, text in ipairs(lines) do
-    if text:find('def%s+skyline_input_provider%s*%(') then
-      for k = row, math.min(row + SIGNATURE_LINES, #lines) do
-        table.insert(rows, k - 1)
-        if lines[k]:find('%)%s*[-:]') then
-          break
-        end
-      end
-    end
-  end
-  return rows
-end
-
--- The row of the engine's `batch_size_location`, mapped to where that line is now.
-local function hinted_row(buf)
-  local location = state.document and state.document.batch_size_location
-  if location and state.request and project.buffer_path(buf) == state.request.entry then
-    return require('skyline.profile').row_of(buf, location.line)
-  end
-  return nil
-end
-
---- Finds the batch_size literal in the current text of `buf`: {row, col_start, col_end,
---- value}, or nil and why not.
+--- Finds the batch_size literal of `buf`: {row, col_start, col_end, value} (0-based row, byte
+--- columns), or nil and why not.
 function M.find_literal(buf)
-  local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
-  local reason
-  for _, row in ipairs(candidate_rows(lines, hinted_row(buf))) do
-    local text = lines[row + 1]
-    if text then
-      local literal, why = literal_on(text)
-      if literal then
-        literal.row = row
-        return literal
-      end
-      reason = reason or why
-    end
+  local tick = vim.api.nvim_buf_get_changedtick(buf)
+  if written and written.buf == buf and written.tick == tick then
+    return vim.deepcopy(written)
+  end
+  local known = from_document(buf, tick)
+  if known then
+    return known
+  end
+  local found, why = literal.find(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+  if found then
+    return found
   end
   local location = state.document and state.document.batch_size_location
-  return nil, reason or (location and location.reason) or 'no `batch_size=` default found in skyline_input_provider'
+  return nil,
+    why or (location and location.reason) or string.format(
+      'no `%s=` default found in %s',
+      constants.BATCH_SIZE_PARAMETER,
+      constants.INPUT_PROVIDER
+    )
 end
 
 --- The batch size the buffer's literal says, or nil.
 function M.literal_value(buf)
-  local literal = M.find_literal(buf)
-  return literal and literal.value
+  local found = M.find_literal(buf)
+  return found and found.value
 end
 
 -- The entry point's buffer (loaded if needed) and its literal, or nil and a message.
@@ -115,12 +98,12 @@ local function target()
   if not vim.bo[buf].modifiable then
     return nil, 'the entry point buffer is not modifiable'
   end
-  local literal, why = M.find_literal(buf)
-  if not literal then
+  local found, why = M.find_literal(buf)
+  if not found then
     return nil, why
   end
-  literal.buf = buf
-  return literal
+  found.buf = buf
+  return found
 end
 
 --- The hint at the literal: the measured numbers, or the prediction after a change.
@@ -128,8 +111,8 @@ function M.show_hint()
   M.clear_hint()
   local document = state.document
   local buf = state.request and project.loaded_buffer(state.request.entry)
-  local literal = buf and M.find_literal(buf)
-  if not (document and literal and state.batch_size) then
+  local found = buf and M.find_literal(buf)
+  if not (document and found and state.batch_size) then
     return
   end
   local shown, what = state.measured, 'measured'
@@ -149,7 +132,7 @@ function M.show_hint()
   )
   local group = shown.fits == false and 'SkylineBatchWarn' or 'SkylineBatch'
   require('skyline.highlights').setup()
-  vim.api.nvim_buf_set_extmark(buf, M.ns, literal.row, 0, {
+  vim.api.nvim_buf_set_extmark(buf, M.ns, found.row, 0, {
     virt_text = { { text, group } },
     virt_text_pos = 'eol',
     hl_mode = 'combine',
@@ -204,13 +187,21 @@ local function changed_to(value)
 end
 
 -- Writes `value` over the literal's digits, and nothing else: one undo step.
-local function apply(literal, value)
-  if value == literal.value then
+local function apply(found, value)
+  if value == found.value then
     util.notify(string.format('the batch size is already %d', value))
     return
   end
-  local row = literal.row
-  vim.api.nvim_buf_set_text(literal.buf, row, literal.col_start, row, literal.col_end, { tostring(value) })
+  local digits = tostring(value)
+  vim.api.nvim_buf_set_text(found.buf, found.row, found.col_start, found.row, found.col_end, { digits })
+  written = {
+    buf = found.buf,
+    tick = vim.api.nvim_buf_get_changedtick(found.buf),
+    row = found.row,
+    col_start = found.col_start,
+    col_end = found.col_start + #digits,
+    value = value,
+  }
   changed_to(value)
 end
 
@@ -224,13 +215,13 @@ end
 
 --- The <Plug>(skyline-batch-inc/dec) maps: `count` steps up (direction 1) or down (-1).
 function M.step(direction, count)
-  local literal, why = target()
-  if not literal then
+  local found, why = target()
+  if not found then
     util.error(why)
     return
   end
-  local value = math.floor(stepped(math.max(literal.value, 1), direction, count))
-  apply(literal, math.max(1, math.min(MAX, value)))
+  local value = math.floor(stepped(math.max(found.value, 1), direction, count))
+  apply(found, math.max(1, math.min(constants.MAX_BATCH_SIZE, value)))
 end
 
 --- :SkylineBatchSize {N|+N|-N|max}: the new value from `arg`, or nil and why not.
@@ -242,7 +233,7 @@ local function parse(arg, current)
     elseif max == 0 then
       return nil, 'not even batch size 1 is predicted to fit in memory'
     end
-    return math.min(max, MAX)
+    return math.min(max, constants.MAX_BATCH_SIZE)
   end
   local sign, digits = arg:match('^([+-]?)(%d+)$')
   if not digits then
@@ -254,24 +245,24 @@ local function parse(arg, current)
   elseif sign == '-' then
     value = current - value
   end
-  if value < 1 or value > MAX then
-    return nil, string.format('the batch size would be %d; it must be from 1 to %d', value, MAX)
+  if value < 1 or value > constants.MAX_BATCH_SIZE then
+    return nil, string.format('the batch size would be %d; it must be from 1 to %d', value, constants.MAX_BATCH_SIZE)
   end
   return value
 end
 
 function M.set(arg)
-  local literal, why = target()
-  if not literal then
+  local found, why = target()
+  if not found then
     util.error(why)
     return
   end
-  local value, problem = parse(vim.trim(arg), literal.value)
+  local value, problem = parse(vim.trim(arg), found.value)
   if not value then
     util.error(problem)
     return
   end
-  apply(literal, value)
+  apply(found, value)
 end
 
 local KEYMAPS = {

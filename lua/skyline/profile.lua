@@ -156,7 +156,11 @@ function M.start(entry, opts)
   }
   for _, buf in ipairs(project.buffers(root)) do
     local path = project.buffer_path(buf)
-    request.buffers[buf] = { anchor = anchors.place(buf, path), tick = vim.api.nvim_buf_get_changedtick(buf) }
+    request.buffers[buf] = {
+      anchor = anchors.place(buf, path),
+      tick = vim.api.nvim_buf_get_changedtick(buf),
+      modified = vim.bo[buf].modified, -- unsaved changes: the engine reads another text
+    }
   end
   local batch = require('skyline.batch')
   local entry_buf = project.loaded_buffer(entry)
