@@ -1,6 +1,8 @@
 """Batch-size keys and :SkylineBatchSize, end to end: the literal in the buffer, one undo step
 per press, the prediction from the models at once, and the re-profile that measures it."""
 
+import math
+
 import pytest
 
 from nvim_helpers import (
@@ -13,6 +15,7 @@ from nvim_helpers import (
     wait_for,
     wait_for_message,
 )
+from skyline_engine.render.units import format_bytes
 
 LITERAL_ROW = 11  # examples/default/entry_point.py: `def skyline_input_provider(batch_size=128):`
 
@@ -201,4 +204,47 @@ def test_an_unsaved_literal_is_never_edited_at_the_files_columns(nvim, project):
     wait_for(lambda: "batch_size=256" in literal_line(nvim), "the literal to become 256", timeout=10)
     assert literal_line(nvim) == "def skyline_input_provider(batch_size=256):"
     assert_prediction(nvim, 256)
+    assert_no_traceback(nvim)
+
+
+def chart(nvim) -> dict:
+    """{batch size: its row of the breakdown's chart}."""
+    lines = nvim.current.buffer[:]
+    header = next(i for i, line in enumerate(lines) if line.startswith("Batch size"))
+    rows = lines[header + 1 : lines.index("", header)]
+    return {int(row[2:12].replace(",", "")): row for row in rows}
+
+
+def rounded(value: float | None) -> str:
+    """The chart's throughput: no throughput where the predicted run time is not positive."""
+    return "—" if value is None else f"{math.floor(value + 0.5):,}"
+
+
+def test_the_chart_draws_the_documents_rows_and_the_current_batch_size(profiled):
+    nvim = profiled
+    doc = document(nvim)
+    nvim.command("SkylineBreakdown")
+    rows = chart(nvim)
+    assert sorted(rows) == [p["batch_size"] for p in doc["predictions"]]
+    measured = [p for p in doc["predictions"] if p.get("measured")]
+    assert {p["batch_size"] for p in measured} >= {64, 128, 256}  # the user's, half and twice it
+    for p in doc["predictions"]:
+        row = rows[p["batch_size"]]
+        shown = p.get("measured") or p  # a measured row shows the measurement, not the line through it
+        assert f" {rounded(shown.get('samples_per_second'))} " in row, row
+        assert f" {format_bytes(shown['peak_memory_bytes'])}" in row, row
+        assert ("measured" in row) == bool(p.get("measured")), row
+        assert row.startswith("▸") == (p["batch_size"] == 128), row
+    nvim.command("SkylineBreakdown")
+
+    nvim.command("SkylineBatchSize 100")  # no row of the document: one predicted
+    nvim.command("SkylineBreakdown")
+    rows = chart(nvim)
+    expected = predict(doc["models"], 100)
+    assert rows[100].startswith("▸")
+    assert f" {rounded(expected.get('samples_per_second'))} " in rows[100]
+    assert f" {format_bytes(expected['peak_memory_bytes'])}" in rows[100]
+    assert "measured" not in rows[100]
+    assert not rows[128].startswith("▸")
+    assert sorted(rows) == sorted([p["batch_size"] for p in doc["predictions"]] + [100])
     assert_no_traceback(nvim)

@@ -1,6 +1,7 @@
 -- The breakdown float: throughput (measured, predicted maximum), memory against the device's
--- capacity, throughput and memory over a range of batch sizes, and the operation tree with
--- forward and backward bars. <CR> on a row that names a line jumps there; q and <Esc> close.
+-- capacity, throughput and memory at the batch sizes of the analysis (measured ones showing the
+-- measurement) and at the current one, and the operation tree with forward and backward bars.
+-- <CR> on a row that names a line jumps there; q and <Esc> close.
 local config = require('skyline.config')
 local format = require('skyline.format')
 local models = require('skyline.models')
@@ -103,32 +104,59 @@ local function add_memory(sheet, document)
   })
 end
 
--- Throughput and peak memory predicted over the document's ladder of batch sizes.
-local function add_chart(sheet, document)
-  local fitted = state.models
-  if not fitted then
+-- The rows of the chart: the document's predictions, a measured batch size showing its
+-- measurement; the current batch size, when the document has no row for it, predicted with the
+-- models' formula. Sorted by batch size.
+local function chart_rows()
+  local rows, current = {}, state.batch_size
+  local has_current = false
+  for _, p in ipairs(state.predictions or {}) do
+    local shown = p.measured or p
+    table.insert(rows, {
+      batch_size = p.batch_size,
+      samples_per_second = shown.samples_per_second,
+      peak_memory_bytes = shown.peak_memory_bytes,
+      fits = p.fits,
+      measured = p.measured ~= nil,
+    })
+    has_current = has_current or p.batch_size == current
+  end
+  if current and not has_current then
+    table.insert(rows, models.predict(state.models, current))
+  end
+  table.sort(rows, function(a, b)
+    return a.batch_size < b.batch_size
+  end)
+  return rows
+end
+
+-- Throughput and peak memory over the batch sizes of the analysis, and the current one.
+local function add_chart(sheet)
+  if not state.models then
     return
   end
-  local rows, top_speed, top_memory = {}, 0, 0
-  for _, b in ipairs(models.chart_batch_sizes(document, state.batch_size)) do
-    local p = models.predict(fitted, b)
-    table.insert(rows, p)
-    top_speed = math.max(top_speed, p.samples_per_second)
-    top_memory = math.max(top_memory, p.peak_memory_bytes)
+  local rows, top_speed, top_memory = chart_rows(), 0, 0
+  for _, row in ipairs(rows) do
+    top_speed = math.max(top_speed, row.samples_per_second or 0)
+    top_memory = math.max(top_memory, row.peak_memory_bytes)
   end
   sheet:add({})
   local header = pad('Batch size', 14) .. pad('samples/s', 2 * BAR + 2) .. 'peak memory'
   sheet:add({ { header, 'SkylineFloatHeader' } })
-  for _, p in ipairs(rows) do
-    local is_current = p.batch_size == state.batch_size
+  for _, row in ipairs(rows) do
+    local is_current = row.batch_size == state.batch_size
+    local speed = row.samples_per_second
+    local memory = ' ' .. format.bytes(row.peak_memory_bytes)
+    local noted = row.measured or not row.fits
     sheet:add({
       { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
-      { lpad(format.integer(p.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
-      { format.bar(p.samples_per_second / top_speed, BAR), 'SkylineFloatForward' },
-      { ' ' .. pad(format.integer(p.samples_per_second), BAR + 1) },
-      { format.bar(p.peak_memory_bytes / top_memory, BAR), 'SkylineFloatMemory' },
-      { ' ' .. format.bytes(p.peak_memory_bytes) },
-      { p.fits and '' or '  does not fit', 'SkylineFloatWarn' },
+      { lpad(format.integer(row.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
+      { speed and top_speed > 0 and format.bar(speed / top_speed, BAR) or string.rep(' ', BAR), 'SkylineFloatForward' },
+      { ' ' .. pad(format.integer(speed), BAR + 1) },
+      { format.bar(top_memory > 0 and row.peak_memory_bytes / top_memory or 0, BAR), 'SkylineFloatMemory' },
+      { noted and pad(memory, 12) or memory },
+      { row.measured and '  measured' or '', 'SkylineFloatMuted' },
+      { row.fits and '' or '  does not fit', 'SkylineFloatWarn' },
     })
   end
 end
@@ -191,7 +219,7 @@ local function build()
   local sheet = new_sheet()
   add_throughput(sheet, document)
   add_memory(sheet, document)
-  add_chart(sheet, document)
+  add_chart(sheet)
   add_tree(sheet, document)
   add_warnings(sheet, document)
   return sheet

@@ -32,21 +32,4 @@ function M.smallest_measured(models)
   return smallest
 end
 
---- Batch sizes for the float's chart: the document's ladder plus `b` (the current one), sorted.
-function M.chart_batch_sizes(document, b)
-  local seen, sizes = {}, {}
-  local function add(size)
-    if size and size >= 1 and not seen[size] then
-      seen[size] = true
-      table.insert(sizes, size)
-    end
-  end
-  for _, prediction in ipairs(document.predictions or {}) do
-    add(prediction.batch_size)
-  end
-  add(b)
-  table.sort(sizes)
-  return sizes
-end
-
 return M

@@ -219,7 +219,7 @@ local function apply(document, complete)
   state.document = document
   state.measured = state.measurement(document)
   if complete and document.models then
-    state.models = document.models
+    state.models, state.predictions = document.models, document.predictions
   end
   -- The batch size shown is the buffer's: a key press or an edit may have changed it meanwhile.
   local entry_buf = project.loaded_buffer(state.request.entry)
@@ -310,7 +310,8 @@ function M.clear()
   diagnostics.clear()
   require('skyline.batch').clear_hint()
   require('skyline.float').close()
-  state.document, state.models, state.measured, state.prediction, state.batch_size = nil, nil, nil, nil, nil
+  state.document, state.models, state.predictions, state.measured = nil, nil, nil, nil
+  state.prediction, state.batch_size = nil, nil
   state.error = nil
   redraw_status()
 end
