@@ -116,7 +116,7 @@ local function watch_project_files()
   vim.api.nvim_create_autocmd('BufWritePost', {
     group = group,
     pattern = '*.py',
-    desc = 'skyline: re-profile when a project file is written',
+    desc = 'skyline: re-profile when a Python file of the project is written',
     callback = function(args)
       local path = project.buffer_path(args.buf)
       local opts = config.get()
