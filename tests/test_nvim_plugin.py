@@ -149,12 +149,32 @@ def test_help_tags_generate_and_cover_everything(nvim, tmp_path):
     )
     assert result.returncode == 0 and "E154" not in result.stderr + result.stdout, result.stderr
     tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}
-    options = nvim.exec_lua("return vim.tbl_keys(require('skyline.config').defaults)")
+    options = nvim.exec_lua(OPTION_NAMES)
     groups = nvim.exec_lua("return vim.tbl_map(function(g) return g[1] end, require('skyline.highlights').GROUPS)")
     wanted = [f":{c}" for c in COMMANDS] + PLUGS + [f"skyline-option-{o}" for o in options] + groups
     wanted += ["skyline.txt", "skyline-health", "skyline.status()", "skyline.state()", "SkylineProfileDone"]
     missing = [tag for tag in wanted if tag not in tags]
     assert not missing, missing
+
+
+OPTION_NAMES = "return vim.tbl_map(function(o) return o.name end, require('skyline.config').schema)"
+
+
+def test_the_help_lists_every_option_with_its_default(nvim):
+    help_text = (REPO / "doc" / "skyline.txt").read_text()
+    schema = nvim.exec_lua(OPTION_NAMES)
+    tagged = re.findall(r"\*skyline-option-([a-z_]+)\*", help_text)
+    assert sorted(tagged) == sorted(schema)  # every option, and none the schema lacks
+    # The defaults block of section 5, one `name = value,` line per option, in the schema's order.
+    lines = help_text.splitlines()
+    start = lines.index("    require('skyline').setup({") + 1
+    block = lines[start : lines.index("    })", start)]
+    assert [re.match(r"\s*(\w+) = ", line).group(1) for line in block] == schema
+    stated = nvim.exec_lua("return assert(loadstring('return {' .. ... .. '}'))()", "\n".join(block))
+    assert stated == nvim.exec_lua("return require('skyline.config').defaults")
+    # Each option's own entry follows its tag.
+    for name in schema:
+        assert re.search(rf"\*skyline-option-{name}\*.*\n{name} +\(", help_text), name
 
 
 def test_the_remote_plugin_imports_neither_torch_nor_the_engine():

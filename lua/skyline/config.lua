@@ -1,108 +1,187 @@
--- Options: defaults, validation (the 0.11 `vim.validate(name, value, validator, optional)` form,
--- each error naming the option), and the current values. Works without setup(): `get()` falls
--- back to the defaults.
+-- Options: one schema (name, default, validator, description) from which the defaults, the
+-- validation (the 0.11 `vim.validate(name, value, validator, optional)` form, each error naming
+-- the option by its dotted path) and the help's option list (checked by a test) all follow.
+-- Works without setup(): `get()` falls back to the defaults.
 local M = {}
 
-M.defaults = {
-  -- The engine's interpreter (needs torch); nil: g:skyline_python, else the python3 host's own.
-  python = nil,
-  -- Extra `skyline serve` arguments, e.g. { '--quick' } for shorter timings.
-  engine_args = {},
-  -- 'auto', 'cpu', 'cuda' or 'cuda:N'; nil leaves the engine's default (auto).
-  device = nil,
-  -- nil: the nearest folder above the entry point holding one of `root_markers`, else its folder.
-  project_root = nil,
-  root_markers = { '.git', 'pyproject.toml', 'setup.py', 'setup.cfg' },
-  -- Profiled when :SkylineProfile has no argument and the current buffer is not an entry point.
-  entry_point = nil,
-  -- Seconds before an analysis is stopped; nil: the engine's limit.
-  time_limit_s = nil,
-  -- Where the per-line costs go: 'eol_right_align', 'eol' or 'right_align'.
-  virt_text_pos = 'eol_right_align',
-  -- Shares of the iteration from which a line counts as mid or high cost.
-  cost_thresholds = { mid = 0.05, high = 0.20 },
-  -- Border of the breakdown float; nil: 'winborder' when set, else 'rounded'.
-  float_border = nil,
-  -- 'double' (×2 / ÷2 per press) or a positive integer added or subtracted per press.
-  batch_step = 'double',
-  -- Quiet time after the last batch-size change before the background re-profile.
-  reprofile_delay_ms = 800,
-  -- Buffer-local maps in the entry point's buffer; false: none; '' disables one.
-  keymaps = { batch_inc = '<localleader>+', batch_dec = '<localleader>-' },
-  -- Re-profile when a file of the profiled project is written (after this quiet time).
-  profile_on_save = true,
-  save_debounce_ms = 300,
+-- A check vim.validate runs as a function, with what it expects for the message: vim.validate
+-- writes `name: expected <expected>, got <value>`.
+local function rule(fn, expected)
+  return { fn = fn, expected = expected }
+end
+
+local function one_of(...)
+  local names = { ... }
+  return rule(function(v)
+    return vim.tbl_contains(names, v)
+  end, 'one of ' .. table.concat(names, ', '))
+end
+
+local positive_number = rule(function(v)
+  return type(v) == 'number' and v > 0
+end, 'a positive number')
+
+local non_negative_integer = rule(function(v)
+  return type(v) == 'number' and v >= 0 and v % 1 == 0
+end, 'an integer >= 0')
+
+local string_list = rule(function(v)
+  return vim.islist(v) and vim.iter(v):all(function(s)
+    return type(s) == 'string'
+  end)
+end, 'a list of strings')
+
+local batch_step = rule(function(v)
+  return v == 'double' or (type(v) == 'number' and v >= 1 and v % 1 == 0)
+end, "'double' or an integer >= 1")
+
+local share = rule(function(v)
+  return type(v) == 'number' and v >= 0 and v <= 1
+end, 'a number from 0 to 1')
+
+local table_or_false = rule(function(v)
+  return v == false or type(v) == 'table'
+end, 'a table or false')
+
+--- Every option, in the help's order: `validator` for vim.validate, a type name, a list of them
+--- or a rule (with `optional`: nil is allowed); an option with `fields` is a table merged key by key over its default, each field
+--- validated as `option.field`; any other option given replaces its default whole.
+M.schema = {
+  {
+    name = 'python',
+    default = nil,
+    validator = 'string',
+    optional = true,
+    description = "The engine's interpreter (needs torch); nil: g:skyline_python, else the python3 host's own.",
+  },
+  {
+    name = 'engine_args',
+    default = {},
+    validator = string_list,
+    description = "Extra `skyline serve` arguments, e.g. { '--quick' } for shorter timings.",
+  },
+  {
+    name = 'device',
+    default = nil,
+    validator = 'string',
+    optional = true,
+    description = "'auto', 'cpu', 'cuda' or 'cuda:N'; nil leaves the engine's default (auto).",
+  },
+  {
+    name = 'project_root',
+    default = nil,
+    validator = 'string',
+    optional = true,
+    description = 'nil: the nearest folder above the entry point holding one of `root_markers`, else its folder.',
+  },
+  {
+    name = 'root_markers',
+    default = { '.git', 'pyproject.toml', 'setup.py', 'setup.cfg' },
+    validator = string_list,
+    description = 'Files or folders marking a project root.',
+  },
+  {
+    name = 'entry_point',
+    default = nil,
+    validator = 'string',
+    optional = true,
+    description = 'Profiled when :SkylineProfile has no argument and the current buffer is not an entry point.',
+  },
+  {
+    name = 'time_limit_s',
+    default = nil,
+    validator = positive_number,
+    optional = true,
+    description = "Seconds before an analysis is stopped; nil: the engine's limit.",
+  },
+  {
+    name = 'virt_text_pos',
+    default = 'eol_right_align',
+    validator = one_of('eol', 'eol_right_align', 'right_align'),
+    description = "Where the per-line costs go: 'eol_right_align', 'eol' or 'right_align'.",
+  },
+  {
+    name = 'cost_thresholds',
+    default = { mid = 0.05, high = 0.20 },
+    validator = 'table',
+    fields = { mid = share, high = share },
+    description = 'Shares of the iteration from which a line counts as mid or high cost.',
+  },
+  {
+    name = 'float_border',
+    default = nil,
+    validator = { 'string', 'table' },
+    optional = true,
+    description = "Border of the breakdown float; nil: 'winborder' when set, else 'rounded'.",
+  },
+  {
+    name = 'batch_step',
+    default = 'double',
+    validator = batch_step,
+    description = "'double' (×2 / ÷2 per press) or a positive integer added or subtracted per press.",
+  },
+  {
+    name = 'reprofile_delay_ms',
+    default = 800,
+    validator = non_negative_integer,
+    description = 'Quiet time after the last batch-size change before the background re-profile.',
+  },
+  {
+    name = 'keymaps',
+    default = { batch_inc = '<localleader>+', batch_dec = '<localleader>-' },
+    validator = table_or_false,
+    fields = { batch_inc = 'string', batch_dec = 'string' },
+    description = "Buffer-local maps in the entry point's buffer; false: none; '' disables one.",
+  },
+  {
+    name = 'profile_on_save',
+    default = true,
+    validator = 'boolean',
+    description = 'Re-profile when a Python file of the profiled project is written.',
+  },
+  {
+    name = 'save_debounce_ms',
+    default = 300,
+    validator = non_negative_integer,
+    description = 'Quiet time after a write before that re-profile.',
+  },
 }
+
+local by_name = {}
+M.defaults = {}
+for _, option in ipairs(M.schema) do
+  by_name[option.name] = option
+  M.defaults[option.name] = vim.deepcopy(option.default)
+end
 
 local current = vim.deepcopy(M.defaults)
 
-local POSITIONS = { eol = true, eol_right_align = true, right_align = true }
-
-local function one_of(set)
-  local names = vim.tbl_keys(set)
-  table.sort(names)
-  return function(v)
-    return set[v] == true, 'one of ' .. table.concat(names, ', ')
+local function validate(path, value, validator, optional)
+  if type(validator) == 'table' and validator.fn then
+    vim.validate(path, value, validator.fn, optional, validator.expected)
+  else
+    vim.validate(path, value, validator, optional)
   end
 end
 
-local function positive_number(v)
-  return type(v) == 'number' and v > 0, 'a positive number'
-end
-
-local function non_negative_integer(v)
-  return type(v) == 'number' and v >= 0 and v % 1 == 0, 'an integer >= 0'
-end
-
-local function string_list(v)
-  return vim.islist(v) and vim.iter(v):all(function(s)
-    return type(s) == 'string'
-  end), 'a list of strings'
-end
-
-local function batch_step(v)
-  return v == 'double' or (type(v) == 'number' and v >= 1 and v % 1 == 0), "'double' or an integer >= 1"
-end
-
-local function share(v)
-  return type(v) == 'number' and v >= 0 and v <= 1, 'a number from 0 to 1'
-end
-
--- Every option: its validator and whether nil is allowed. Nested tables list their own leaves.
-local SCHEMA = {
-  python = { 'string', true },
-  engine_args = { string_list },
-  device = { 'string', true },
-  project_root = { 'string', true },
-  root_markers = { string_list },
-  entry_point = { 'string', true },
-  time_limit_s = { positive_number, true },
-  virt_text_pos = { one_of(POSITIONS) },
-  cost_thresholds = { mid = { share }, high = { share } },
-  float_border = { { 'string', 'table' }, true },
-  batch_step = { batch_step },
-  reprofile_delay_ms = { non_negative_integer },
-  keymaps = { batch_inc = { 'string' }, batch_dec = { 'string' } },
-  profile_on_save = { 'boolean' },
-  save_debounce_ms = { non_negative_integer },
-}
-
-local function is_leaf(spec)
-  return spec[1] ~= nil
-end
-
---- Raises `path: expected …, got …` for the first invalid option; unknown ones are collected.
-local function check(opts, schema, prefix, unknown)
-  for key, value in pairs(opts) do
-    local path = prefix .. key
-    local spec = schema[key]
-    if spec == nil then
-      table.insert(unknown, path)
-    elseif is_leaf(spec) then
-      vim.validate(path, value, spec[1], spec[2])
-    elseif not (path == 'keymaps' and value == false) then
-      vim.validate(path, value, 'table')
-      check(value, spec, path .. '.', unknown)
+--- Raises `path: expected …, got …` for the first invalid option; unknown names are collected.
+local function check(opts, unknown)
+  for name, value in pairs(opts) do
+    local option = by_name[name]
+    if option == nil then
+      table.insert(unknown, name)
+    else
+      validate(name, value, option.validator, option.optional)
+      if option.fields and type(value) == 'table' then
+        for field, field_value in pairs(value) do
+          local validator = option.fields[field]
+          if validator == nil then
+            table.insert(unknown, name .. '.' .. field)
+          else
+            validate(name .. '.' .. field, field_value, validator)
+          end
+        end
+      end
     end
   end
 end
@@ -113,16 +192,22 @@ function M.apply(opts)
   local unknown = {}
   local ok, err = pcall(function()
     vim.validate('opts', opts, 'table', true)
-    check(opts or {}, SCHEMA, '', unknown)
+    check(opts or {}, unknown)
   end)
   if not ok then
     return false, (tostring(err):gsub('^.-:%d+: ', '')) -- without the position of vim.validate
   end
-  opts = opts or {}
-  local merged = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
-  for _, list in ipairs({ 'engine_args', 'root_markers' }) do
-    if opts[list] then
-      merged[list] = vim.deepcopy(opts[list]) -- replaced as a whole, never merged by index
+  local merged = vim.deepcopy(M.defaults)
+  for name, value in pairs(opts or {}) do
+    local option = by_name[name]
+    if option and option.fields and type(value) == 'table' then
+      for field in pairs(option.fields) do
+        if value[field] ~= nil then
+          merged[name][field] = vim.deepcopy(value[field])
+        end
+      end
+    elseif option then
+      merged[name] = vim.deepcopy(value)
     end
   end
   local thresholds = merged.cost_thresholds
