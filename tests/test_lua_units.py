@@ -1,0 +1,317 @@
+"""The plugin's pure Lua modules, unit by unit, in a real headless Neovim: number formatting, the
+batch_size literal locator, the models' formula, option validation and the file-to-buffer line
+mapping. Every expected value is written here, worked out by hand, never computed by the code
+under test."""
+
+import pytest
+
+# Calls require(module)[name] with each argument list of `cases` inside Neovim; each result comes
+# back as [first, second] (nil as None: a Lua list with a hole would not survive the trip).
+EACH = """
+local module, name, cases = ...
+local fn = require(module)[name]
+local out = {}
+for i, case in ipairs(cases) do
+  local first, second = fn(unpack(case))
+  out[i] = { first == nil and vim.NIL or first, second == nil and vim.NIL or second }
+end
+return out
+"""
+
+
+def call_each(nvim, module: str, name: str, cases: list) -> list:
+    return nvim.exec_lua(EACH, module, name, cases)
+
+
+# --- format.lua -----------------------------------------------------------------------------
+
+
+def test_format_bytes_integers_throughput_and_bars(nvim):
+    cases = [
+        (0, "0 B"),
+        (1, "1 B"),
+        (512.4, "512 B"),
+        (512.6, "513 B"),  # rounded like the engine, not truncated
+        (0.75, "1 B"),
+        (2.5, "2 B"),  # a tie goes to the even neighbour, as in Python
+        (3.5, "4 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (1536, "1.5 KiB"),
+        (1280, "1.2 KiB"),  # 1.25: a tie
+        (1792, "1.8 KiB"),  # 1.75: a tie
+        (873811, "853.3 KiB"),
+        (1024**2 - 1, "1024.0 KiB"),
+        (1024**2, "1.0 MiB"),
+        (1024**3, "1.0 GiB"),
+        (1024**4, "1.0 TiB"),
+        (1024**5, "1024.0 TiB"),  # no unit above TiB
+        (-1024, "-1.0 KiB"),
+    ]
+    shown = call_each(nvim, "skyline.format", "bytes", [[value] for value, _ in cases])
+    assert [result[0] for result in shown] == [text for _, text in cases]
+    assert nvim.exec_lua("return require('skyline.format').bytes(nil)") == "—"
+
+    integers = call_each(nvim, "skyline.format", "integer", [[0], [999], [1000], [1234567.4], [-1234], [999.5]])
+    assert [result[0] for result in integers] == ["0", "999", "1,000", "1,234,567", "-1,234", "1,000"]
+    assert nvim.exec_lua("return require('skyline.format').throughput(64000.2)") == "64,000 samples/s"
+    assert nvim.exec_lua("return require('skyline.format').throughput(nil)") == "— samples/s"
+    assert nvim.exec_lua("return require('skyline.format').ms(2)") == "2.00 ms"
+    assert nvim.exec_lua("return require('skyline.format').percent(0.1234)") == "12.3%"
+    bars = call_each(nvim, "skyline.format", "bar", [[0.5, 4], [-1, 3], [2, 3], [0.2, 10]])
+    assert [result[0] for result in bars] == ["██░░", "░░░", "███", "██░░░░░░░░"]
+
+
+# --- literal.lua ----------------------------------------------------------------------------
+
+
+def test_python_integer_literals(nvim):
+    cases = {
+        "128": 128,
+        "0": 0,
+        "00": 0,
+        "1_024": 1024,
+        "0x80": 128,
+        "0X_80": 128,
+        "0o200": 128,
+        "0b10000000": 128,
+        "0128": None,  # a syntax error in Python 3
+        "1__0": None,
+        "1_": None,
+        "_1": None,
+        "0x": None,
+        "0b2": None,
+        "1.5": None,
+        "1e3": None,
+        "128j": None,
+        "": None,
+        "abc": None,
+    }
+    results = call_each(nvim, "skyline.literal", "integer", [[text] for text in cases])
+    assert dict(zip(cases, (first for first, _ in results))) == cases
+
+
+def test_the_literal_on_one_line(nvim):
+    cases = [
+        # text, expected {col_start, col_end, value} or None, expected reason (a fragment) or None
+        ("def skyline_input_provider(batch_size=128):", {"col_start": 38, "col_end": 41, "value": 128}, None),
+        ("    batch_size: int = 64,  # the default", {"col_start": 22, "col_end": 24, "value": 64}, None),
+        ("def skyline_input_provider(*, batch_size = 0x20):", {"col_start": 43, "col_end": 47, "value": 32}, None),
+        ("    batch_size=8", {"col_start": 15, "col_end": 16, "value": 8}, None),
+        ("def f(model_batch_size=4):", None, None),  # another name: no default of batch_size
+        ("def f(batch_size):", None, None),
+        ("def skyline_input_provider(batch_size=2 ** 7):", None, "`2 ** 7` is not an integer literal"),
+        ("def skyline_input_provider(batch_size=-4):", None, "`-4` is not an integer literal"),
+        ("def skyline_input_provider(batch_size=0):", None, "`0` must be greater than 0"),
+        ("def skyline_input_provider(batch_size=1.5):", None, "`1.5` is not an integer literal"),
+        ("def skyline_input_provider(batch_size=(128)):", None, "is not an integer literal"),
+    ]
+    results = call_each(nvim, "skyline.literal", "on_line", [[text] for text, _, _ in cases])
+    for (text, expected, reason), (found, why) in zip(cases, results):
+        assert found == expected, text
+        if reason is None:
+            assert why is None, text
+        else:
+            assert reason in why and "\n" not in why, (text, why)
+
+
+def test_the_literal_in_a_file(nvim):
+    multi_line = [
+        "import torch",
+        "",
+        "def skyline_input_provider(",
+        "    seed: int = 0,",
+        "    batch_size: int = 256,  # per step",
+        ") -> tuple:",
+        "    return (torch.randn(batch_size, 4),)",
+    ]
+    # Non-ASCII before the literal: columns count bytes (é is two), as nvim_buf_set_text does.
+    non_ascii = ['def skyline_input_provider(légende="é", batch_size=32):']
+    later_wins = [
+        "def skyline_input_provider(batch_size=16):",
+        "    pass",
+        "def skyline_input_provider(batch_size=48):",
+    ]
+    no_provider = ["def other(batch_size=16):", "    pass"]
+    outside_signature = ["def skyline_input_provider(n=1):", "    batch_size = 12"]
+    results = call_each(
+        nvim, "skyline.literal", "find", [[multi_line], [non_ascii], [later_wins], [no_provider], [outside_signature]]
+    )
+    assert results[0] == [{"row": 4, "col_start": 22, "col_end": 25, "value": 256}, None]
+    assert results[1] == [{"row": 0, "col_start": 53, "col_end": 55, "value": 32}, None]
+    assert results[2] == [{"row": 2, "col_start": 38, "col_end": 40, "value": 48}, None]
+    assert results[3] == [None, None]
+    assert results[4] == [None, None]
+
+
+# --- models.lua -----------------------------------------------------------------------------
+
+MODELS = {
+    "run_time_ms": {"slope": 2.0, "bias": 4.0},
+    "peak_memory_bytes": {"slope": 1000.0, "bias": 5000.0},
+    "usable_memory_bytes": 13000,
+    "samples": [{"batch_size": 16}, {"batch_size": 8}, {"batch_size": 32}],
+}
+NEGATIVE_BIAS = {
+    "run_time_ms": {"slope": 1.0, "bias": -10.0},
+    "peak_memory_bytes": {"slope": 10.0, "bias": -100.0},
+    "usable_memory_bytes": 0,
+    "samples": [],
+}
+
+
+def test_the_models_formula(nvim):
+    cases = [[MODELS, 8], [MODELS, 9], [MODELS, 48], [NEGATIVE_BIAS, 5], [NEGATIVE_BIAS, 10], [NEGATIVE_BIAS, 20]]
+    results = [result[0] for result in call_each(nvim, "skyline.models", "predict", cases)]
+    assert results == [
+        # 2*8+4 = 20 ms: 8/20*1000 = 400 samples/s; 1000*8+5000 = 13000 bytes, just fits
+        {"batch_size": 8, "run_time_ms": 20, "samples_per_second": 400, "peak_memory_bytes": 13000, "fits": True},
+        {"batch_size": 9, "run_time_ms": 22, "samples_per_second": 9 / 22 * 1000, "peak_memory_bytes": 14000,
+         "fits": False},
+        {"batch_size": 48, "run_time_ms": 100, "samples_per_second": 480, "peak_memory_bytes": 53000, "fits": False},
+        # a run time that is not positive has no throughput (nil), never a negative one
+        {"batch_size": 5, "run_time_ms": -5, "peak_memory_bytes": -50, "fits": True},
+        {"batch_size": 10, "run_time_ms": 0, "peak_memory_bytes": 0, "fits": True},
+        {"batch_size": 20, "run_time_ms": 10, "samples_per_second": 2000, "peak_memory_bytes": 100, "fits": False},
+    ]  # fmt: skip
+    assert nvim.exec_lua("return require('skyline.models').predict(nil, 8)") is None
+    assert nvim.exec_lua("return require('skyline.models').smallest_measured(...)", MODELS) == 8
+    assert nvim.exec_lua("return require('skyline.models').smallest_measured(...)", NEGATIVE_BIAS) is None
+
+
+# --- config.lua -----------------------------------------------------------------------------
+
+
+def test_the_defaults_come_from_the_schema(nvim):
+    assert nvim.exec_lua("return require('skyline.config').defaults") == {
+        "engine_args": [],
+        "root_markers": [".git", "pyproject.toml", "setup.py", "setup.cfg"],
+        "virt_text_pos": "eol_right_align",
+        "cost_thresholds": {"mid": 0.05, "high": 0.20},
+        "batch_step": "double",
+        "reprofile_delay_ms": 800,
+        "keymaps": {"batch_inc": "<localleader>+", "batch_dec": "<localleader>-"},
+        "profile_on_save": True,
+        "save_debounce_ms": 300,
+    }
+    names = nvim.exec_lua("return vim.tbl_map(function(o) return o.name end, require('skyline.config').schema)")
+    assert names == [
+        "python",
+        "engine_args",
+        "device",
+        "project_root",
+        "root_markers",
+        "entry_point",
+        "time_limit_s",
+        "virt_text_pos",
+        "cost_thresholds",
+        "float_border",
+        "batch_step",
+        "reprofile_delay_ms",
+        "keymaps",
+        "profile_on_save",
+        "save_debounce_ms",
+    ]
+    assert nvim.exec_lua(
+        "return vim.iter(require('skyline.config').schema):all(function(o)"
+        " return type(o.description) == 'string' and o.description ~= '' and not o.description:find('\\n') end)"
+    )
+
+
+APPLY = "local ok, result = require('skyline.config').apply(...); return {ok, result}"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"python": 3}, "python: expected string, got number"),
+        ({"engine_args": "--quick"}, "engine_args: expected a list of strings, got --quick"),
+        ({"root_markers": [".git", 1]}, "root_markers: expected a list of strings"),
+        ({"time_limit_s": 0}, "time_limit_s: expected a positive number"),
+        ({"virt_text_pos": "inline"}, "virt_text_pos: expected one of eol, eol_right_align, right_align"),
+        ({"cost_thresholds": 0.5}, "cost_thresholds: expected table, got number"),
+        ({"cost_thresholds": {"high": 2}}, "cost_thresholds.high: expected a number from 0 to 1"),
+        ({"cost_thresholds": {"mid": 0.5, "high": 0.4}}, "cost_thresholds: expected mid <= high"),
+        ({"float_border": 1}, "float_border: expected string|table, got number"),
+        ({"batch_step": 0}, "batch_step: expected 'double' or an integer >= 1"),
+        ({"batch_step": 1.5}, "batch_step: expected 'double' or an integer >= 1"),
+        ({"reprofile_delay_ms": -1}, "reprofile_delay_ms: expected an integer >= 0"),
+        ({"keymaps": True}, "keymaps: expected a table or false"),
+        ({"keymaps": {"batch_inc": 3}}, "keymaps.batch_inc: expected string, got number"),
+        ({"profile_on_save": "yes"}, "profile_on_save: expected boolean, got string"),
+        ({"save_debounce_ms": 0.5}, "save_debounce_ms: expected an integer >= 0"),
+    ],
+)
+def test_a_bad_option_is_named_and_changes_nothing(nvim, options, message):
+    before = nvim.exec_lua("return require('skyline.config').get()")
+    ok, result = nvim.exec_lua(APPLY, options)
+    assert ok is False
+    assert result.startswith(message), result
+    assert "\n" not in result
+    assert nvim.exec_lua("return require('skyline.config').get()") == before
+
+
+def test_good_options_merge_over_the_defaults(nvim):
+    ok, unknown = nvim.exec_lua(
+        APPLY,
+        {
+            "device": "cpu",
+            "root_markers": ["setup.py"],  # a list replaces the default whole
+            "cost_thresholds": {"high": 0.5},  # a table is merged key by key
+            "keymaps": {"batch_dec": ""},
+            "batch_step": 4,
+            "float_border": ["+", "-", "+", "|", "+", "-", "+", "|"],
+            "colour": 1,
+            "keymaps_extra": True,
+        },
+    )
+    assert ok is True
+    assert sorted(unknown) == ["colour", "keymaps_extra"]
+    current = nvim.exec_lua("return require('skyline.config').get()")
+    assert current["device"] == "cpu"
+    assert current["root_markers"] == ["setup.py"]
+    assert current["cost_thresholds"] == {"mid": 0.05, "high": 0.5}
+    assert current["keymaps"] == {"batch_inc": "<localleader>+", "batch_dec": ""}
+    assert current["batch_step"] == 4
+    assert "colour" not in current
+    ok, unknown = nvim.exec_lua(APPLY, {"keymaps": False, "cost_thresholds": {"low": 0.1}})
+    assert ok is True and unknown == ["cost_thresholds.low"]
+    assert nvim.exec_lua("return require('skyline.config').get().keymaps") is False
+    # Each apply starts from the defaults: options of an earlier setup() do not linger.
+    assert nvim.exec_lua("return require('skyline.config').get().device") is None
+    assert nvim.exec_lua("return {require('skyline.config').apply()}") == [True, []]
+
+
+# --- anchors.lua ----------------------------------------------------------------------------
+
+FILE = ["import torch", "", "def f(x):", "    return x", "", "def skyline_input_provider(batch_size=128):", "    pass"]
+
+
+@pytest.mark.parametrize(
+    "buffer, expected, differs",
+    [
+        (FILE, {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7}, False),
+        # Only the batch_size literal differs: the same text, for what the request sends.
+        ([*FILE[:5], "def skyline_input_provider(batch_size=4096):", "    pass"], {i: i for i in range(1, 8)}, False),
+        # Two lines added at the top: every line moves down by two.
+        (["# a", "# b", *FILE], {i: i + 2 for i in range(1, 8)}, True),
+        # Line 2 deleted: lines below move up; the deleted one has no row.
+        ([FILE[0], *FILE[2:]], {1: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6}, True),
+        # Line 4 changed in place: it is still that line.
+        ([*FILE[:3], "    return x * 2", *FILE[4:]], {i: i for i in range(1, 8)}, True),
+        # Line 4 replaced by two lines: neither is it; the lines below move down by one.
+        ([*FILE[:3], "    y = x", "    return y", *FILE[4:]], {1: 1, 2: 2, 3: 3, 5: 6, 6: 7, 7: 8}, True),
+    ],
+)
+def test_file_lines_map_to_buffer_lines(nvim, buffer, expected, differs):
+    # Lua drops the integer keys on the way back (they become a list): send pairs instead.
+    mapping, changed = nvim.exec_lua(
+        "local map, differs = require('skyline.anchors').file_to_buffer(...)\n"
+        "local pairs_ = {}\n"
+        "for line, row in pairs(map) do table.insert(pairs_, {line, row}) end\n"
+        "return {pairs_, differs}",
+        FILE,
+        buffer,
+    )
+    assert dict(mapping) == expected
+    assert changed is differs
