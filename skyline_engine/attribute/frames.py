@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 from skyline_engine.entry.user_frames import ProjectFiles
 
@@ -12,15 +13,19 @@ Context = tuple[str, int]
 
 class CallSites:
     """Finds the call site of the operation running now: the innermost stack frame in a project
-    file (torch, site-packages and the engine are skipped), and its line."""
+    file (torch, site-packages and the engine are skipped), and its line.
+
+    `skip` frames above the caller are not looked at (the engine's own), and a stack shallower
+    than that is no error: autograd's device threads run backward with next to no Python frames.
+    """
 
     def __init__(self, files: ProjectFiles) -> None:
         self.files = files
-        self._by_filename: dict = {}
+        self._by_filename: dict[str, str | None] = {}
 
     def innermost(self, skip: int = 1) -> tuple[Context | None, int | None]:
         """The innermost project frame's (path, line), and the identity of that frame."""
-        frame = sys._getframe(skip + 1)
+        frame = _frame_above(skip + 1)
         while frame is not None:
             relative = self._relative(frame.f_code.co_filename)
             if relative is not None:
@@ -30,7 +35,10 @@ class CallSites:
 
     def stack(self, skip: int = 1) -> tuple[tuple[Context, ...], int | None]:
         """Every project frame's (path, line), innermost first, and the innermost frame's identity."""
-        frame = sys._getframe(skip + 1)
+        return self.stack_from(_frame_above(skip + 1))
+
+    def stack_from(self, frame: FrameType | None) -> tuple[tuple[Context, ...], int | None]:
+        """`stack` of the frames from `frame` outwards (another thread's, say)."""
         contexts = []
         innermost_id = None
         while frame is not None:
@@ -49,3 +57,12 @@ class CallSites:
             relative = self.files.relative(filename) if self.files.contains(filename) else None
             self._by_filename[filename] = relative
             return relative
+
+
+def _frame_above(depth: int) -> FrameType | None:
+    """The frame `depth` levels above the caller of this function; None when the stack is not
+    that deep."""
+    try:
+        return sys._getframe(depth + 1)
+    except ValueError:
+        return None

@@ -11,13 +11,18 @@ passes through it, forward, backward and optimizer alike. For each it records:
 - for backward operations, the autograd node being run (`torch._C._current_autograd_node()`) and
   its sequence number. A forward operation sees the autograd sequence counter just after its node
   was created, so counter − 1 is the node's number, and backward work is attributed to the
-  forward operation that created the node;
+  forward operation that created the node. Backward never reads the current thread's frames for
+  that: on CUDA it runs on autograd's device thread (the dispatch mode goes along, the Python
+  stack does not). Work of a node no recorded forward operation created (gradient accumulation)
+  belongs to the line that called backward, read from the stack of the thread that did;
 - for forward operations, the storage of their outputs, and, through saved-tensor hooks, which of
   those storages autograd keeps for backward: the operation's activation memory.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -146,10 +151,12 @@ class OperationRecorder(TorchDispatchMode):
         self._users_module_types: dict[type, bool] = {}
         self._hooks: list = []
         self._saved_tensor_hooks = None
+        self._iteration_thread = threading.get_ident()  # the thread that runs the iteration
 
     # -- lifetime -------------------------------------------------------------------------------
 
     def __enter__(self):
+        self._iteration_thread = threading.get_ident()
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
         self._hooks = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
@@ -221,8 +228,8 @@ class OperationRecorder(TorchDispatchMode):
 
     def _record(self, func, node, next_sequence: int) -> OperationRecord:
         op_name = func.overloadpacket.__name__
-        stack, frame_id = self.call_sites.stack(skip=2)
         if node is None:
+            stack, frame_id = self.call_sites.stack(skip=2)
             module, call_id = self._call_stack[-1] if self._call_stack else ("", 0)
             record = OperationRecord(op_name, FORWARD, stack, module, next_sequence - 1, (call_id, frame_id))
             # The first operation to see a sequence number is the one whose node it is: later
@@ -234,7 +241,7 @@ class OperationRecorder(TorchDispatchMode):
             record = OperationRecord(
                 op_name,
                 BACKWARD,
-                creator.stack if creator else stack,
+                creator.stack if creator else self._backward_callers_stack(),
                 creator.module if creator else "",
                 sequence,
                 (),
@@ -243,6 +250,13 @@ class OperationRecorder(TorchDispatchMode):
             )
         self.recording.operations.append(record)
         return record
+
+    def _backward_callers_stack(self) -> tuple[Context, ...]:
+        """The project frames of the thread running the iteration, which called backward: on CPU
+        autograd runs backward on that thread itself, on CUDA on a device thread of its own."""
+        if threading.get_ident() == self._iteration_thread:
+            return self.call_sites.stack(skip=3)[0]
+        return self.call_sites.stack_from(sys._current_frames().get(self._iteration_thread))[0]
 
     def _note_producer(self, tensor: torch.Tensor, record: OperationRecord) -> None:
         try:
