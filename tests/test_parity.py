@@ -7,12 +7,12 @@ import ast
 
 import pytest
 
+from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
 from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
 from skyline_engine.render.units import format_bytes
 from skyline_engine.service.params import MAX_BATCH_SIZE
-from skyline_engine.service.serve_cli import parse_listen
 from skyline_engine.service.tokens import default_token_path
 
 

@@ -50,7 +50,7 @@ end
 
 --- "host:port" or "[v6]:port" → host, port; nil when malformed. For a client: the host is
 --- never implied, and the port is 1-65535 (`skyline serve --listen` parses the same forms, see
---- skyline_engine.service.serve_cli.parse_listen; tests/test_parity.py compares them).
+--- skyline_engine.cli.serve.parse_listen; tests/test_parity.py compares them).
 function M.parse_address(text)
   local host, port = text:match('^%[([^%]]+)%]:(%d+)$')
   if not host then
