@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -61,10 +61,11 @@ class OperationNode:
     activation_bytes: int = 0
     children: OrderedDict[tuple[Any, ...], OperationNode] = field(default_factory=OrderedDict)
 
-    def child(self, key: tuple[Any, ...], make: Callable[[], OperationNode]) -> OperationNode:
+    def child(self, key: tuple[Any, ...], name: str, module: str, kind: str, contexts: Stack) -> OperationNode:
+        """The child under `key`, made from the other arguments the first time."""
         node = self.children.get(key)
         if node is None:
-            node = self.children[key] = make()
+            node = self.children[key] = OperationNode(name, module, kind, list(contexts))
         return node
 
     def add_up(self) -> None:
@@ -320,14 +321,11 @@ def _operation_tree(operations: list[OperationRecord], recording: Recording) -> 
     for op in operations:
         if op.phase != BACKWARD:
             continue
-        leaf = leaves.get(id(op.creator)) if op.creator is not None else None
-        if leaf is None:
+        creators_leaf = leaves.get(id(op.creator)) if op.creator is not None else None
+        if creators_leaf is None:  # work of no forward operation's node: a leaf named after the node
             name = op.node_name or op.name
-            leaf = root.child(
-                ("backward", name, op.stack),
-                lambda name=name, stack=op.stack: OperationNode(name, "", "operation", list(stack)),
-            )
-        leaf.backward_ms += op.duration_ms
+            creators_leaf = root.child(("backward", name, op.stack), name, "", "operation", op.stack)
+        creators_leaf.backward_ms += op.duration_ms
     root.add_up()
     return root
 
@@ -338,16 +336,8 @@ def _leaf(root: OperationNode, op: OperationRecord, call_sites: dict[str, list[C
         parts = op.module.split(".")
         for depth in range(1, len(parts) + 1):
             path = ".".join(parts[:depth])
-            node = node.child(
-                ("module", path),
-                lambda name=parts[depth - 1], path=path: OperationNode(
-                    name, path, "module", list(call_sites.get(path, []))
-                ),
-            )
-    return node.child(
-        ("operation", op.name, op.stack),
-        lambda: OperationNode(op.name, op.module, "operation", list(op.stack)),
-    )
+            node = node.child(("module", path), parts[depth - 1], path, "module", tuple(call_sites.get(path, ())))
+    return node.child(("operation", op.name, op.stack), op.name, op.module, "operation", op.stack)
 
 
 def _weights(model: torch.nn.Module, creation: CreationSites) -> list[WeightMemory]:

@@ -16,11 +16,15 @@ import ast
 import contextlib
 import sys
 import weakref
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils.hooks import RemovableHandle
 
 from skyline_engine.attribute.frames import CallSites, Context
+from skyline_engine.entry.user_frames import ProjectFiles
 
 Stack = tuple[Context, ...]
 
@@ -32,7 +36,7 @@ class CreationSites:
         # each optimizer constructed, keyed by the object's id.
         self.tensors: dict[int, Stack] = {}
         self.optimizers: dict[int, Stack] = {}
-        self._optimizer_refs: list[weakref.ref] = []
+        self._optimizer_refs: list[weakref.ref[torch.optim.Optimizer]] = []
         self._entry_path = ""
 
     def optimizer_objects(self) -> list[torch.optim.Optimizer]:
@@ -42,7 +46,7 @@ class CreationSites:
     def tensor_stack(self, tensor: torch.Tensor) -> Stack:
         return self.tensors.get(id(tensor), ())
 
-    def optimizer_stack(self, optimizer) -> Stack:
+    def optimizer_stack(self, optimizer: torch.optim.Optimizer) -> Stack:
         """Where `optimizer` was constructed: looked up in the entry point first, then in the other
         project modules (once per optimizer)."""
         key = id(optimizer)
@@ -55,7 +59,7 @@ class CreationSites:
         return _ModuleCreation(self)
 
     @contextlib.contextmanager
-    def finding_optimizers(self, entry_path: str):
+    def finding_optimizers(self, entry_path: str) -> Iterator[None]:
         """While active, every optimizer that steps is found; `entry_path` (relative) is where its
         construction is looked for first."""
         self._entry_path = entry_path
@@ -65,24 +69,18 @@ class CreationSites:
         finally:
             handle.remove()
 
-    def _stepped(self, optimizer, args, kwargs) -> None:
+    def _stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if all(ref() is not optimizer for ref in self._optimizer_refs):
             self._optimizer_refs.append(weakref.ref(optimizer))
 
 
-def _construction_line(class_name: str, entry_path: str, files) -> Context | None:
+def _construction_line(class_name: str, entry_path: str, files: ProjectFiles) -> Context | None:
     line = _first_call(files.root, entry_path, class_name)
     if line is not None:
         return (entry_path, line)
     # Elsewhere in the project: only then the scan of every loaded module (thousands, with torch).
-    others = sorted(
-        {
-            files.relative(module.__file__)
-            for module in list(sys.modules.values())
-            if getattr(module, "__file__", None) and files.contains(module.__file__)
-        }
-        - {entry_path}
-    )
+    filenames = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
+    others = sorted({files.relative(f) for f in filenames if f and files.contains(f)} - {entry_path})
     for path in others:
         line = _first_call(files.root, path, class_name)
         if line is not None:
@@ -109,9 +107,9 @@ def _first_call(root: str, path: str, class_name: str) -> int | None:
 class _ModuleCreation:
     def __init__(self, sites: CreationSites) -> None:
         self.sites = sites
-        self._handles = []
+        self._handles: list[RemovableHandle] = []
 
-    def __enter__(self):
+    def __enter__(self) -> _ModuleCreation:
         register = torch.nn.modules.module
         self._handles = [
             register.register_module_parameter_registration_hook(self._registered),
@@ -119,11 +117,11 @@ class _ModuleCreation:
         ]
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
 
-    def _registered(self, module, name, tensor) -> None:
+    def _registered(self, module: torch.nn.Module, name: str, tensor: torch.Tensor | None) -> None:
         if tensor is None:
             return
         stack, _ = self.sites.call_sites.stack(skip=1)

@@ -25,10 +25,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
@@ -51,7 +54,7 @@ class OperationRecord:
     # One execution of the call site: the invocation of the innermost user module running, and
     # the frame (frames of calls made one after the other may share an id, so calls of a helper
     # function within one module invocation count once).
-    invocation: tuple
+    invocation: tuple[int, int | None] | tuple[()]
     duration_ms: float = 0.0
     activation_bytes: int = 0
     node_name: str | None = None
@@ -69,6 +72,15 @@ class ModuleCall:
     context: Context | None
 
 
+class _Timer(Protocol):
+    """Marks the moments around each operation; `assign` gives a record its start and duration,
+    at once or (CUDA) when `resolve` reads the device's clock."""
+
+    def mark(self) -> Any: ...
+    def assign(self, record: OperationRecord, start: Any, end: Any) -> None: ...
+    def resolve(self) -> None: ...
+
+
 class _CpuTimer:
     """Wall time around each operation."""
 
@@ -76,10 +88,10 @@ class _CpuTimer:
         self.origin = time.perf_counter_ns()
 
     @staticmethod
-    def mark():
+    def mark() -> int:
         return time.perf_counter_ns()
 
-    def assign(self, record: OperationRecord, start, end) -> None:
+    def assign(self, record: OperationRecord, start: int, end: int) -> None:
         record.start_ms = (start - self.origin) / 1e6
         record.duration_ms = (end - start) / 1e6
 
@@ -93,15 +105,15 @@ class _CudaTimer:
 
     def __init__(self) -> None:
         self.origin = self.mark()
-        self.pending: list[tuple] = []
+        self.pending: list[tuple[OperationRecord, torch.cuda.Event, torch.cuda.Event]] = []
 
     @staticmethod
-    def mark():
+    def mark() -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
-    def assign(self, record: OperationRecord, start, end) -> None:
+    def assign(self, record: OperationRecord, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
         self.pending.append((record, start, end))
 
     def resolve(self) -> None:
@@ -133,7 +145,7 @@ class OperationRecorder(TorchDispatchMode):
         device: torch.device,
         memory: StorageCounter | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         self.call_sites = call_sites
         self.module_names = module_names
         self.device = device
@@ -141,34 +153,34 @@ class OperationRecorder(TorchDispatchMode):
         # iteration without a second dispatch mode (which cost the transformer example 9 ms a
         # recorded iteration of 43 ms).
         self.memory = memory
-        self.timer = None
+        self.timer: _Timer = _CpuTimer()
         self.recording = Recording()
         self._forward_by_sequence: dict[int, OperationRecord] = {}
         self._producer = WeakIdKeyDictionary()  # storage -> forward OperationRecord that created it
         self._saved = WeakIdKeyDictionary()  # storages already counted as activations
-        self._call_stack: list[tuple] = []  # (module path, invocation id) of the modules running
+        self._call_stack: list[tuple[str, int]] = []  # (module path, invocation id) of the modules running
         self._module_call_count = 0
         self._users_module_types: dict[type, bool] = {}
-        self._hooks: list = []
-        self._saved_tensor_hooks = None
+        self._hooks: list[RemovableHandle] = []
+        self._saved_tensor_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._iteration_thread = threading.get_ident()  # the thread that runs the iteration
 
     # -- lifetime -------------------------------------------------------------------------------
 
-    def __enter__(self):
+    def __enter__(self) -> OperationRecorder:
         self._iteration_thread = threading.get_ident()
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
         self._hooks = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
         ]
-        self._saved_tensor_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._saved_tensor_hooks.__enter__()
-        return super().__enter__()
+        super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
+        return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         try:
-            return super().__exit__(*exc)
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         finally:
             self._saved_tensor_hooks.__exit__(*exc)
             for hook in self._hooks:
@@ -180,7 +192,7 @@ class OperationRecorder(TorchDispatchMode):
 
     # -- modules ----------------------------------------------------------------------------------
 
-    def _enter_module(self, module, args) -> None:
+    def _enter_module(self, module: torch.nn.Module, args: Any) -> None:
         path = self.module_names.get(id(module), type(module).__name__)
         context, _ = self.call_sites.innermost(skip=1)
         # A call of a module whose forward is the user's starts a new invocation of the lines it
@@ -192,11 +204,11 @@ class OperationRecorder(TorchDispatchMode):
         self._call_stack.append((path, call_id))
         self.recording.module_calls.append(ModuleCall(path, context))
 
-    def _leave_module(self, module, args, output) -> None:
+    def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:
             self._call_stack.pop()
 
-    def _is_users(self, module) -> bool:
+    def _is_users(self, module: torch.nn.Module) -> bool:
         kind = type(module)
         known = self._users_module_types.get(kind)
         if known is None:
@@ -207,7 +219,9 @@ class OperationRecorder(TorchDispatchMode):
 
     # -- operations -------------------------------------------------------------------------------
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: OpOverload, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func.namespace == "profiler":  # record_function markers (zero_grad, step) are not work
             return func(*args, **kwargs)
@@ -226,7 +240,7 @@ class OperationRecorder(TorchDispatchMode):
                     self._note_producer(value, record)
         return out
 
-    def _record(self, func, node, next_sequence: int) -> OperationRecord:
+    def _record(self, func: OpOverload, node: Any, next_sequence: int) -> OperationRecord:
         op_name = func.overloadpacket.__name__
         if node is None:
             stack, frame_id = self.call_sites.stack(skip=2)
@@ -266,17 +280,17 @@ class OperationRecorder(TorchDispatchMode):
         if storage not in self._producer:
             self._producer[storage] = record
 
-    def _pack(self, tensor: torch.Tensor):
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return tensor
-        producer = self._producer.get(storage)
+        producer: OperationRecord | None = self._producer.get(storage)
         if producer is not None and storage not in self._saved:
             self._saved[storage] = True
             producer.activation_bytes += storage.nbytes()
         return tensor
 
 
-def _unpack(tensor):
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
