@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set-up and the two everyday jobs, on a fresh machine or an existing checkout:
+# Set-up and the everyday jobs, on a fresh machine or an existing checkout:
 #   bash scripts/dev.sh demo   # profile the bundled default example on the CPU
 #   bash scripts/dev.sh test   # run the whole test suite
-# Both create .venv (Python >= 3.9) on first use and install what they need into it.
+#   bash scripts/dev.sh lint   # ruff (lint, format), mypy --strict, StyLua (CONTRIBUTING.md)
+# Each creates .venv (Python >= 3.9) on first use and installs what it needs into it.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,6 +30,42 @@ setup() {
   touch "$stamp"
 }
 
+STYLUA_PACKAGE="@johnnymorganz/stylua@2.5.2"
+LUA_TOOLS="$VENV/lua-tools"
+
+setup_lint() {
+  setup
+  local stamp="$VENV/.skyline-lint-installed"
+  if [ ! -f "$stamp" ] || [ "$stamp" -ot pyproject.toml ]; then
+    echo "skyline: installing the lint tools" >&2
+    "$VENV/bin/python" -m pip install --quiet -e ".[test,lint]"
+    touch "$stamp"
+  fi
+  # StyLua as WebAssembly from the npm registry: no binary to download (scripts/stylua.mjs).
+  if [ ! -f "$LUA_TOOLS/node_modules/@johnnymorganz/stylua/package.json" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+      echo "skyline: lint needs Node.js and npm for StyLua (CONTRIBUTING.md)" >&2
+      exit 1
+    fi
+    echo "skyline: installing $STYLUA_PACKAGE" >&2
+    npm install --silent --no-audit --no-fund --prefix "$LUA_TOOLS" "$STYLUA_PACKAGE" >&2
+  fi
+}
+
+# Runs every check, even after one fails, so that one run lists everything to fix.
+lint() {
+  local failed=()
+  "$VENV/bin/ruff" check . || failed+=("ruff check")
+  "$VENV/bin/ruff" format --check . || failed+=("ruff format --check")
+  "$VENV/bin/mypy" || failed+=("mypy")
+  node scripts/stylua.mjs --check --tools "$LUA_TOOLS" || failed+=("stylua --check")
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "skyline: lint failed: ${failed[*]}" >&2
+    return 1
+  fi
+  echo "skyline: lint passed (ruff, ruff format, mypy, stylua)" >&2
+}
+
 case "${1:-}" in
   demo)
     shift
@@ -40,8 +77,13 @@ case "${1:-}" in
     setup
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
+  lint)
+    shift
+    setup_lint
+    lint
+    ;;
   *)
-    echo "usage: bash scripts/dev.sh demo|test [arguments]" >&2
+    echo "usage: bash scripts/dev.sh demo|test|lint [arguments]" >&2
     exit 2
     ;;
 esac
