@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -33,7 +34,7 @@ class SkylineError(Exception):
             text += " " + self.hint
         return text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"message": self.format(), "path": self.path, "line": self.line}
 
 

@@ -28,10 +28,10 @@ _LIBRARY_ROOTS = (*_library_roots(), _ENGINE_ROOT)
 class ProjectFiles:
     """Decides whether a source file is the user's (inside the project root, not an installed library)."""
 
-    def __init__(self, project_root: Path) -> None:
+    def __init__(self, project_root: str | Path) -> None:
         self.root = os.path.realpath(project_root)
         self._prefix = self.root + os.sep
-        self._cache: dict = {}
+        self._cache: dict[str, bool] = {}
 
     def contains(self, filename: str) -> bool:
         known = self._cache.get(filename)

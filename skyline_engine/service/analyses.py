@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from skyline_engine.service.engine import EngineService
 from skyline_engine.service.failures import Failure
@@ -19,13 +19,13 @@ from skyline_engine.service.paths import PathMapper
 from skyline_engine.service.protocol import SHUTTING_DOWN, RpcError
 from skyline_engine.service.workers import Job
 
-Notify = Callable[[str, dict], None]
+Notify = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
 class CompleteAnalysis:
     analysis_id: int
-    document: dict  # as the engine wrote it: server paths
+    document: dict[str, Any]  # as the engine wrote it: server paths
 
 
 class ClientAnalyses:
@@ -39,7 +39,9 @@ class ClientAnalyses:
         self._open = False  # the current analysis has not ended
         self._closed = False
 
-    def start(self, request: dict, time_limit_s: float | None, respond: Callable[[dict], None]) -> None:
+    def start(
+        self, request: dict[str, Any], time_limit_s: float | None, respond: Callable[[dict[str, Any]], None]
+    ) -> None:
         """Supersede the running analysis, start a new one; `respond` sends the reply in between,
         so the client learns the new id before any notification about it."""
         with self._lock:
@@ -80,10 +82,10 @@ class ClientAnalyses:
     def on_progress(self, job: Job, phase: str, fraction: float) -> None:
         self._deliver(job, "progress", {"phase": phase, "fraction": fraction})
 
-    def on_partial(self, job: Job, document: dict) -> None:
+    def on_partial(self, job: Job, document: dict[str, Any]) -> None:
         self._deliver(job, "analysis", {"partial": True, "document": self.mapper.to_client(document)})
 
-    def on_result(self, job: Job, document: dict) -> None:
+    def on_result(self, job: Job, document: dict[str, Any]) -> None:
         with self._lock:
             params = {"partial": False, "document": self.mapper.to_client(document)}
             if self._deliver(job, "analysis", params, final=True):
@@ -94,7 +96,7 @@ class ClientAnalyses:
 
     # --- the gate ---------------------------------------------------------------------------
 
-    def _deliver(self, job: Job, method: str, params: dict, final: bool = False) -> bool:
+    def _deliver(self, job: Job, method: str, params: dict[str, Any], final: bool = False) -> bool:
         with self._lock:
             if self._closed or not self._open or job is not self._current:
                 return False  # superseded, cancelled or ended: never sent as current

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from skyline_engine.service.protocol import DEFAULT_MAX_FRAME_BYTES
 
@@ -15,7 +16,7 @@ class BudgetOverrides:
     min_run_s: float | None = None
     max_run_s: float | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         fields = {"min_run_s": self.min_run_s, "max_run_s": self.max_run_s}
         return {key: value for key, value in fields.items() if value is not None}
 

@@ -39,7 +39,10 @@ from skyline_engine.service.tokens import token_matches
 
 log = logging.getLogger("skyline.service")
 
-Send = Callable[[list], None]
+Send = Callable[[list[Any]], None]
+Respond = Callable[[Any], None]
+# A method: its params, and `respond` for a handler that answers before it returns (`analyze`).
+Handler = Callable[[dict[str, Any], Respond], Any]
 
 INITIALIZE = [
     p.Param("protocol_version", p.integer, required=True),
@@ -71,7 +74,7 @@ class Dispatcher:
         self.analyses: ClientAnalyses | None = None
         self._closed = False
         self._unregister = engine.on_close(self.close)
-        self._methods: dict[str, Callable[[dict, Callable[[Any], None]], Any]] = {
+        self._methods: dict[str, Handler] = {
             "initialize": self._initialize,
             "analyze": self._analyze,
             "predict": self._predict,
@@ -105,7 +108,7 @@ class Dispatcher:
 
     # --- calling a method -------------------------------------------------------------------
 
-    def _call(self, method: str, params: dict, msgid: int | None) -> bool:
+    def _call(self, method: str, params: dict[str, Any], msgid: int | None) -> bool:
         responded = False
 
         def respond(result: Any) -> None:
@@ -132,7 +135,7 @@ class Dispatcher:
                 )
             return True
 
-    def _handler(self, method: str):
+    def _handler(self, method: str) -> Handler:
         handler = self._methods.get(method)
         if handler is None:
             raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}; the methods are: {', '.join(self._methods)}")
@@ -152,12 +155,18 @@ class Dispatcher:
     def _notify_error(self, error: RpcError) -> None:
         self._send(notification("protocol_error", error.to_wire()))
 
-    def _notify(self, method: str, params: dict) -> None:
+    def _notify(self, method: str, params: dict[str, Any]) -> None:
         self._send(notification(method, params))
+
+    def _analyses(self) -> ClientAnalyses:
+        """This client's analyses; `_handler` lets no method but `initialize`, which sets them, run before."""
+        if self.analyses is None:
+            raise RpcError(NOT_INITIALIZED, "call `initialize` first")
+        return self.analyses
 
     # --- the methods ------------------------------------------------------------------------
 
-    def _initialize(self, params: dict, respond) -> dict:
+    def _initialize(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
         if self._token is not None and not token_matches(self._token, params.get("token")):
             what = "missing" if params.get("token") is None else "wrong"
             raise RpcError(UNAUTHORIZED, f"{what} token; the connection is closed", param="token", close=True)
@@ -182,20 +191,21 @@ class Dispatcher:
             "pid": os.getpid(),
         }
 
-    def _analyze(self, params: dict, respond) -> _Responded:
+    def _analyze(self, params: dict[str, Any], respond: Respond) -> _Responded:
         args = p.validate(params, ANALYZE)
+        analyses = self._analyses()
         request = {
-            "entry_point": self.analyses.mapper.entry_to_server(args["entry_point"]),
+            "entry_point": analyses.mapper.entry_to_server(args["entry_point"]),
             "batch_size": args["batch_size"],
         }
-        self.analyses.start(request, args["time_limit_s"], respond)
+        analyses.start(request, args["time_limit_s"], respond)
         return RESPONDED
 
-    def _predict(self, params: dict, respond) -> dict:
+    def _predict(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
         from skyline_engine.predict.batch_models import BatchSizeModels  # numpy: only when asked
 
         args = p.validate(params, PREDICT)
-        latest = self.analyses.latest
+        latest = self._analyses().latest
         if latest is None:
             raise RpcError(NO_MODELS, "no analysis has completed on this connection yet; run `analyze` first")
         document = latest.document
@@ -214,13 +224,14 @@ class Dispatcher:
             )
         return {"analysis_id": latest.analysis_id, **prediction, "warning": warning}
 
-    def _cancel(self, params: dict, respond) -> dict:
+    def _cancel(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
         args = p.validate(params, CANCEL)
-        return {"cancelled": self.analyses.cancel(args["analysis_id"])}
+        return {"cancelled": self._analyses().cancel(args["analysis_id"])}
 
-    def _status(self, params: dict, respond) -> dict:
-        job = self.analyses.running()
-        latest = self.analyses.latest
+    def _status(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
+        analyses = self._analyses()
+        job = analyses.running()
+        latest = analyses.latest
         return {
             "analysis_id": job.analysis_id if job else None,
             "worker_pid": job.worker_pid if job else None,
@@ -228,7 +239,7 @@ class Dispatcher:
             "latest_complete_analysis_id": latest.analysis_id if latest else None,
         }
 
-    def _shutdown(self, params: dict, respond) -> dict:
+    def _shutdown(self, params: dict[str, Any], respond: Respond) -> _Responded:
         respond({})
         self.engine.request_shutdown()
         return RESPONDED

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.workers import Job, JobListener, WorkerPool
@@ -34,10 +34,10 @@ class EngineService:
         """Warm up the first spare worker, so the first analysis does not wait for torch."""
         self.pool.start_spare()
 
-    def device(self) -> tuple[dict | None, str | None]:
+    def device(self) -> tuple[dict[str, Any] | None, str | None]:
         return self.pool.device(self.config.worker_start_timeout_s)
 
-    def start_job(self, request: dict, listener: JobListener, time_limit_s: float | None) -> Job | None:
+    def start_job(self, request: dict[str, Any], listener: JobListener, time_limit_s: float | None) -> Job | None:
         """A job for `request` in a fresh worker (not started yet), or None when shutting down."""
         if self.stopping.is_set():
             return None

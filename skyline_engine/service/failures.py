@@ -69,7 +69,7 @@ class Failure:
         )
 
 
-_SIGNAL_MEANINGS = {
+_SIGNAL_MEANINGS: dict[int, str] = {
     signal.SIGSEGV: "segmentation fault",
     signal.SIGBUS: "bus error",
     signal.SIGILL: "illegal instruction",

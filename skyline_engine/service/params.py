@@ -48,10 +48,10 @@ def text(value: Any) -> str:
 
 
 def path_text(value: Any) -> str:
-    value = text(value)
-    if len(value.encode("utf-8", "surrogatepass")) > 4096:
+    path = text(value)
+    if len(path.encode("utf-8", "surrogatepass")) > 4096:
         raise ValueError("a path of at most 4096 bytes")
-    return value
+    return path
 
 
 def integer(value: Any) -> int:

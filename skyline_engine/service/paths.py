@@ -21,10 +21,11 @@ class PathMapper:
 
     def to_client(self, value: Any) -> Any:
         """A copy of `value` (a document, an error) with server paths rewritten for the client."""
-        if self.client_root is None or self.client_root == self.server_root:
+        client_root = self.client_root
+        if client_root is None or client_root == self.server_root:
             return value
         if isinstance(value, str):
-            return self._pattern.sub(lambda _: self.client_root, value)
+            return self._pattern.sub(lambda _: client_root, value)
         if isinstance(value, dict):
             return {key: self.to_client(item) for key, item in value.items()}
         if isinstance(value, list):

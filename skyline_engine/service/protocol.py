@@ -61,7 +61,7 @@ class RpcError(Exception):
         self.param = param
         self.close = close
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, str]:
         error = {"code": self.code, "message": self.message}
         if self.param is not None:
             error["param"] = self.param
@@ -151,15 +151,16 @@ class FrameReader:
         return FatalFrameError(FRAME_TOO_LARGE, f"a frame is larger than the limit of {self.max_frame_bytes} bytes")
 
 
-def encode(message: list) -> bytes:
-    return msgpack.packb(message, use_bin_type=True)
+def encode(message: list[Any]) -> bytes:
+    data: bytes = msgpack.packb(message, use_bin_type=True)
+    return data
 
 
-def response(msgid: int, error: RpcError | None, result: Any = None) -> list:
+def response(msgid: int, error: RpcError | None, result: Any = None) -> list[Any]:
     return [RESPONSE, msgid, error.to_wire() if error is not None else None, result if error is None else None]
 
 
-def notification(method: str, params: dict) -> list:
+def notification(method: str, params: dict[str, Any]) -> list[Any]:
     return [NOTIFICATION, method, [params]]
 
 
@@ -180,7 +181,7 @@ def parse_message(obj: Any) -> Message:
     raise InvalidMessage(_invalid(f"unknown message type {kind!r} (0 request, 2 notification)"))
 
 
-def _parse_request(obj: list) -> Request:
+def _parse_request(obj: list[Any]) -> Request:
     msgid = obj[1] if len(obj) > 1 else None
     if isinstance(msgid, bool) or not isinstance(msgid, int) or not 0 <= msgid <= MAX_MSGID:
         raise InvalidMessage(_invalid(f"a request's msgid is an integer from 0 to {MAX_MSGID}, not {msgid!r}"))

@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from skyline_engine.service.dispatcher import Dispatcher
 from skyline_engine.service.engine import EngineService
@@ -42,7 +42,7 @@ class Connection:
         self._lock = threading.Lock()
         self.closed = threading.Event()
 
-    def send(self, message: list) -> None:
+    def send(self, message: list[Any]) -> None:
         data = encode(message)
         with self._lock:
             if self.closed.is_set():
@@ -170,7 +170,7 @@ class TcpServer:
                 continue
             threading.Thread(target=self._serve, args=(sock, peer), name=f"client-{peer}", daemon=True).start()
 
-    def _serve(self, sock: socket.socket, peer) -> None:
+    def _serve(self, sock: socket.socket, peer: tuple[str, int] | tuple[str, int, int, int]) -> None:
         log.info("client %s connected", peer)
         config = self.engine.config
         sock.settimeout(config.send_timeout_s)  # bounds sendall to a client that stopped reading

@@ -29,11 +29,14 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from skyline_engine.service.failures import Failure
+
+if TYPE_CHECKING:
+    from skyline_engine.errors import SkylineError
 
 
 class Channel:
@@ -44,7 +47,7 @@ class Channel:
         os.dup2(2, 1)
         self._lock = threading.Lock()
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict[str, Any]) -> None:
         data = msgpack.packb(message, use_bin_type=True)
         with self._lock:
             view = memoryview(data)
@@ -53,7 +56,7 @@ class Channel:
                 view = view[written:]
 
 
-def main(argv: list | None = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     channel = Channel()
     faulthandler.enable(file=sys.stderr)  # a segfault prints the Python stacks to the log
@@ -106,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _finish(channel: Channel, message: dict) -> None:
+def _finish(channel: Channel, message: dict[str, Any]) -> None:
     try:
         channel.send(message)
     except MemoryError:
@@ -135,7 +138,7 @@ def _limit_memory(limit: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _warm_up(device_spec: str) -> dict:
+def _warm_up(device_spec: str) -> dict[str, Any]:
     """Import what every analysis needs and describe the device analyses will run on."""
     import torch  # the point of a warm worker
     import torch._dynamo  # noqa: F401 - creating any torch optimizer imports it: 1.1 s on 2 cores
@@ -146,7 +149,7 @@ def _warm_up(device_spec: str) -> dict:
     return describe_device(resolve_device(device_spec)).to_dict()
 
 
-def _read_job() -> dict | None:
+def _read_job() -> dict[str, Any] | None:
     """The one job, read straight from fd 0 (no buffered reader, which could read past it)."""
     unpacker = msgpack.Unpacker(raw=False)
     while True:
@@ -174,7 +177,7 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
-def _analyze(job: dict, channel: Channel) -> dict:
+def _analyze(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     from skyline_engine.analysis.document import AnalysisDocument
     from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.measure.timing import TimingBudget
@@ -227,7 +230,7 @@ def describe_failure(exc: BaseException, doing: str) -> Failure:
     )
 
 
-def _with_prefix(exc, prefix: str) -> str:
+def _with_prefix(exc: SkylineError, prefix: str) -> str:
     """`exc.format()` with `prefix` after its `path:line: `."""
     changed = copy.copy(exc)
     changed.message = prefix + exc.message

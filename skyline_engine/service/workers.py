@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import IO, Any, Callable, Protocol
 
 import msgpack
 
@@ -48,7 +48,7 @@ STACK_DUMP_GRACE_S = 1.0
 EXIT_GRACE_S = 10.0
 
 
-def _worker_environment() -> dict:
+def _worker_environment() -> dict[str, str]:
     # The worker must import this very engine, wherever it is installed (or not installed: a
     # checkout run with `python -m skyline_engine`); its working folder is the user's project.
     env = dict(os.environ)
@@ -59,7 +59,7 @@ def _worker_environment() -> dict:
 
 
 class WorkerProcess:
-    def __init__(self, config: ServiceConfig, on_ready: Callable[[WorkerProcess, dict], None]) -> None:
+    def __init__(self, config: ServiceConfig, on_ready: Callable[[WorkerProcess, dict[str, Any]], None]) -> None:
         command = [sys.executable, "-m", "skyline_engine.service.worker", "--device", config.device]
         if config.worker_memory_limit_bytes is not None:
             command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
@@ -74,9 +74,14 @@ class WorkerProcess:
             # Its own process group: stopping the worker also stops what the user's code started.
             start_new_session=True,
         )
+        stdin, stdout, stderr = self.popen.stdin, self.popen.stdout, self.popen.stderr
+        assert stdin is not None and stdout is not None and stderr is not None  # all three are PIPE above
+        self._stdin: IO[bytes] = stdin
+        self._stdout: IO[bytes] = stdout
+        self._stderr: IO[bytes] = stderr
         self.pid = self.popen.pid
-        self.messages: queue.Queue[dict | None] = queue.Queue()
-        self.ready_message: dict | None = None
+        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.ready_message: dict[str, Any] | None = None
         self.ready = threading.Event()  # set on `ready`, or when the worker ends before it
         self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_thread = threading.Thread(
@@ -89,10 +94,10 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def send_job(self, job: dict) -> None:
+    def send_job(self, job: dict[str, Any]) -> None:
         try:
-            self.popen.stdin.write(msgpack.packb(job, use_bin_type=True))
-            self.popen.stdin.flush()
+            self._stdin.write(msgpack.packb(job, use_bin_type=True))
+            self._stdin.flush()
         except (OSError, ValueError):
             pass  # it has died already: its end is reported from its message stream
 
@@ -117,18 +122,18 @@ class WorkerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
 
-    def stderr_tail(self, settle_s: float = 1.0) -> list:
+    def stderr_tail(self, settle_s: float = 1.0) -> list[str]:
         self._stderr_thread.join(settle_s)
         return list(self._tail)
 
     def close(self) -> None:
         self.kill()
         with contextlib.suppress(OSError):
-            self.popen.stdin.close()
+            self._stdin.close()
 
     def _read_messages(self) -> None:
         unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_WORKER_MESSAGE_BYTES, strict_map_key=False)
-        fd = self.popen.stdout.fileno()
+        fd = self._stdout.fileno()
         try:
             while True:
                 data = os.read(fd, 1 << 16)
@@ -143,9 +148,9 @@ class WorkerProcess:
         finally:
             self.ready.set()
             self.messages.put(None)
-            self.popen.stdout.close()
+            self._stdout.close()
 
-    def _accept(self, message) -> None:
+    def _accept(self, message: object) -> None:
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             raise ValueError(f"not a message: {message!r:.80}")
         if message["type"] == "ready":
@@ -157,7 +162,7 @@ class WorkerProcess:
     def _forward_stderr(self) -> None:
         prefix = f"[worker {self.pid}] "
         try:
-            for raw in iter(self.popen.stderr.readline, b""):
+            for raw in iter(self._stderr.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 self._tail.append(line)
                 try:
@@ -166,7 +171,7 @@ class WorkerProcess:
                 except (OSError, ValueError):
                     pass
         finally:
-            self.popen.stderr.close()
+            self._stderr.close()
 
 
 class WorkerPool:
@@ -178,7 +183,7 @@ class WorkerPool:
         self._spare: WorkerProcess | None = None
         self._running = 0
         self._closed = False
-        self._device: dict | None = None
+        self._device: dict[str, Any] | None = None
         self._device_error: str | None = None
         self._device_known = threading.Event()
 
@@ -211,7 +216,7 @@ class WorkerPool:
         spare = self._spare
         return spare.pid if spare is not None and spare.alive() else None
 
-    def device(self, timeout: float) -> tuple[dict | None, str | None]:
+    def device(self, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
         """The analysis device as a worker describes it ({..} or None, and why not)."""
         self.start_spare()
         if not self._device_known.wait(timeout):
@@ -230,7 +235,7 @@ class WorkerPool:
         threading.Thread(target=self._watch_start, args=(worker,), name="worker-start", daemon=True).start()
         return worker
 
-    def _record_device(self, worker: WorkerProcess, ready: dict) -> None:
+    def _record_device(self, worker: WorkerProcess, ready: dict[str, Any]) -> None:
         if ready.get("device") is not None:
             self._device, self._device_error = ready["device"], None
         elif self._device is None:
@@ -249,8 +254,8 @@ class WorkerPool:
 
 class JobListener(Protocol):
     def on_progress(self, job: Job, phase: str, fraction: float) -> None: ...
-    def on_partial(self, job: Job, document: dict) -> None: ...
-    def on_result(self, job: Job, document: dict) -> None: ...
+    def on_partial(self, job: Job, document: dict[str, Any]) -> None: ...
+    def on_result(self, job: Job, document: dict[str, Any]) -> None: ...
     def on_error(self, job: Job, failure: Failure) -> None: ...
 
 
@@ -267,7 +272,7 @@ class Job:
     def __init__(
         self,
         analysis_id: int,
-        request: dict,
+        request: dict[str, Any],
         worker: WorkerProcess,
         pool: WorkerPool,
         listener: JobListener,
@@ -325,7 +330,7 @@ class Job:
         if not (self._finished or self.stopped):
             self.listener.on_error(self, self._death(returncode, oom_kills_before))
 
-    def _next_message(self) -> dict | None:
+    def _next_message(self) -> dict[str, Any] | None:
         """The worker's next message (None once it has ended), keeping the deadlines meanwhile."""
         while True:
             remaining = self._deadline - time.monotonic()
@@ -346,7 +351,7 @@ class Job:
             self.worker.kill()
             self._deadline = float("inf")
 
-    def _handle(self, message: dict) -> None:
+    def _handle(self, message: dict[str, Any]) -> None:
         kind = message["type"]
         if kind == "started":
             self._started = True
@@ -384,7 +389,9 @@ class Job:
             error = failures.garbled_error(self._garbled)
         else:
             oom_kills_after = failures.oom_kill_count()
-            oom_killed = None not in (oom_kills_before, oom_kills_after) and oom_kills_after > oom_kills_before
+            oom_killed = (
+                oom_kills_before is not None and oom_kills_after is not None and oom_kills_after > oom_kills_before
+            )
             error = failures.death_error(returncode, oom_killed=oom_killed, last_phase=self.last_phase)
         tail = self.worker.stderr_tail()
         path, line = failures.innermost_user_frame(tail, str(self.pool.config.project_root))
