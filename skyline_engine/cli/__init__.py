@@ -6,7 +6,9 @@ import argparse
 import gc
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 from skyline_engine import __version__
 from skyline_engine.cli.arguments import DEVICE_HELP, positive_int
@@ -16,12 +18,16 @@ BATCH_SIZE = positive_int("the batch size")
 
 EXIT_ANALYSIS_ERROR = 1
 
+# A file the analysis may write: (its path, None when not asked for; the option naming it; the writer).
+Output = tuple[Optional[str], str, Callable[[str, dict[str, Any]], None]]
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        code: int = args.run(args)  # the command's `_run_…` function, set by `set_defaults`
+        return code
     except SkylineError as exc:
         print(f"skyline: error: {exc.format()}", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR
@@ -127,13 +133,20 @@ def _project_root(args: argparse.Namespace, cwd: Path) -> Path:
     return Path(args.project_root) if args.project_root else cwd
 
 
-def _analyze(args, cwd: Path, batch_size: int | None, outputs, predict: bool, timeline: bool = False) -> dict:
+def _analyze(
+    args: argparse.Namespace,
+    cwd: Path,
+    batch_size: int | None,
+    outputs: Sequence[Output],
+    predict: bool,
+    timeline: bool = False,
+) -> dict[str, Any]:
     """Run the analysis, then write each (path, option, writer) output whose path was given.
     Paths are checked first: an error after a long analysis would waste it."""
     from skyline_engine.analysis.session import AnalysisRequest, analyze
 
-    outputs = [(path, option, write) for path, option, write in outputs if path]
-    for path, option, _ in outputs:
+    wanted = [(path, option, write) for path, option, write in outputs if path]
+    for path, option, _ in wanted:
         _check_output_path(path, option)
     request = AnalysisRequest(
         args.entry_point,
@@ -149,7 +162,7 @@ def _analyze(args, cwd: Path, batch_size: int | None, outputs, predict: bool, ti
         document = analyze(request, progress).to_dict()
     finally:
         progress.finish()
-    for path, option, write in outputs:
+    for path, option, write in wanted:
         try:
             write(path, document)
         except OSError as exc:
@@ -191,7 +204,7 @@ class StderrProgress:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.interactive = enabled and sys.stderr.isatty()
-        self._last = None
+        self._last: str | None = None
         self._width = 0
 
     def __call__(self, phase: str, fraction: float) -> None:

@@ -18,11 +18,14 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
 from skyline_engine.errors import SkylineError
 from skyline_engine.service.config import BudgetOverrides, ServiceConfig
+
+if TYPE_CHECKING:
+    from skyline_engine.service.engine import EngineService
 
 DEFAULT_HOST = "127.0.0.1"
 QUICK_MIN_RUN_S = 0.02
@@ -34,7 +37,7 @@ def _default(name: str) -> Any:
     return next(f.default for f in dataclasses.fields(ServiceConfig) if f.name == name)
 
 
-def add_serve_command(commands) -> None:
+def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the engine as a service for the editor (msgpack-RPC over stdio or TCP)",
@@ -151,7 +154,7 @@ def build_config(args: argparse.Namespace) -> ServiceConfig:
     )
 
 
-def _run_tcp(engine, args: argparse.Namespace) -> int:
+def _run_tcp(engine: EngineService, args: argparse.Namespace) -> int:
     from skyline_engine.service import tokens
     from skyline_engine.service.server import TcpServer, print_line
 
@@ -211,7 +214,8 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    # str(): an address is (host, port…), but typeshed also allows the (int, bytes) of an IPv6-less build.
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def _format_host(host: str) -> str:

@@ -14,6 +14,7 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER
 
@@ -37,7 +38,7 @@ class BatchSizeLocation:
     value: int | None
     reason: str | None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "line": self.line,
@@ -142,7 +143,7 @@ def _locate(default: ast.expr, lines: list[str], path: str) -> BatchSizeLocation
     value = _int_literal_value(default)
     reason = _not_editable_reason(default, value)
     col_end = default.end_col_offset
-    if default.end_lineno != default.lineno:
+    if default.end_lineno != default.lineno or col_end is None:  # None: not from a parse (never here)
         col_end = len(lines[default.lineno - 1].rstrip("\r\n").encode("utf-8"))
     return BatchSizeLocation(
         path=path,

@@ -19,8 +19,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable
+from types import CodeType, ModuleType
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -35,6 +35,8 @@ from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame,
 from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
 
 _MODULE_NAME = "skyline_entry_point"
+
+T = TypeVar("T")
 
 _EXAMPLES = {
     MODEL_PROVIDER: "def skyline_model_provider():\n    return MyModel()",
@@ -67,10 +69,10 @@ class EntryPoint:
     def unload(self) -> None:
         self.imports.undo()
 
-    def line_of(self, fn: Callable) -> int | None:
+    def line_of(self, fn: Callable[..., Any]) -> int | None:
         return _line(fn)
 
-    def call(self, what: str, fn: Callable, *args, **kwargs):
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run user code; an exception becomes a `UserCodeError` at the user's innermost frame."""
         return call_user_code(self.files, what, fn, *args, **kwargs)
 
@@ -171,7 +173,7 @@ class ImportScope:
             sys.path.remove(self.added_path)
 
 
-def call_user_code(files: ProjectFiles, what: str, fn: Callable, *args, **kwargs):
+def call_user_code(files: ProjectFiles, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return fn(*args, **kwargs)
     except SkylineError:
@@ -181,15 +183,14 @@ def call_user_code(files: ProjectFiles, what: str, fn: Callable, *args, **kwargs
 
 
 def user_code_error(
-    files: ProjectFiles, what: str, exc: BaseException, fallback: Callable | None = None
+    files: ProjectFiles, what: str, exc: BaseException, fallback: Callable[..., Any] | None = None
 ) -> UserCodeError:
     """The error at the user's innermost frame; at `fallback`'s definition when the exception has
     no frame of the user's (calling it with the wrong arguments fails before it runs)."""
     frame = innermost_user_frame(exc.__traceback__, files)
     path, line = (files.relative(frame.filename), frame.lineno) if frame else _definition(fallback, files)
     message = f"{type(exc).__name__}: {exc} (raised while running {what})."
-    file_syntax_error = isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename)
-    if file_syntax_error and files.contains(exc.filename):
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename) and files.contains(exc.filename):
         # A syntax error in a module the entry point imports: the traceback ends at the import
         # statement, but the line to fix is the one the compiler names.
         path, line = files.relative(exc.filename), exc.lineno
@@ -209,15 +210,23 @@ def user_code_error(
     return UserCodeError(message, path=path, line=line)
 
 
-def _definition(fn: Callable | None, files: ProjectFiles) -> tuple[str | None, int | None]:
-    code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+def _definition(fn: Callable[..., Any] | None, files: ProjectFiles) -> tuple[str | None, int | None]:
+    if fn is None:
+        return None, None
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None or not files.contains(code.co_filename):
         return None, None
     return files.relative(code.co_filename), _line(fn)
 
 
-def _import(path: Path, code, files: ProjectFiles) -> ModuleType:
+def _import(path: Path, code: CodeType, files: ProjectFiles) -> ModuleType:
     spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+    if spec is None:  # a name that Python does not import, such as one without `.py`
+        raise EntryPointError(
+            "the entry point is not a Python file: its name does not end in `.py`.",
+            path=files.relative(str(path)),
+            hint="Rename it with the `.py` suffix.",
+        )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
@@ -227,7 +236,7 @@ def _import(path: Path, code, files: ProjectFiles) -> ModuleType:
     return module
 
 
-def _provider(module: ModuleType, name: str, relative: str) -> Callable:
+def _provider(module: ModuleType, name: str, relative: str) -> Callable[..., Any]:
     fn = getattr(module, name, None)
     if fn is None:
         raise EntryPointError(
@@ -242,17 +251,18 @@ def _provider(module: ModuleType, name: str, relative: str) -> Callable:
             path=relative,
             hint="Define it with:\n" + _EXAMPLES[name],
         )
-    return fn
+    provider: Callable[..., Any] = fn
+    return provider
 
 
-def _line(fn: Callable) -> int | None:
+def _line(fn: Callable[..., Any]) -> int | None:
     """The line of `fn`'s `def`. A decorator's wrapper (functools.wraps, lru_cache) leads to the
     user's function through `__wrapped__`; the first line of a decorated function's code is its
     first decorator's, so the `def` is looked for below it."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None:
         return None
-    first = code.co_firstlineno
+    first: int = code.co_firstlineno
     linecache.checkcache(code.co_filename)  # the editor's service analyzes edited files again
     lines = linecache.getlines(code.co_filename)
     if first > len(lines) or not lines[first - 1].lstrip().startswith("@"):
@@ -263,14 +273,14 @@ def _line(fn: Callable) -> int | None:
     return first
 
 
-def _signature(fn: Callable, name: str, relative: str) -> inspect.Signature:
+def _signature(fn: Callable[..., Any], name: str, relative: str) -> inspect.Signature:
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):
         raise EntryPointError(f"cannot read the parameters of `{name}`.", path=relative, line=_line(fn)) from None
 
 
-def _required(sig: inspect.Signature):
+def _required(sig: inspect.Signature) -> list[inspect.Parameter]:
     return [
         p
         for p in sig.parameters.values()
@@ -278,7 +288,7 @@ def _required(sig: inspect.Signature):
     ]
 
 
-def _check_no_required_parameters(fn: Callable, relative: str) -> None:
+def _check_no_required_parameters(fn: Callable[..., Any], relative: str) -> None:
     required = _required(_signature(fn, MODEL_PROVIDER, relative))
     if required:
         names = ", ".join(p.name for p in required)
@@ -290,7 +300,7 @@ def _check_no_required_parameters(fn: Callable, relative: str) -> None:
         )
 
 
-def _default_batch_size(fn: Callable, relative: str) -> int:
+def _default_batch_size(fn: Callable[..., Any], relative: str) -> int:
     sig = _signature(fn, INPUT_PROVIDER, relative)
     line = _line(fn)
     hint = "Write `def skyline_input_provider(batch_size=32):` with your batch size."
@@ -329,7 +339,7 @@ def _default_batch_size(fn: Callable, relative: str) -> int:
     return default
 
 
-def _check_takes_model(fn: Callable, relative: str) -> None:
+def _check_takes_model(fn: Callable[..., Any], relative: str) -> None:
     sig = _signature(fn, ITERATION_PROVIDER, relative)
     positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     takes_varargs = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())

@@ -42,7 +42,7 @@ def pin_malloc_thresholds() -> bool:
     )
 
 
-def _glibc():
+def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     if name is None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,7 +24,7 @@ class DeviceInfo:
     def type(self) -> str:
         return self.torch_device.type
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "type": self.type,
             "index": self.torch_device.index,

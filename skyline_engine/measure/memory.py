@@ -19,8 +19,8 @@ import contextlib
 import gc
 import warnings
 import weakref
-from collections.abc import Iterator
-from typing import Callable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -42,7 +42,7 @@ class LiveTensors:
     """
 
     def __init__(self) -> None:
-        self._frozen: list[weakref.ref] = []
+        self._frozen: list[weakref.ref[torch.Tensor]] = []
 
     @contextlib.contextmanager
     def frozen(self) -> Iterator[LiveTensors]:
@@ -68,7 +68,7 @@ class LiveTensors:
         yield from _tensors_among(gc.get_objects())
 
 
-def _tensors_among(objects) -> list[torch.Tensor]:
+def _tensors_among(objects: Iterable[Any]) -> list[torch.Tensor]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # looking at arbitrary objects must not surface their warnings
         return [obj for obj in objects if issubclass(type(obj), torch.Tensor)]
@@ -85,7 +85,7 @@ class StorageCounter:
             self._track(tensor)
         self.peak_bytes = self.live_bytes
 
-    def add_outputs(self, out) -> None:
+    def add_outputs(self, out: object) -> None:
         for value in tree_flatten(out)[0]:
             if isinstance(value, torch.Tensor):
                 self._track(value)
@@ -118,26 +118,40 @@ class TensorMemoryTracker(TorchDispatchMode):
     of every operation."""
 
     def __init__(self, live_tensors: LiveTensors | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
         self._live_tensors = live_tensors
         self.counter: StorageCounter | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> TensorMemoryTracker:
         self.counter = StorageCounter(self._live_tensors)
-        return super().__enter__()
+        entered: TensorMemoryTracker = (
+            super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__enter__ unannotated
+        )
+        return entered
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: Callable[..., Any],
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
-        self.counter.add_outputs(out)
+        self._entered_counter().add_outputs(out)
         return out
 
     @property
     def live_bytes(self) -> int:
-        return self.counter.live_bytes
+        return self._entered_counter().live_bytes
 
     @property
     def peak_bytes(self) -> int:
-        return self.counter.peak_bytes
+        return self._entered_counter().peak_bytes
+
+    def _entered_counter(self) -> StorageCounter:
+        counter = self.counter
+        assert counter is not None, "TensorMemoryTracker counts only once entered (`with`)"
+        return counter
 
 
 def measure_peak_bytes(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -84,7 +84,7 @@ class TimingStats:
     iterations: int
     block_size: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "median_ms": self.median_ms,
             "iqr_ms": self.iqr_ms,

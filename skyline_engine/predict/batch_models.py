@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from skyline_engine.predict.linear import LinearModel, fit_line
 
@@ -37,7 +38,7 @@ class Prediction:
     peak_memory_bytes: float
     fits: bool
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "batch_size": self.batch_size,
             "run_time_ms": self.run_time_ms,
@@ -59,7 +60,9 @@ class BatchSizeModels:
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
 
     @classmethod
-    def fit(cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int):
+    def fit(
+        cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int
+    ) -> BatchSizeModels:
         return cls(
             fit_line(batch_sizes, run_times_ms),
             fit_line(batch_sizes, peaks),
@@ -69,7 +72,7 @@ class BatchSizeModels:
         )
 
     @classmethod
-    def from_dict(cls, models: dict, memory_capacity_bytes: int) -> BatchSizeModels:
+    def from_dict(cls, models: dict[str, Any], memory_capacity_bytes: int) -> BatchSizeModels:
         """The models again from an analysis document's `models` (the inverse of `to_dict`, given the
         document's `device.memory_capacity_bytes`), so predictions need no new measurement.
         Raises KeyError, TypeError or ValueError when `models` is not such a dict."""
@@ -95,10 +98,10 @@ class BatchSizeModels:
     def max_batch_size(self) -> int | None:
         """The largest batch size predicted to fit in usable memory; None when memory does not grow
         with the batch size (nothing bounds it), 0 when not even one sample fits."""
-        if self.peak_memory.slope <= 0:
+        crossing = self.peak_memory.inverse(self.usable_memory_bytes)  # None only for a flat line
+        if self.peak_memory.slope <= 0 or crossing is None:
             return None
-        largest = math.floor(self.peak_memory.inverse(self.usable_memory_bytes))
-        return max(largest, 0)
+        return max(math.floor(crossing), 0)
 
     def asymptotic_samples_per_second(self) -> float | None:
         """Throughput as the batch size grows without bound (Skyline's "predicted maximum")."""
@@ -157,7 +160,7 @@ class BatchSizeModels:
             )
         return notes
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "run_time_ms": self.run_time.to_dict(),
             "peak_memory_bytes": self.peak_memory.to_dict(),
@@ -170,7 +173,7 @@ class BatchSizeModels:
         }
 
 
-def _line_from_dict(line: dict) -> LinearModel:
+def _line_from_dict(line: dict[str, Any]) -> LinearModel:
     r2 = line.get("r2")
     return LinearModel(
         slope=float(line["slope"]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from skyline_engine.render.files import write_atomic
 
@@ -72,7 +72,7 @@ CREATE TABLE misc_sizes (
 """
 
 
-def write_run_time_report(path: str | Path, document: dict) -> None:
+def write_run_time_report(path: str | Path, document: dict[str, Any]) -> None:
     def fill(db: sqlite3.Connection) -> None:
         db.executescript(RUN_TIME_SCHEMA)
         for op in operation_leaves(document["operations"]):
@@ -88,7 +88,7 @@ def write_run_time_report(path: str | Path, document: dict) -> None:
     _write_database(path, fill)
 
 
-def write_memory_report(path: str | Path, document: dict) -> None:
+def write_memory_report(path: str | Path, document: dict[str, Any]) -> None:
     def fill(db: sqlite3.Connection) -> None:
         db.executescript(MEMORY_SCHEMA)
         db.executemany(
@@ -117,14 +117,14 @@ def write_memory_report(path: str | Path, document: dict) -> None:
     _write_database(path, fill)
 
 
-def operation_leaves(node: dict) -> Iterator[dict]:
+def operation_leaves(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     if node["kind"] == "operation":
         yield node
     for child in node["children"]:
         yield from operation_leaves(child)
 
 
-def _correlate(db: sqlite3.Connection, entry_id: int, entry_type: int, contexts: list[dict]) -> None:
+def _correlate(db: sqlite3.Connection, entry_id: int | None, entry_type: int, contexts: list[dict[str, Any]]) -> None:
     correlation_id = db.execute(
         "INSERT INTO stack_correlation (entry_id, entry_type) VALUES (?, ?)", (entry_id, entry_type)
     ).lastrowid

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import linecache
 import os
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
 
@@ -14,7 +16,7 @@ HOTTEST_LINES = 10
 SOURCE_WIDTH = 48
 
 
-def render_report(document: dict) -> str:
+def render_report(document: dict[str, Any]) -> str:
     sections = [
         _header(document),
         _summary(document),
@@ -26,7 +28,7 @@ def render_report(document: dict) -> str:
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def _header(doc: dict) -> str:
+def _header(doc: dict[str, Any]) -> str:
     device = doc["device"]
     return (
         f"Skyline · {doc['entry_point']} · batch size {doc['batch_size']}\n"
@@ -34,7 +36,7 @@ def _header(doc: dict) -> str:
     )
 
 
-def _summary(doc: dict) -> str:
+def _summary(doc: dict[str, Any]) -> str:
     it = doc["iteration"]
     capacity = doc["device"]["memory_capacity_bytes"]
     share = it["peak_memory_bytes"] / capacity if capacity else 0.0
@@ -50,7 +52,7 @@ def _summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _hottest_lines(doc: dict) -> str:
+def _hottest_lines(doc: dict[str, Any]) -> str:
     lines = sorted(doc.get("lines") or [], key=lambda line: -(line["forward_ms"] + line["backward_ms"]))[:HOTTEST_LINES]
     if not lines:
         return ""
@@ -89,7 +91,7 @@ def _source(root: str, path: str, number: int) -> str:
     return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
 
 
-def _predicted_max(models: dict) -> str:
+def _predicted_max(models: dict[str, Any]) -> str:
     rate = format_rate(models["predicted_max_samples_per_second"], SAMPLES)
     largest, best = models["max_batch_size"], models["best_batch_size"]
     if largest is None:
@@ -107,7 +109,7 @@ def _predicted_max(models: dict) -> str:
     return f"{rate} at batch size {best:,}; {fits}"
 
 
-def _predictions(doc: dict) -> str:
+def _predictions(doc: dict[str, Any]) -> str:
     predictions = doc.get("predictions") or []
     if not predictions:
         return ""
@@ -137,7 +139,7 @@ def _predictions(doc: dict) -> str:
     return "Batch sizes, measured and predicted\n" + _table(rows, right_aligned=(0, 1, 2, 3))
 
 
-def _models(doc: dict) -> str:
+def _models(doc: dict[str, Any]) -> str:
     models = doc.get("models")
     if not models:
         return ""
@@ -152,25 +154,25 @@ def _models(doc: dict) -> str:
     )
 
 
-def _signed(value: float, fmt) -> str:
+def _signed(value: float, fmt: Callable[[float], str]) -> str:
     return f"− {fmt(-value)}" if value < 0 else f"+ {fmt(value)}"
 
 
-def _fit(model: dict) -> str:
+def _fit(model: dict[str, Any]) -> str:
     residual = f"largest residual {model['max_relative_residual']:.1%}"
     if model["r2"] is None:
         return f"(two points: fit unchecked, {residual})"
     return f"(R² {model['r2']:.3f}, {residual})"
 
 
-def _warnings(doc: dict) -> str:
+def _warnings(doc: dict[str, Any]) -> str:
     warnings = doc.get("warnings") or []
     if not warnings:
         return ""
     return "Warnings\n" + "\n".join(f"  ! {w}" for w in warnings)
 
 
-def _table(rows: list[tuple], right_aligned=()) -> str:
+def _table(rows: Sequence[tuple[str, ...]], right_aligned: tuple[int, ...] = ()) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for row in rows:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from skyline_engine.render.files import write_text_atomic
 
 _TRACKS = {"forward": 1, "backward": 2}
 
 
-def chrome_trace(document: dict) -> dict:
+def chrome_trace(document: dict[str, Any]) -> dict[str, Any]:
     events = [
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"skyline: {document['entry_point']}"}},
         {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "forward and optimizer"}},
@@ -37,5 +38,5 @@ def chrome_trace(document: dict) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(path: str | Path, document: dict) -> None:
+def write_chrome_trace(path: str | Path, document: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(chrome_trace(document)))
