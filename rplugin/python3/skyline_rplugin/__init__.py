@@ -10,12 +10,15 @@ before it answers Neovim, so a heavy import here would freeze the editor at star
 one would silently drop the plugin from the manifest. torch lives in the engine's process only.
 """
 
+from __future__ import annotations
+
 import logging
+from typing import Any
 
 import pynvim
 
 from .hub import EngineHub
-from .wire import without_nones
+from .wire import Event, without_nones
 
 log = logging.getLogger(__name__)
 
@@ -24,31 +27,31 @@ ON_MESSAGE = "return require('skyline.engine').on_message(...)"
 
 @pynvim.plugin
 class SkylinePlugin:
-    def __init__(self, nvim):
+    def __init__(self, nvim: pynvim.Nvim) -> None:
         self.nvim = nvim
         self.hub = EngineHub(self._emit)
 
     @pynvim.function("SkylineRpcProfile", sync=False)
-    def profile(self, args):
+    def profile(self, args: list[Any]) -> None:
         """args: [engine spec, request {request, entry_point, batch_size?, time_limit_s?}]."""
         spec, request = args
         self.hub.analyze(spec, request)
 
     @pynvim.function("SkylineRpcCancel", sync=False)
-    def cancel(self, args):
+    def cancel(self, args: list[Any]) -> None:
         """args: [request generation]: stop the analysis started for it, now or when it starts."""
         self.hub.cancel(args[0])
 
     @pynvim.function("SkylineRpcConnect", sync=False)
-    def connect(self, args):
+    def connect(self, args: list[Any]) -> None:
         """args: [engine spec]: (re)connect now, so a wrong address or token shows at once."""
         self.hub.connect(args[0])
 
-    def _emit(self, event):
+    def _emit(self, event: Event) -> None:
         """Called from any thread: deliver `event` to Lua on Neovim's main loop."""
         self.nvim.async_call(self._deliver, without_nones(event))
 
-    def _deliver(self, event):
+    def _deliver(self, event: Event) -> None:
         try:
             self.nvim.exec_lua(ON_MESSAGE, event)
         except Exception:  # a UI error must not surface as a Python traceback

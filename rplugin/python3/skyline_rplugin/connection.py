@@ -9,36 +9,41 @@ When the stream ends without `close()`, the engine is gone: that is reported onc
 connection is dead (the hub starts a new one on the next request).
 """
 
+from __future__ import annotations
+
 import itertools
 import logging
 import queue
 import threading
+from typing import Any, Callable, Optional
 
-from .transport import EngineUnavailable, open_transport
-from .wire import decoder, encode
+from .transport import EngineUnavailable, Transport, open_transport
+from .wire import Emit, Spec, decoder, encode
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
 
+# A request's callback: on_reply(error, result), error being the engine's {code, message} or None.
+Reply = Callable[[Optional[dict[str, Any]], Any], None]
+
 
 class EngineConnection:
-    def __init__(self, spec, emit):
+    def __init__(self, spec: Spec, emit: Emit) -> None:
         self.spec = spec
         self._emit = emit
-        self._outbox = queue.Queue()
-        self._replies = {}  # msgid -> callback(error, result)
+        self._outbox: queue.Queue[list[Any] | None] = queue.Queue()
+        self._replies: dict[int, Reply] = {}  # msgid -> callback(error, result)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._transport = None
         self._closing = False
         self.dead = False
         # First in the queue, before any request the caller adds: the engine demands it.
         self.request("initialize", self._initialize_params(), self._on_initialized)
         threading.Thread(target=self._write_loop, name="skyline-engine-writer", daemon=True).start()
 
-    def request(self, method, params, on_reply=None):
+    def request(self, method: str, params: dict[str, Any], on_reply: Reply | None = None) -> None:
         """Queue a request; `on_reply(error, result)` runs on the reader thread."""
         with self._lock:
             msgid = next(self._ids)
@@ -46,7 +51,7 @@ class EngineConnection:
                 self._replies[msgid] = on_reply
         self._outbox.put([REQUEST, msgid, method, [params]])
 
-    def close(self):
+    def close(self) -> None:
         """End the conversation on purpose: nothing it still receives is emitted (the next
         engine counts analysis ids from 1 again, so a late message could pass for one of its)."""
         self._closing = True
@@ -54,32 +59,32 @@ class EngineConnection:
 
     # --- the writer thread --------------------------------------------------------------------
 
-    def _write_loop(self):
+    def _write_loop(self) -> None:
         try:
-            self._transport = open_transport(self.spec)
+            transport = open_transport(self.spec)
         except EngineUnavailable as exc:
             self._die(str(exc))
             return
-        threading.Thread(target=self._read_loop, name="skyline-engine-reader", daemon=True).start()
+        threading.Thread(target=self._read_loop, args=(transport,), name="skyline-engine-reader", daemon=True).start()
         while True:
             message = self._outbox.get()
             if message is None or self.dead:
                 break
             try:
-                self._transport.write(encode(message))
+                transport.write(encode(message))
             except (OSError, ValueError):
                 break  # the reader sees the end of the stream and reports it
-        self._transport.close()
+        transport.close()
 
-    def _initialize_params(self):
-        params = {"protocol_version": PROTOCOL_VERSION}
+    def _initialize_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"protocol_version": PROTOCOL_VERSION}
         remote = self.spec.get("remote")
         if remote:
             params["token"] = remote.get("token")
             params["client_root"] = self.spec["project_root"]
         return params
 
-    def _on_initialized(self, error, result):
+    def _on_initialized(self, error: dict[str, Any] | None, result: Any) -> None:
         if error is not None:
             self._die(_initialize_failure(self.spec, error))
             return
@@ -87,10 +92,10 @@ class EngineConnection:
 
     # --- the reader thread --------------------------------------------------------------------
 
-    def _read_loop(self):
+    def _read_loop(self, transport: Transport) -> None:
         unpacker = decoder()
         while True:
-            data = self._transport.read()
+            data = transport.read()
             if not data:
                 break
             unpacker.feed(data)
@@ -102,9 +107,9 @@ class EngineConnection:
                 self._die(f"the engine sent an unreadable message ({type(exc).__name__}: {exc})")
                 return
         if not self._closing:
-            self._die(self._transport.describe_end(), ended=True)
+            self._die(transport.describe_end(), ended=True)
 
-    def _dispatch(self, message):
+    def _dispatch(self, message: list[Any]) -> None:
         if self._closing:
             return
         kind = message[0]
@@ -118,7 +123,7 @@ class EngineConnection:
             _, method, params = message
             self._emit({"event": method, **(params[0] if params else {})})
 
-    def _die(self, message, ended=False):
+    def _die(self, message: str, ended: bool = False) -> None:
         """Report the failure once; later requests go to a new connection. `ended`: a working
         engine went away (rather than one that could not be reached or refused us)."""
         with self._lock:
@@ -129,7 +134,7 @@ class EngineConnection:
         self._emit({"event": "engine_error", "message": message, "ended": ended})
 
 
-def _initialize_failure(spec, error):
+def _initialize_failure(spec: Spec, error: dict[str, Any]) -> str:
     remote = spec.get("remote")
     where = f"the engine at {remote['host']}:{remote['port']}" if remote else "the engine"
     if error.get("code") == "unauthorized":

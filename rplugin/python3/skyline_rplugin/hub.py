@@ -7,27 +7,31 @@ restarted by the next request. Requests are tagged by Lua's generation number (`
 results of superseded requests.
 """
 
+from __future__ import annotations
+
 import threading
+from typing import Any
 
 from .connection import EngineConnection
+from .wire import Emit, Spec
 
 ANALYZE_PARAMS = ("entry_point", "batch_size", "time_limit_s")
 
 
 class EngineHub:
-    def __init__(self, emit):
+    def __init__(self, emit: Emit) -> None:
         self._emit = emit
         self._lock = threading.Lock()
-        self._connection = None
-        self._started = None  # (generation, analysis id) of the latest analysis started
-        self._cancel_on_start = None  # a generation cancelled before its analysis started
+        self._connection: EngineConnection | None = None
+        self._started: tuple[int, int] | None = None  # (generation, analysis id) of the latest analysis started
+        self._cancel_on_start: int | None = None  # a generation cancelled before its analysis started
 
-    def analyze(self, spec, request):
+    def analyze(self, spec: Spec, request: dict[str, Any]) -> None:
         generation = request["request"]
         params = {key: request[key] for key in ANALYZE_PARAMS if request.get(key) is not None}
         connection = self._current(spec)
 
-        def on_reply(error, result):
+        def on_reply(error: dict[str, Any] | None, result: Any) -> None:
             if error is not None:
                 self._emit({"event": "request_error", "request": generation, **error})
                 return
@@ -41,7 +45,7 @@ class EngineHub:
 
         connection.request("analyze", params, on_reply)
 
-    def cancel(self, generation):
+    def cancel(self, generation: int) -> None:
         with self._lock:
             started = self._started if self._started and self._started[0] == generation else None
             if started is None:
@@ -50,18 +54,18 @@ class EngineHub:
         if started is not None and connection is not None and not connection.dead:
             connection.request("cancel", {"analysis_id": started[1]})
 
-    def connect(self, spec):
+    def connect(self, spec: Spec) -> None:
         with self._lock:
             self._replace(spec)
 
-    def _current(self, spec):
+    def _current(self, spec: Spec) -> EngineConnection:
         with self._lock:
             connection = self._connection
             if connection is None or connection.dead or connection.spec != spec:
                 connection = self._replace(spec)
             return connection
 
-    def _replace(self, spec):
+    def _replace(self, spec: Spec) -> EngineConnection:
         if self._connection is not None:
             self._connection.close()
         self._started = self._cancel_on_start = None
