@@ -272,6 +272,14 @@ def test_entry_point_that_is_a_folder(tmp_path):
     assert_no_json(project)
 
 
+def test_entry_point_without_the_py_suffix(tmp_path):
+    """Python imports no file named `train`; this crashed with an AttributeError (found by mypy)."""
+    project = write_project(tmp_path, {**valid_files(), "train": entry_source()})
+    result = run_skyline(project, "--json", "out.json", entry="train")
+    assert_error(result, path="train", says=["not a Python file", "Rename it with the `.py` suffix."])
+    assert_no_json(project)
+
+
 def test_entry_point_outside_the_project_root(tmp_path):
     project = write_project(tmp_path, {**valid_files(), "sub/notes.txt": ""})
     result = run_skyline(project, "--project-root", "sub", "--json", "out.json")

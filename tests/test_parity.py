@@ -1,9 +1,12 @@
-"""What the editor's Lua and the engine's Python must agree on, compared in a real headless Neovim:
-the shared constants (lua/skyline/constants.lua), the models' formula, byte formatting, the
-batch_size literal locator and the address forms of :SkylineConnect. A value that drifts in one
-language fails here."""
+"""What the editor's halves and the engine must agree on. Lua against Python, compared in a real
+headless Neovim: the shared constants (lua/skyline/constants.lua), the models' formula, byte
+formatting, the batch_size literal locator and the address forms of :SkylineConnect. The remote
+plugin against the service: the protocol's version and message kinds. A value that drifts in one
+place fails here."""
 
 import ast
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +15,24 @@ from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
 from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
 from skyline_engine.render.units import format_bytes
+from skyline_engine.service import protocol
 from skyline_engine.service.params import MAX_BATCH_SIZE
 from skyline_engine.service.tokens import default_token_path
+
+
+def test_the_remote_plugin_speaks_the_services_protocol(monkeypatch):
+    # The remote plugin keeps its own copy (it never imports the engine, which may live in
+    # another interpreter); these are the values both ends put on the wire.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "rplugin" / "python3"))
+    monkeypatch.delitem(sys.modules, "skyline_rplugin.connection", raising=False)
+    from skyline_rplugin import connection
+
+    assert connection.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION
+    assert (connection.REQUEST, connection.RESPONSE, connection.NOTIFICATION) == (
+        protocol.REQUEST,
+        protocol.RESPONSE,
+        protocol.NOTIFICATION,
+    )
 
 
 def test_shared_constants(nvim):

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_type
 
+# The largest batch size a request may name; lua/skyline/constants.lua keeps the same (tests/test_parity.py).
 MAX_BATCH_SIZE = (1 << 31) - 1
 
 

@@ -28,6 +28,7 @@ REQUEST = 0
 RESPONSE = 1
 NOTIFICATION = 2
 
+# The remote plugin (rplugin/.../connection.py) keeps the same values (tests/test_parity.py).
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME_BYTES = 1 << 20  # requests are small; documents only travel the other way
 MAX_MSGID = (1 << 32) - 1

@@ -19,6 +19,8 @@ def new_token() -> str:
 
 
 def default_token_path() -> Path:
+    """Where `skyline serve --listen` writes its token unless told otherwise; `:SkylineConnect` looks
+    there too (lua/skyline/constants.lua, kept equal by tests/test_parity.py)."""
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "skyline" / "token"
 
