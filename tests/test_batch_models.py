@@ -1,11 +1,16 @@
-"""Least-squares lines and the batch-size models derived from them."""
+"""Least-squares lines, the peak-memory envelope and the batch-size models, on fixed measurements
+(no timing is involved: the numbers are written here)."""
 
 import math
 
 import pytest
 
+from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.linear import fit_line
+from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, fit_peak_memory
+
+KiB, MiB = 1 << 10, 1 << 20
 
 
 def test_fit_recovers_an_exact_line():
@@ -28,10 +33,65 @@ def test_fit_needs_two_distinct_batch_sizes():
         fit_line([4, 4, 4], [1, 2, 3])
 
 
+def profile(batch_size, operations, start=0):
+    """The profile of an iteration whose operations hold `slope * batch_size + bias` bytes each;
+    `operations` is [(phase, slope, bias), ...] in order."""
+    names, sizes, starts = [], [], []
+    for index, (phase, slope, bias) in enumerate(operations):
+        if not starts or starts[-1][1] != phase:
+            starts.append((index, phase))
+        names.append(f"op{index}")
+        sizes.append(int(slope * batch_size + bias))
+    return MemoryProfile(start, tuple(sizes), tuple(names), tuple(starts))
+
+
+# An optimizer-dominated iteration (Adam over wide layers), in miniature: 200 MiB of weights,
+# gradients and state; activations of 54 KiB a sample peak in backward; the step holds 32 MiB of
+# temporaries and grows 6 KiB a sample. At 16-64 samples the step sets the peak.
+OPTIMIZER_DOMINATED = [
+    (FORWARD_BACKWARD, 20 * KiB, 200 * MiB),
+    (FORWARD_BACKWARD, 54 * KiB, 200 * MiB),
+    (OPTIMIZER, 6 * KiB, 232 * MiB),
+    (OPTIMIZER, 0, 216 * MiB),
+]
+
+
+def test_the_envelope_predicts_where_the_peak_moves_to_another_phase():
+    measured = [16, 32, 64]
+    model = fit_peak_memory(measured, [profile(b, OPTIMIZER_DOMINATED) for b in measured])
+    assert model.fitted == PER_OPERATION
+    # Only the lines that are ever the maximum are kept, by rising slope.
+    assert [line.phase for line in model.lines] == [OPTIMIZER, FORWARD_BACKWARD]
+    assert [line.slope for line in model.lines] == pytest.approx([6 * KiB, 54 * KiB])
+    crossover = 32 * MiB / (48 * KiB)  # 682.7 samples
+    assert model.line_at(600).phase == OPTIMIZER and model.line_at(700).phase == FORWARD_BACKWARD
+    assert model(4096) == pytest.approx(54 * KiB * 4096 + 200 * MiB)
+    # With 1 GiB usable: (1 GiB - 200 MiB) / 54 KiB samples, where one line through the measured
+    # peaks (6 KiB a sample) would allow 137,000.
+    assert model.largest_within(1 << 30) == math.floor((824 * MiB) / (54 * KiB)) == 15625
+    assert crossover < 15625
+    single = fit_line(measured, [profile(b, OPTIMIZER_DOMINATED).peak_bytes for b in measured])
+    assert math.floor(single.inverse(1 << 30)) > 8 * 15625
+
+
+def test_operations_that_differ_between_batch_sizes_fall_back_to_a_line_per_phase():
+    measured = [16, 32, 64]
+    profiles = [profile(b, OPTIMIZER_DOMINATED) for b in measured]
+    profiles[1] = profile(32, [*OPTIMIZER_DOMINATED, (OPTIMIZER, 0, 0)])  # one more operation
+    model = fit_peak_memory(measured, profiles)
+    assert model.fitted == PER_PHASE
+    assert {line.phase for line in model.lines} <= {FORWARD_BACKWARD, OPTIMIZER}
+    for b, p in zip(measured, profiles):
+        assert model(b) == pytest.approx(p.peak_bytes)
+
+
 def models(run_time=(0.5, 2.0), memory=(1000.0, 50_000.0), capacity=1_000_000, measured=(8, 16, 32)):
     xs = list(measured)
     return BatchSizeModels.fit(
-        xs, [run_time[0] * x + run_time[1] for x in xs], [memory[0] * x + memory[1] for x in xs], capacity
+        xs,
+        [run_time[0] * x + run_time[1] for x in xs],
+        [profile(x, [(FORWARD_BACKWARD, *memory)]) for x in xs],
+        capacity,
     )
 
 
@@ -39,28 +99,60 @@ def test_max_batch_size_is_the_largest_that_fits_usable_memory():
     m = models()
     usable = 1_000_000 * (1 - m.headroom_fraction)
     largest = m.max_batch_size()
+    assert largest == 850
     assert 1000 * largest + 50_000 <= usable < 1000 * (largest + 1) + 50_000
     assert m.predict(largest).fits and not m.predict(largest + 1).fits
 
 
-def test_positive_intercept_means_the_best_throughput_is_at_the_largest_batch_size():
+def test_the_throughput_knee_is_where_throughput_reaches_90_percent_of_its_limit():
+    m = models()  # 0.5 ms a sample + 2 ms an iteration: at most 2,000 samples/s
+    assert m.asymptotic_samples_per_second() == pytest.approx(2000)
+    assert m.throughput_knee_batch_size() == 36  # 9 × 2 / 0.5
+    assert m.predict(36).samples_per_second == pytest.approx(1800)
+    assert m.to_dict()["throughput_knee_samples_per_second"] == pytest.approx(1800)
+
+
+def test_predictions_outside_the_trusted_range_say_so():
     m = models()
-    assert m.best_batch_size() == m.max_batch_size()
-    best = m.predicted_max_samples_per_second()
-    assert best == pytest.approx(m.max_batch_size() / (0.5 * m.max_batch_size() + 2.0) * 1000)
-    assert best < m.asymptotic_samples_per_second() == pytest.approx(2000)
+    assert m.trusted_range == (8, 128)
+    assert [m.predict(b).extrapolated for b in (4, 8, 128, 129)] == [True, False, False, True]
+    assert m.max_batch_size_extrapolated()  # 850 > 128
+    assert any("extrapolation far beyond" in note and "(32)" in note for note in m.warnings())
+    near = models(capacity=150_000)  # fits 85
+    assert not near.max_batch_size_extrapolated()
+    assert not any("extrapolation far beyond" in note for note in near.warnings())
+
+
+def test_best_throughput_stays_within_the_trusted_range():
+    m = models()
+    assert m.best_batch_size() == 128  # the trusted range's end, below the 850 that fit
+    assert m.predicted_max_samples_per_second() == pytest.approx(128 / (0.5 * 128 + 2.0) * 1000)
 
 
 def test_negative_intercept_puts_the_best_throughput_at_the_smallest_measured_batch_size():
     m = models(run_time=(0.5, -1.0))
     assert m.best_batch_size() == 8
+    assert m.throughput_knee_batch_size() is None
     assert any("negative intercept" in w for w in m.warnings())
+
+
+def test_no_impossible_numbers_where_the_time_line_does_not_hold():
+    falling = models(run_time=(-0.2, 20.0))
+    assert any("did not grow with the batch size" in w for w in falling.warnings())
+    for b in (1, 8, 32, 500):
+        p = falling.predict(b)
+        assert p.run_time_ms is None and p.samples_per_second is None
+    assert falling.best_batch_size() is None and falling.throughput_knee_batch_size() is None
+    crossing_zero = models(run_time=(0.5, -10.0))  # 0 ms at 20 samples, negative below
+    assert crossing_zero.predict(10).run_time_ms is None and crossing_zero.predict(10).samples_per_second is None
+    assert crossing_zero.predict(32).run_time_ms == pytest.approx(6.0)
 
 
 def test_memory_that_does_not_grow_leaves_the_batch_size_unbounded():
     m = models(memory=(0.0, 50_000.0))
     assert m.max_batch_size() is None
-    assert m.predicted_max_samples_per_second() == pytest.approx(2000)
+    assert not m.max_batch_size_extrapolated()
+    assert m.best_batch_size() == 128
 
 
 def test_nothing_fits_when_even_the_bias_exceeds_capacity():
@@ -70,17 +162,22 @@ def test_nothing_fits_when_even_the_bias_exceeds_capacity():
 
 
 def test_a_poor_fit_is_reported_not_hidden():
-    m = BatchSizeModels.fit([8, 16, 32], [5.0, 1.0, 9.0], [1e4, 2e4, 3e4], 10**9)
+    m = BatchSizeModels.fit(
+        [8, 16, 32], [5.0, 1.0, 9.0], [profile(b, [(FORWARD_BACKWARD, 1e3, 1e4)]) for b in (8, 16, 32)], 10**9
+    )
     assert any("fits the measurements poorly" in w for w in m.warnings())
     assert math.isfinite(m.run_time.r2)
 
 
-def test_a_largest_fit_far_beyond_the_measurements_is_flagged():
-    # Memory grows 1 kB a sample from 50 kB: 1 MB of capacity (less 10 % headroom) fits 850
-    # samples, 26x the largest measured (32); 200 kB fits 130, 4x.
-    far = models(capacity=1_000_000)
-    assert far.max_batch_size() > 16 * 32
-    assert any("extrapolated far beyond" in note and "(32)" in note for note in far.warnings())
-    near = models(capacity=200_000)
-    assert near.max_batch_size() <= 16 * 32
-    assert not any("extrapolated far beyond" in note for note in near.warnings())
+def test_the_document_gives_the_models_back():
+    measured = [16, 32, 64]
+    m = BatchSizeModels.fit(
+        measured, [1.0 + 0.1 * b for b in measured], [profile(b, OPTIMIZER_DOMINATED) for b in measured], 1 << 30
+    )
+    document = {**m.to_dict(), "samples": [{"batch_size": b} for b in measured]}
+    again = BatchSizeModels.from_dict(document, 1 << 30)
+    for b in (1, 16, 100, 682, 683, 5000, 15625, 15626):
+        assert again.predict(b) == m.predict(b)
+    memory = document["peak_memory_bytes"]
+    assert memory["phase_at_max_batch_size"] == FORWARD_BACKWARD
+    assert (memory["slope"], memory["bias"]) == pytest.approx((54 * KiB, 200 * MiB))  # the deciding line

@@ -150,33 +150,55 @@ MODELS = {
     "run_time_ms": {"slope": 2.0, "bias": 4.0},
     "peak_memory_bytes": {"slope": 1000.0, "bias": 5000.0},
     "usable_memory_bytes": 13000,
-    "samples": [{"batch_size": 16}, {"batch_size": 8}, {"batch_size": 32}],
+    "trusted_range": [8, 128],
 }
 NEGATIVE_BIAS = {
     "run_time_ms": {"slope": 1.0, "bias": -10.0},
     "peak_memory_bytes": {"slope": 10.0, "bias": -100.0},
     "usable_memory_bytes": 0,
-    "samples": [],
+    "trusted_range": [1, 100],
+}
+# The peak is the highest of the phases' lines: the optimizer's (flat, 9000 bytes) up to 4
+# samples, the forward and backward passes' (2000 a sample, 1000 more) above.
+PHASES = {
+    "run_time_ms": {"slope": 0.0, "bias": 3.0},
+    "peak_memory_bytes": {
+        "slope": 2000.0,
+        "bias": 1000.0,
+        "phases": [
+            {"name": "optimizer", "slope": 0.0, "bias": 9000.0},
+            {"name": "forward_backward", "slope": 2000.0, "bias": 1000.0},
+        ],
+    },
+    "usable_memory_bytes": 11000,
+    "trusted_range": [2, 16],
 }
 
 
 def test_the_models_formula(nvim):
-    cases = [[MODELS, 8], [MODELS, 9], [MODELS, 48], [NEGATIVE_BIAS, 5], [NEGATIVE_BIAS, 10], [NEGATIVE_BIAS, 20]]
+    cases = [[MODELS, 8], [MODELS, 9], [MODELS, 200], [NEGATIVE_BIAS, 5], [NEGATIVE_BIAS, 10], [NEGATIVE_BIAS, 20]]
+    cases += [[PHASES, 1], [PHASES, 4], [PHASES, 5], [PHASES, 6]]
     results = [result[0] for result in call_each(nvim, "skyline.models", "predict", cases)]
     assert results == [
         # 2*8+4 = 20 ms: 8/20*1000 = 400 samples/s; 1000*8+5000 = 13000 bytes, just fits
-        {"batch_size": 8, "run_time_ms": 20, "samples_per_second": 400, "peak_memory_bytes": 13000, "fits": True},
+        {"batch_size": 8, "run_time_ms": 20, "samples_per_second": 400, "peak_memory_bytes": 13000, "fits": True,
+         "extrapolated": False},
         {"batch_size": 9, "run_time_ms": 22, "samples_per_second": 9 / 22 * 1000, "peak_memory_bytes": 14000,
-         "fits": False},
-        {"batch_size": 48, "run_time_ms": 100, "samples_per_second": 480, "peak_memory_bytes": 53000, "fits": False},
-        # a run time that is not positive has no throughput (nil), never a negative one
-        {"batch_size": 5, "run_time_ms": -5, "peak_memory_bytes": -50, "fits": True},
-        {"batch_size": 10, "run_time_ms": 0, "peak_memory_bytes": 0, "fits": True},
-        {"batch_size": 20, "run_time_ms": 10, "samples_per_second": 2000, "peak_memory_bytes": 100, "fits": False},
+         "fits": False, "extrapolated": False},
+        {"batch_size": 200, "run_time_ms": 404, "samples_per_second": 200 / 404 * 1000, "peak_memory_bytes": 205000,
+         "fits": False, "extrapolated": True},
+        # a run time that is not positive has no time and no throughput (nil), never a negative one
+        {"batch_size": 5, "peak_memory_bytes": -50, "fits": True, "extrapolated": False},
+        {"batch_size": 10, "peak_memory_bytes": 0, "fits": True, "extrapolated": False},
+        {"batch_size": 20, "run_time_ms": 10, "samples_per_second": 2000, "peak_memory_bytes": 100, "fits": False,
+         "extrapolated": False},
+        # a time that does not grow with the batch size predicts no time at all
+        {"batch_size": 1, "peak_memory_bytes": 9000, "fits": True, "extrapolated": True},
+        {"batch_size": 4, "peak_memory_bytes": 9000, "fits": True, "extrapolated": False},
+        {"batch_size": 5, "peak_memory_bytes": 11000, "fits": True, "extrapolated": False},
+        {"batch_size": 6, "peak_memory_bytes": 13000, "fits": False, "extrapolated": False},
     ]  # fmt: skip
     assert nvim.exec_lua("return require('skyline.models').predict(nil, 8)") is None
-    assert nvim.exec_lua("return require('skyline.models').smallest_measured(...)", MODELS) == 8
-    assert nvim.exec_lua("return require('skyline.models').smallest_measured(...)", NEGATIVE_BIAS) is None
 
 
 # --- config.lua -----------------------------------------------------------------------------

@@ -1,56 +1,76 @@
-"""The CPU peak-memory tracker, on real tensors and a real training step."""
+"""Tensor memory measured operation by operation, on real tensors and real training steps."""
 
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
-from skyline_engine.attribute.recorder import OperationRecorder
+from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.user_frames import ProjectFiles
-from skyline_engine.measure.memory import StorageCounter, TensorMemoryTracker, is_out_of_memory, measure_peak_bytes
+from skyline_engine.measure.memory import (
+    FORWARD_BACKWARD,
+    OPTIMIZER,
+    OTHER,
+    CpuMemoryMeter,
+    LiveTensors,
+    MemoryTracker,
+    is_out_of_memory,
+    measure_memory,
+)
+from skyline_engine.measure.timing import CpuClock
 
 MiB = 1 << 20
+CPU = torch.device("cpu")
+
+
+def counting():
+    """A CPU meter, shown every operation while the `with` lasts."""
+    meter = CpuMemoryMeter()
+    return meter, MemoryTracker(meter)
 
 
 def test_counts_tensors_alive_when_it_starts():
     kept = torch.empty(3 * MiB, dtype=torch.uint8)
-    with TensorMemoryTracker() as tracker:
-        assert tracker.live_bytes >= kept.untyped_storage().nbytes()
+    meter, tracker = counting()
+    with tracker:
+        assert meter.counter.live_bytes >= kept.untyped_storage().nbytes()
     del kept
 
 
 def test_peak_is_the_largest_simultaneous_total_not_the_sum():
-    with TensorMemoryTracker() as tracker:
-        start = tracker.live_bytes
+    meter, tracker = counting()
+    with tracker:
+        start = meter.counter.live_bytes
         for _ in range(5):
             scratch = torch.ones(4 * MiB, dtype=torch.uint8)
             del scratch
-        peak_after_loop = tracker.peak_bytes
+        peak_after_loop = meter.profile().peak_bytes
         a = torch.ones(4 * MiB, dtype=torch.uint8)
         b = torch.ones(4 * MiB, dtype=torch.uint8)
-        both = tracker.peak_bytes
+        both = meter.profile().peak_bytes
         del a, b
-        after = tracker.live_bytes
+        after = meter.counter.live_bytes
     assert 4 * MiB <= peak_after_loop - start < 8 * MiB
     assert 8 * MiB <= both - start < 12 * MiB
     assert after - start < 1 * MiB
 
 
 def test_views_share_their_storage():
-    with TensorMemoryTracker() as tracker:
-        start = tracker.live_bytes
+    meter, tracker = counting()
+    with tracker:
+        start = meter.counter.live_bytes
         x = torch.ones(2 * MiB, dtype=torch.uint8)
         views = [x[i:] for i in range(10)] + [x.view(2, MiB)]
-        assert tracker.live_bytes - start == 2 * MiB
+        assert meter.counter.live_bytes - start == 2 * MiB
         del x, views
 
 
-def test_a_training_step_peaks_above_weights_gradients_and_optimizer_state():
-    model = nn.Linear(512, 512)
+def adam_step(width=512, batch=64):
+    model = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width))
     optimizer = torch.optim.Adam(model.parameters())
-    x = torch.randn(64, 512)
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    x = torch.randn(batch, width)
 
     def step():
         optimizer.zero_grad()
@@ -58,9 +78,31 @@ def test_a_training_step_peaks_above_weights_gradients_and_optimizer_state():
         optimizer.step()
 
     step()  # creates Adam's state
-    peak = measure_peak_bytes(torch.device("cpu"), step)
+    return model, step
+
+
+def test_a_training_step_peaks_above_weights_gradients_and_optimizer_state():
+    model, step = adam_step()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    profile = measure_memory(CPU, step)
     # parameters + gradients + two Adam moments are alive at the optimizer step.
-    assert peak >= 4 * weight_bytes
+    assert profile.peak_bytes >= 4 * weight_bytes
+
+
+def test_the_profile_tells_the_phases_of_an_iteration_apart():
+    """Forward and backward make the gradients, the step updates the weights: each operation
+    carries the phase it ran in (zero_grad, setting gradients to None, runs no operation)."""
+    _, step = adam_step()
+    profile = measure_memory(CPU, step)
+    phases = profile.phases()
+    assert [phase for _, phase in profile.phase_starts] == [FORWARD_BACKWARD, OPTIMIZER]
+    assert len(phases) == len(profile.operation_bytes) == len(profile.operation_names)
+    step_ops = [name for name, phase in zip(profile.operation_names, phases) if phase == OPTIMIZER]
+    assert any(name.startswith(("_foreach", "add", "mul", "addcdiv", "sqrt")) for name in step_ops)
+    # The optimizer's temporaries come on top of the weights, gradients and moments: with these
+    # small activations the peak is in the step.
+    assert profile.peak_phase == OPTIMIZER
+    assert OTHER not in phases  # zero_grad(set_to_none) runs no operation
 
 
 def test_out_of_memory_is_recognised_from_a_real_cpu_allocation_failure():
@@ -73,26 +115,15 @@ def test_out_of_memory_is_recognised_from_a_real_cpu_allocation_failure():
     assert not is_out_of_memory(ValueError("shapes do not match"))
 
 
-def test_the_recorder_counts_the_same_peak_as_the_tracker():
-    # The user's batch size has its peak counted by the recorder, in the iteration recorded for
-    # the breakdown: it must agree with a plain tracked iteration, so the recorder must keep no
-    # tensor alive of its own.
-    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
-    optimizer = torch.optim.Adam(model.parameters())
-    x = torch.randn(64, 256)
-
-    def step():
-        optimizer.zero_grad()
-        model(x).square().mean().backward()
-        optimizer.step()
-
-    step()
-    device = torch.device("cpu")
-    plain = measure_peak_bytes(device, step)
-    counter = StorageCounter()
-    recorder = OperationRecorder(CallSites(ProjectFiles(Path(__file__).parent)), {}, device, memory=counter)
-    with recorder:
-        recorder.start_iteration()
-        step()
-    assert recorder.recording.operations  # it did record
-    assert counter.peak_bytes == plain
+def test_the_recorder_measures_the_same_profile_as_a_plain_iteration():
+    # The user's batch size has its memory measured by the recorder, in the iteration recorded
+    # for the breakdown: it must agree with a plain measured iteration operation for operation
+    # (the batch-size models line them up), so the recorder must keep no tensor alive of its own
+    # and run the same operations.
+    model, step = adam_step()
+    plain = measure_memory(CPU, step)
+    creation = CreationSites(CallSites(ProjectFiles(Path(__file__).parent)))
+    recording = IterationRecording(creation, model, CPU)
+    recorded, _ = recording.record_first(step, CpuClock(), LiveTensors())
+    assert recording.recorder.recording.operations  # it did record
+    assert recorded == plain

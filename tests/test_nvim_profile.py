@@ -76,8 +76,11 @@ def test_breakdown_float_shows_the_results_and_jumps_to_lines(nvim, project):
     text = "\n".join(lines)
     measured = f"{round(doc['iteration']['samples_per_second']):,} samples/s measured at batch size 128"
     assert measured in lines[0]
-    # Shown when the models have one (a run-time line that falls with the batch size has none).
-    assert ("predicted maximum" in text) == (doc["models"].get("predicted_max_samples_per_second") is not None)
+    # Shown when the models have one (a run-time line that does not grow has none).
+    knee = doc["models"].get("throughput_knee_batch_size")
+    assert ("knee: " in text) == (knee is not None)
+    if knee is not None:
+        assert f"at batch size {knee:,} (90% of" in text
     memory = next(line for line in lines if line.startswith("Memory"))
     assert "(cpu, " in memory and set("█░") & set(memory)
     header = next(i for i, line in enumerate(lines) if line.startswith("Batch size"))

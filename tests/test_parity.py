@@ -65,14 +65,32 @@ def test_default_token_path(nvim, monkeypatch, state_home):
 # --- the models' formula --------------------------------------------------------------------
 
 
-def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32, 64)):
-    """An analysis document's `models`, as far as a prediction reads it."""
+def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32, 64), phases=None):
+    """An analysis document's `models`, as far as a prediction reads it; `phases` are the memory
+    model's lines as (name, slope, bias), by default the one line `memory`."""
+    lines = phases or [("forward_backward", *memory)]
     return {
         "samples": [{"batch_size": b} for b in measured],
-        "run_time_ms": {"slope": run_time[0], "bias": run_time[1], "r2": None, "points": len(measured)},
-        "peak_memory_bytes": {"slope": memory[0], "bias": memory[1], "r2": None, "points": len(measured)},
+        "run_time_ms": {
+            "slope": run_time[0],
+            "bias": run_time[1],
+            "r2": None,
+            "max_relative_residual": 0.0,
+            "points": len(measured),
+        },
+        "peak_memory_bytes": {
+            "slope": memory[0],
+            "bias": memory[1],
+            "r2": None,
+            "max_relative_residual": 0.0,
+            "points": len(measured),
+            "fitted": "per_operation",
+            "phases": [{"name": n, "slope": s, "bias": b, "r2": None} for n, s, b in lines],
+            "phase_at_max_batch_size": lines[-1][0],
+        },
         "memory_headroom_fraction": headroom,
         "usable_memory_bytes": usable_memory_bytes(capacity, headroom),
+        "trusted_range": [min(measured), 4 * max(measured)],
     }
 
 
@@ -80,12 +98,24 @@ MODEL_CASES = [
     # the default example on a CPU, roughly
     (document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), [1, 7, 64, 128, 1000, MAX_BATCH_SIZE]),
     # a negative bias: throughput falls with the batch size, and the run time is not positive
-    # below 10 (nil throughput there, never a negative one)
+    # below 10 (no time and no throughput there, never a negative one)
     (document_models((1.0, -10.0), (4096.0, -1000.0), 1 << 20), [1, 9, 10, 11, 255, 256, 300]),
     # memory that does not grow; a line through zero
     (document_models((0.5, 0.0), (0.0, 123456.0), 1 << 30, headroom=0.25), [1, 2, 3, 1 << 20]),
-    # a flat run time of zero: no throughput anywhere
+    # a flat run time of zero: no time or throughput anywhere
     (document_models((0.0, 0.0), (10.0, 0.0), 1000), [1, 100]),
+    # a falling run time (noise, a bottleneck elsewhere): no time or throughput anywhere
+    (document_models((-0.1, 50.0), (10.0, 0.0), 1000), [1, 64, 256]),
+    # an optimizer-dominated peak: flat in the step up to 682 samples, then backward's steeper line
+    (
+        document_models(
+            (0.1, 1.0),
+            (54 * 1024.0, 200 * 2**20),
+            1 << 30,
+            phases=[("optimizer", 6 * 1024.0, 232 * 2**20), ("forward_backward", 54 * 1024.0, 200 * 2**20)],
+        ),
+        [1, 16, 682, 683, 1000, 15625, 15626, 20000],
+    ),
 ]
 
 
@@ -110,7 +140,7 @@ def _capacity(models):
     """A capacity whose usable share is the document's usable_memory_bytes (the inverse of
     usable_memory_bytes, checked)."""
     headroom = models["memory_headroom_fraction"]
-    for capacity in (25275969536, 1 << 20, 1 << 30, 1000):
+    for capacity in (25275969536, 1 << 20, 1 << 30, 1000):  # the capacities of MODEL_CASES
         if usable_memory_bytes(capacity, headroom) == models["usable_memory_bytes"]:
             return capacity
     raise AssertionError("no capacity for these models")

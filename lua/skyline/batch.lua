@@ -163,13 +163,14 @@ local function warn_if_unreliable(prediction)
       )
     )
   end
-  local smallest = models.smallest_measured(state.models)
-  if smallest and prediction.batch_size < smallest then
+  local low, high = unpack(state.models.trusted_range)
+  if prediction.extrapolated then
     util.warn(
       string.format(
-        'batch size %d is below the smallest measured (%d): the prediction is a guess',
+        'batch size %d is outside the measured range (%d-%d): the prediction is an extrapolation',
         prediction.batch_size,
-        smallest
+        low,
+        high
       )
     )
   end

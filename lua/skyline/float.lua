@@ -1,4 +1,4 @@
--- The breakdown float: throughput (measured, predicted maximum), memory against the device's
+-- The breakdown float: throughput (measured, the knee), memory against the device's
 -- capacity, throughput and memory at the batch sizes of the analysis (measured ones showing the
 -- measurement) and at the current one, and the operation tree with forward and backward bars.
 -- <CR> on a row that names a line jumps there; q and <Esc> close.
@@ -70,11 +70,17 @@ local function add_throughput(sheet, document)
     { string.format('%s measured at batch size %d', throughput, measured.batch_size) },
   })
   local fitted = state.models
-  if fitted and fitted.predicted_max_samples_per_second then
-    local best = fitted.best_batch_size
-    local text = 'predicted maximum '
-      .. format.throughput(fitted.predicted_max_samples_per_second)
-      .. (best and (' at batch size ' .. format.integer(best)) or '')
+  local knee = fitted and fitted.throughput_knee_batch_size
+  if knee then
+    -- Where more samples stop buying throughput: 90% of what the model says it approaches.
+    local low, high = unpack(fitted.trusted_range)
+    local text = string.format(
+      'knee: %s at batch size %s (90%% of %s)%s',
+      format.throughput(fitted.throughput_knee_samples_per_second),
+      format.integer(knee),
+      format.throughput(fitted.asymptotic_samples_per_second),
+      (knee < low or knee > high) and ', an extrapolation' or ''
+    )
     sheet:add({ { pad('', LABEL) }, { text, 'SkylineFloatMuted' } })
   end
   local p = state.prediction

@@ -4,32 +4,38 @@
 -- shows its numbers at once, without a round trip to the engine.
 local M = {}
 
+--- The predicted peak memory at batch size `b`: the highest of the model's lines (`phases`).
+function M.peak_memory(memory, b)
+  local lines = (memory.phases and #memory.phases > 0) and memory.phases or { memory }
+  local peak = -math.huge
+  for _, line in ipairs(lines) do
+    peak = math.max(peak, line.slope * b + line.bias)
+  end
+  return peak
+end
+
 --- The prediction at batch size `b`: {batch_size, run_time_ms, samples_per_second,
---- peak_memory_bytes, fits}, or nil when the document has no models. samples_per_second is nil
---- where the run-time line is not positive: a line with a negative bias reaches zero there.
+--- peak_memory_bytes, fits, extrapolated}, or nil when the document has no models. No time and
+--- no throughput (nil) where the run-time line is not positive, or does not grow at all.
 function M.predict(models, b)
   if not models then
     return nil
   end
-  local time, memory = models.run_time_ms, models.peak_memory_bytes
+  local time = models.run_time_ms
   local run_time_ms = time.slope * b + time.bias
-  local peak_memory_bytes = memory.slope * b + memory.bias
+  if time.slope <= 0 or run_time_ms <= 0 then
+    run_time_ms = nil
+  end
+  local peak_memory_bytes = M.peak_memory(models.peak_memory_bytes, b)
+  local low, high = unpack(models.trusted_range)
   return {
     batch_size = b,
     run_time_ms = run_time_ms,
-    samples_per_second = run_time_ms > 0 and b / run_time_ms * 1000 or nil,
+    samples_per_second = run_time_ms and b / run_time_ms * 1000 or nil,
     peak_memory_bytes = peak_memory_bytes,
     fits = peak_memory_bytes <= models.usable_memory_bytes,
+    extrapolated = b < low or b > high,
   }
-end
-
---- The smallest batch size measured: below it the models are extrapolating.
-function M.smallest_measured(models)
-  local smallest
-  for _, sample in ipairs(models.samples or {}) do
-    smallest = math.min(smallest or sample.batch_size, sample.batch_size)
-  end
-  return smallest
 end
 
 return M

@@ -1,7 +1,7 @@
 """Choosing the batch sizes to measure for the batch-size models, around the user's, OOM-aware.
 
 The user's batch size is measured first (it must fit: it is what they train with), then half of
-it, then twice it. Before a larger probe, the memory line through the samples so far says whether
+it, then twice it. Before a larger probe, the peak-memory model of the samples so far says whether
 it would fit; a probe that runs out of memory anyway narrows the range (halfway back towards the
 user's batch size) and never ends the analysis.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample
-from skyline_engine.predict.linear import fit_line
+from skyline_engine.predict.peak_memory import fit_peak_memory
 
 PROBES = 3
 # Each out-of-memory probe costs an iteration; after this many, larger batch sizes are abandoned.
@@ -75,11 +75,9 @@ class Probing:
     def _largest_predicted_to_fit(self, batch_size: int) -> int:
         if len({s.batch_size for s in self.samples}) < 2:
             return batch_size
-        memory = fit_line([s.batch_size for s in self.samples], [s.peak_memory_bytes for s in self.samples])
-        limit = memory.inverse(self.usable)
-        if memory.slope <= 0 or limit is None or memory(batch_size) <= self.usable:
-            return batch_size
-        return min(batch_size, int(limit))
+        memory = fit_peak_memory([s.batch_size for s in self.samples], [s.memory for s in self.samples])
+        largest = memory.largest_within(self.usable)
+        return batch_size if largest is None else min(batch_size, largest)
 
     def _measure(self, batch_size: int) -> None:
         self._tried.add(batch_size)

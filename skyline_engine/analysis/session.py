@@ -175,7 +175,7 @@ def _fit_models(samples: list[Sample], device: DeviceInfo) -> BatchSizeModels | 
     return BatchSizeModels.fit(
         [s.batch_size for s in samples],
         [s.run_time_ms for s in samples],
-        [s.peak_memory_bytes for s in samples],
+        [s.memory for s in samples],
         device.memory_capacity_bytes,
     )
 

@@ -31,9 +31,9 @@ def measure_with_breakdown(
         with creation.finding_optimizers(runner.entry.relative_path):
             warmup_ms = runner.warm_up(run)
         recording = IterationRecording(creation, runner.model, runner.device)
-        peak, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
-        first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), peak)
-        on_first(first, recording.breakdown(first.run_time_ms, peak, timeline))
+        memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
+        first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory)
+        on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline))
         timing = runner.time(run, batch_size)
         recording.record_more(run, timing.median_ms)
-        return Sample(batch_size, timing, peak), recording.breakdown(timing.median_ms, peak, timeline)
+        return Sample(batch_size, timing, memory), recording.breakdown(timing.median_ms, memory.peak_bytes, timeline)

@@ -35,7 +35,7 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
-from skyline_engine.measure.memory import StorageCounter
+from skyline_engine.measure.memory import MemoryMeter, is_work
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -143,15 +143,15 @@ class OperationRecorder(TorchDispatchMode):
         call_sites: CallSites,
         module_names: dict[int, str],
         device: torch.device,
-        memory: StorageCounter | None = None,
+        memory: MemoryMeter | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         self.call_sites = call_sites
         self.module_names = module_names
         self.device = device
-        # Shown every operation's outputs, outside the timed span: the CPU peak of the recorded
-        # iteration without a second dispatch mode (which cost the transformer example 9 ms a
-        # recorded iteration of 43 ms).
+        # Shown every operation's outputs, outside the timed span: the memory profile of the
+        # recorded iteration without a second dispatch mode (which cost the transformer example
+        # 9 ms a recorded iteration of 43 ms).
         self.memory = memory
         self.timer: _Timer = _CpuTimer()
         self.recording = Recording()
@@ -223,7 +223,7 @@ class OperationRecorder(TorchDispatchMode):
         self, func: OpOverload, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        if func.namespace == "profiler":  # record_function markers (zero_grad, step) are not work
+        if not is_work(func):
             return func(*args, **kwargs)
         node = torch._C._current_autograd_node()
         next_sequence = torch._C._autograd._get_sequence_nr()
@@ -233,7 +233,7 @@ class OperationRecorder(TorchDispatchMode):
         record = self._record(func, node, next_sequence)
         self.timer.assign(record, start, end)
         if self.memory is not None:
-            self.memory.add_outputs(out)
+            self.memory.after_operation(func.__name__, out)
         if record.phase == FORWARD:
             for value in tree_flatten(out)[0]:
                 if isinstance(value, torch.Tensor):

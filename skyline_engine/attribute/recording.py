@@ -1,10 +1,9 @@
-"""Recording the iterations of one batch size for its breakdown, and the peak memory of the first.
+"""Recording the iterations of one batch size for its breakdown, and the memory of the first.
 
-The first recorded iteration also gives the batch size's peak memory, measured in the same pass:
-on CPU the recorder shows every operation's outputs to a StorageCounter (a second dispatch mode for
-the count cost the transformer example 9 ms of a 43 ms recorded iteration); on CUDA the caching
-allocator keeps its own peak. Fast models then get a few more recorded iterations, averaged, once
-the first result is out.
+The first recorded iteration also gives the batch size's memory profile, measured in the same pass:
+the recorder shows every operation to a memory meter (a second dispatch mode for the count cost the
+transformer example 9 ms of a 43 ms recorded iteration). Fast models then get a few more recorded
+iterations, averaged, once the first result is out.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import torch
 from skyline_engine.attribute.breakdown import Breakdown, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.recorder import OperationRecorder
-from skyline_engine.measure.memory import LiveTensors, StorageCounter, measure_peak_bytes
+from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
 from skyline_engine.measure.timing import Clock
 
 Run = Callable[[], None]
@@ -36,20 +35,14 @@ class IterationRecording:
         module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
         self.recorder = OperationRecorder(creation.call_sites, module_names, device)
 
-    def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[int, float]:
-        """One iteration recorded operation by operation: its peak memory and its wall time."""
-        counter = StorageCounter(live_tensors) if self.device.type == "cpu" else None
-        self.recorder.memory = counter
-        wall_ms: list[float] = []
-        with self.recorder:
+    def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
+        """One iteration recorded operation by operation: its memory profile and its wall time."""
+        meter = self.recorder.memory = meter_for(self.device, live_tensors)
+        with tracking_phases(meter), self.recorder:
             self.recorder.start_iteration()
-            if counter is not None:
-                wall_ms.append(clock.time_ms(run))
-                peak = counter.peak_bytes
-            else:  # CUDA: the caching allocator's own peak
-                peak = measure_peak_bytes(self.device, lambda: wall_ms.append(clock.time_ms(run)))
+            wall_ms = clock.time_ms(run)
         self.recorder.memory = None  # further recorded iterations only add to the breakdown
-        return peak, wall_ms[0]
+        return meter.profile(), wall_ms
 
     def record_more(self, run: Run, run_time_ms: float) -> None:
         """Fast models: average the breakdown over a few more iterations, within RECORDING_BUDGET_MS."""

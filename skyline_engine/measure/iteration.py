@@ -4,7 +4,7 @@ batch size: time and peak memory.
 `IterationRunner` builds the model and the iteration function from the providers, then offers the
 steps of a measurement separately, so that the analysis can interleave them with recording the
 breakdown (`attribute/`): `at_batch_size` (the inputs, and what an out-of-memory becomes), `warm_up`,
-`peak_memory`, `time`, `check_finite`. `measure` chains them for a batch size that needs no
+`memory`, `time`, `check_finite`. `measure` chains them for a batch size that needs no
 breakdown.
 """
 
@@ -25,7 +25,13 @@ from skyline_engine.entry.loader import EntryPoint, user_code_error
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.allocator import pin_malloc_thresholds
-from skyline_engine.measure.memory import LiveTensors, is_out_of_memory, measure_peak_bytes, release_cached_memory
+from skyline_engine.measure.memory import (
+    LiveTensors,
+    MemoryProfile,
+    is_out_of_memory,
+    measure_memory,
+    release_cached_memory,
+)
 from skyline_engine.measure.timing import Clock, TimingBudget, TimingStats, clock_for, measure_iteration_time
 
 Run = Callable[[], None]
@@ -44,11 +50,15 @@ class OutOfMemoryAtBatchSize(Exception):
 
 @dataclass(frozen=True)
 class Sample:
-    """One batch size, measured: the median iteration time and the peak memory."""
+    """One batch size, measured: the iteration's time and its memory."""
 
     batch_size: int
     timing: TimingStats
-    peak_memory_bytes: int
+    memory: MemoryProfile
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        return self.memory.peak_bytes
 
     @property
     def run_time_ms(self) -> float:
@@ -68,6 +78,7 @@ class Sample:
             "repetitions": self.timing.iterations,
             "samples_per_second": self.samples_per_second,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_memory_phase": self.memory.peak_phase,
         }
 
 
@@ -155,9 +166,9 @@ class IterationRunner:
             run()
         return self.clock.time_ms(run)
 
-    def peak_memory(self, run: Run) -> int:
-        """Peak tensor memory of one iteration."""
-        return measure_peak_bytes(self.device, run, self.live_tensors)
+    def memory(self, run: Run) -> MemoryProfile:
+        """The tensor memory of one iteration, operation by operation."""
+        return measure_memory(self.device, run, self.live_tensors)
 
     def time(self, run: Run, batch_size: int) -> TimingStats:
         """The iteration timed until the estimate is stable; its loss and parameters checked finite
@@ -172,9 +183,9 @@ class IterationRunner:
         """Time and peak memory at `batch_size`; OutOfMemoryAtBatchSize when it does not fit."""
         with self.at_batch_size(batch_size) as run:
             self.warm_up(run)
-            peak = self.peak_memory(run)
+            memory = self.memory(run)
             timing = self.time(run, batch_size)
-        return Sample(batch_size, timing, peak)
+        return Sample(batch_size, timing, memory)
 
     # -- the user's code ------------------------------------------------------------------------------
 

@@ -1,16 +1,21 @@
-"""Peak tensor memory of training iterations, measured, on CUDA and on CPU.
+"""Tensor memory of training iterations, measured operation by operation, on CUDA and on CPU.
 
-CUDA: the caching allocator's own statistics (`max_memory_allocated`, reset before measuring).
+One iteration gives a `MemoryProfile`: the bytes alive when it starts, the peak at each operation,
+and where each phase of the iteration starts (the forward and backward passes, the optimizer step,
+and the rest, told apart by torch's global module and optimizer hooks). The iteration's peak is
+the largest of them; the batch-size models use the whole profile (predict/peak_memory.py).
 
-CPU: PyTorch keeps no allocator statistics for CPU tensors, so `TensorMemoryTracker` counts them
-itself at the dispatcher: it starts from every tensor alive in the process, adds the storage of
-each new tensor an operation returns (forward, backward and optimizer alike) and subtracts it when
-that storage is freed. The peak it reports is the largest sum of live tensor storage seen after any
-operation. It does not see scratch buffers a kernel allocates and frees internally, nor memory
-outside tensors (Python objects, the allocator's own overhead); process RSS would mix all of that
-with the interpreter and libraries, which is why it is not used. The tensors alive when it starts
-are found through the garbage collector (`LiveTensors`). The counting itself (`StorageCounter`)
-also runs inside the breakdown's recorder, so that a recorded iteration is not dispatched twice.
+CUDA: the caching allocator's own statistics: after each operation, the peak since the last one
+(`max_memory_allocated`, then `reset_peak_memory_stats`), so a kernel's scratch space counts.
+
+CPU: PyTorch keeps no allocator statistics for CPU tensors, so a `StorageCounter` counts them at
+the dispatcher: it starts from every tensor alive in the process, adds the storage of each new
+tensor an operation returns (forward, backward and optimizer alike) and subtracts it when that
+storage is freed. It does not see scratch buffers a kernel allocates and frees internally, nor
+memory outside tensors (Python objects, the allocator's own overhead); process RSS would mix all
+of that with the interpreter and libraries, which is why it is not used. The tensors alive when it
+starts are found through the garbage collector (`LiveTensors`). The meter also runs inside the
+breakdown's recorder, so that a recorded iteration is not dispatched twice.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import gc
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
@@ -113,60 +120,162 @@ class StorageCounter:
         self.live_bytes -= size
 
 
-class TensorMemoryTracker(TorchDispatchMode):
-    """Live and peak bytes of CPU tensor storage while active: a StorageCounter shown the outputs
-    of every operation."""
+FORWARD_BACKWARD = "forward_backward"
+OPTIMIZER = "optimizer"
+OTHER = "other"  # before the first forward, after an optimizer step: zero_grad, the user's own work
 
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Tensor memory through one iteration (see the module docstring)."""
+
+    start_bytes: int  # alive when the iteration started
+    operation_bytes: tuple[int, ...]  # the peak at each operation, in order
+    operation_names: tuple[str, ...]
+    phase_starts: tuple[tuple[int, str], ...]  # (index of a phase's first operation, the phase)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.start_bytes, *self.operation_bytes) if self.operation_bytes else self.start_bytes
+
+    def phases(self) -> list[str]:
+        """The phase of each operation."""
+        ends = [start for start, _ in self.phase_starts[1:]] + [len(self.operation_bytes)]
+        phases: list[str] = []
+        for (start, phase), end in zip(self.phase_starts, ends):
+            phases += [phase] * (end - start)
+        return phases
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase in which the peak is reached (the first, on a tie)."""
+        if not self.operation_bytes or self.start_bytes >= max(self.operation_bytes):
+            return self.phase_starts[0][1]
+        return self.phases()[self.operation_bytes.index(max(self.operation_bytes))]
+
+
+class MemoryMeter:
+    """Told of each operation and each change of phase; gives the iteration's MemoryProfile."""
+
+    def __init__(self, start_bytes: int) -> None:
+        self.start_bytes = start_bytes
+        self.phase = OTHER
+        self._bytes: list[int] = []
+        self._names: list[str] = []
+        self._phase_starts: list[tuple[int, str]] = [(0, OTHER)]
+
+    def enter_phase(self, phase: str) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            self._phase_starts.append((len(self._bytes), phase))
+
+    def after_operation(self, name: str, outputs: object) -> None:
+        self._bytes.append(self._bytes_now(outputs))
+        self._names.append(name)
+
+    def profile(self) -> MemoryProfile:
+        """The profile so far; phases in which no operation ran are left out."""
+        ends = [start for start, _ in self._phase_starts[1:]] + [len(self._bytes)]
+        starts = tuple(entry for entry, end in zip(self._phase_starts, ends) if end > entry[0])
+        return MemoryProfile(self.start_bytes, tuple(self._bytes), tuple(self._names), starts or ((0, OTHER),))
+
+    def _bytes_now(self, outputs: object) -> int:
+        raise NotImplementedError
+
+
+class CpuMemoryMeter(MemoryMeter):
     def __init__(self, live_tensors: LiveTensors | None = None) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
-        self._live_tensors = live_tensors
-        self.counter: StorageCounter | None = None
+        self.counter = StorageCounter(live_tensors)
+        super().__init__(self.counter.live_bytes)
 
-    def __enter__(self) -> TensorMemoryTracker:
-        self.counter = StorageCounter(self._live_tensors)
-        entered: TensorMemoryTracker = (
-            super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__enter__ unannotated
-        )
-        return entered
+    def _bytes_now(self, outputs: object) -> int:
+        self.counter.add_outputs(outputs)
+        return self.counter.live_bytes
+
+
+class CudaMemoryMeter(MemoryMeter):
+    """The allocator's peak during each operation (allocation statistics are kept on the host, as
+    operations are queued, so reading them needs no synchronisation)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        torch.cuda.reset_peak_memory_stats(device)
+        super().__init__(int(torch.cuda.memory_allocated(device)))
+
+    def _bytes_now(self, outputs: object) -> int:
+        peak = int(torch.cuda.max_memory_allocated(self.device))
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peak
+
+
+def meter_for(device: torch.device, live_tensors: LiveTensors | None = None) -> MemoryMeter:
+    return CudaMemoryMeter(device) if device.type == "cuda" else CpuMemoryMeter(live_tensors)
+
+
+@contextlib.contextmanager
+def tracking_phases(meter: MemoryMeter) -> Iterator[MemoryMeter]:
+    """Tells `meter` of the iteration's phases through torch's global hooks: the first module
+    called starts the forward and backward passes, an optimizer step is the optimizer's phase,
+    what follows a step is `other` until a module is called again."""
+
+    def forward(module: torch.nn.Module, args: Any) -> None:
+        if meter.phase == OTHER:
+            meter.enter_phase(FORWARD_BACKWARD)
+
+    handles = [
+        torch.nn.modules.module.register_module_forward_pre_hook(forward),
+        register_optimizer_step_pre_hook(lambda *_: meter.enter_phase(OPTIMIZER)),
+        register_optimizer_step_post_hook(lambda *_: meter.enter_phase(OTHER)),
+    ]
+    try:
+        yield meter
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def is_work(func: Any) -> bool:
+    """Whether a dispatched operation is work: record_function markers (zero_grad, step) are not."""
+    return bool(func.namespace != "profiler")
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Shows `meter` every operation while active."""
+
+    def __init__(self, meter: MemoryMeter) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
+        self.meter = meter
 
     def __torch_dispatch__(
         self,
-        func: Callable[..., Any],
+        func: Any,
         types: Sequence[type],
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        self._entered_counter().add_outputs(out)
+        if is_work(func):
+            self.meter.after_operation(func.__name__, out)
         return out
 
-    @property
-    def live_bytes(self) -> int:
-        return self._entered_counter().live_bytes
 
-    @property
-    def peak_bytes(self) -> int:
-        return self._entered_counter().peak_bytes
+def measure_memory(
+    device: torch.device, run_iteration: Callable[[], None], live_tensors: LiveTensors | None = None
+) -> MemoryProfile:
+    """The memory profile of `run_iteration` on `device`.
 
-    def _entered_counter(self) -> StorageCounter:
-        counter = self.counter
-        assert counter is not None, "TensorMemoryTracker counts only once entered (`with`)"
-        return counter
+    Saved-tensor hooks that change nothing are active, as the breakdown's recorder has its own:
+    without any, autograd saves some outputs through an extra `detach`, and the profiles of a
+    recorded iteration and a measured one would not list the same operations."""
+    meter = meter_for(device, live_tensors)
+    hooks = torch.autograd.graph.saved_tensors_hooks(_unchanged, _unchanged)
+    with tracking_phases(meter), hooks, MemoryTracker(meter):
+        run_iteration()
+    return meter.profile()
 
 
-def measure_peak_bytes(
-    device: torch.device, run_iterations: Callable[[], None], live_tensors: LiveTensors | None = None
-) -> int:
-    """Peak tensor memory on `device` while `run_iterations` runs."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        run_iterations()
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device))
-    with TensorMemoryTracker(live_tensors) as tracker:
-        run_iterations()
-    return int(tracker.peak_bytes)
+def _unchanged(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
 
 
 def release_cached_memory(device: torch.device) -> None:

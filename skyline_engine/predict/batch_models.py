@@ -1,8 +1,13 @@
 """Predicting iteration time, throughput and peak memory at any batch size.
 
-Two straight lines fitted to the measured samples: run time (ms) against batch size, and peak
-memory (bytes) against batch size, as Skyline does. Throughput follows from the run-time line:
-samples/s = batch_size / run_time(batch_size) * 1000.
+Run time is a straight line in the batch size (ms), as Skyline fits it; throughput follows:
+samples/s = batch_size / run_time(batch_size) * 1000. Peak memory is the upper envelope of
+per-operation lines (predict/peak_memory.py), not one line through the peaks.
+
+What the models say is trusted between the smallest measured batch size and TRUSTED_FACTOR times
+the largest: a prediction outside says `extrapolated`. No prediction carries an impossible number:
+where the run-time line is not positive, or does not grow with the batch size at all, no time and
+no throughput is predicted.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.linear import LinearModel, fit_line
+from skyline_engine.predict.peak_memory import PeakMemoryModel, fit_peak_memory
 
 # Memory kept free when deciding what fits: the device needs some for itself (CUDA context,
 # allocator fragmentation, the interpreter on CPU), which a tensor-level peak does not show.
@@ -20,9 +27,10 @@ MEMORY_HEADROOM_FRACTION = 0.10
 
 # Below this R² a model's predictions are flagged as unreliable.
 POOR_FIT_R2 = 0.95
-# Beyond this multiple of the largest measured batch size, the largest that fits is a far
-# extrapolation (the default example on a 24 GiB CPU: 22 million, 86,000× the largest measured).
-FAR_EXTRAPOLATION = 16
+# Predictions are trusted up to this multiple of the largest measured batch size.
+TRUSTED_FACTOR = 4
+# The throughput knee: the batch size where throughput reaches this share of its asymptote.
+KNEE_SHARE = 0.9
 
 
 def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_HEADROOM_FRACTION) -> int:
@@ -33,10 +41,11 @@ def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_H
 @dataclass(frozen=True)
 class Prediction:
     batch_size: int
-    run_time_ms: float
+    run_time_ms: float | None  # None where the run-time model predicts no positive time
     samples_per_second: float | None
     peak_memory_bytes: float
     fits: bool
+    extrapolated: bool  # outside the trusted range
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,30 +54,31 @@ class Prediction:
             "samples_per_second": self.samples_per_second,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": self.fits,
+            "extrapolated": self.extrapolated,
         }
 
 
 @dataclass(frozen=True)
 class BatchSizeModels:
     run_time: LinearModel
-    peak_memory: LinearModel
+    peak_memory: PeakMemoryModel
     memory_capacity_bytes: int
-    # The models are not trusted below the smallest measured batch size: there a line with a
-    # negative bias would predict times near zero and absurd throughput.
-    smallest_measured_batch_size: int
-    largest_measured_batch_size: int
+    measured_batch_sizes: tuple[int, ...]
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
 
     @classmethod
     def fit(
-        cls, batch_sizes: Sequence[int], run_times_ms: Sequence[float], peaks: Sequence[int], capacity: int
+        cls,
+        batch_sizes: Sequence[int],
+        run_times_ms: Sequence[float],
+        memory: Sequence[MemoryProfile],
+        capacity: int,
     ) -> BatchSizeModels:
         return cls(
             fit_line(batch_sizes, run_times_ms),
-            fit_line(batch_sizes, peaks),
+            fit_peak_memory(batch_sizes, memory),
             capacity,
-            min(batch_sizes),
-            max(batch_sizes),
+            tuple(sorted(set(batch_sizes))),
         )
 
     @classmethod
@@ -76,82 +86,117 @@ class BatchSizeModels:
         """The models again from an analysis document's `models` (the inverse of `to_dict`, given the
         document's `device.memory_capacity_bytes`), so predictions need no new measurement.
         Raises KeyError, TypeError or ValueError when `models` is not such a dict."""
+        line = models["run_time_ms"]
+        r2 = line.get("r2")
         return cls(
-            run_time=_line_from_dict(models["run_time_ms"]),
-            peak_memory=_line_from_dict(models["peak_memory_bytes"]),
+            run_time=LinearModel(
+                slope=float(line["slope"]),
+                bias=float(line["bias"]),
+                r2=None if r2 is None else float(r2),
+                max_relative_residual=float(line["max_relative_residual"]),
+                points=int(line["points"]),
+            ),
+            peak_memory=PeakMemoryModel.from_dict(models["peak_memory_bytes"]),
             memory_capacity_bytes=int(memory_capacity_bytes),
-            smallest_measured_batch_size=min(int(s["batch_size"]) for s in models["samples"]),
-            largest_measured_batch_size=max(int(s["batch_size"]) for s in models["samples"]),
-            headroom_fraction=float(models.get("memory_headroom_fraction", MEMORY_HEADROOM_FRACTION)),
+            measured_batch_sizes=tuple(sorted({int(s["batch_size"]) for s in models["samples"]})),
+            headroom_fraction=float(models["memory_headroom_fraction"]),
         )
 
     @property
     def usable_memory_bytes(self) -> int:
         return usable_memory_bytes(self.memory_capacity_bytes, self.headroom_fraction)
 
+    @property
+    def trusted_range(self) -> tuple[int, int]:
+        return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[-1]
+
+    @property
+    def time_grows(self) -> bool:
+        """Whether iteration time grows with the batch size: without that, the line says nothing
+        about other batch sizes (a flat or falling line is noise, or a bottleneck elsewhere)."""
+        return self.run_time.slope > 0
+
     def predict(self, batch_size: int) -> Prediction:
-        run_time = self.run_time(batch_size)
-        throughput = batch_size / run_time * 1000.0 if run_time > 0 else None
+        low, high = self.trusted_range
+        run_time: float | None = self.run_time(batch_size)
+        if not self.time_grows or run_time is None or run_time <= 0:
+            run_time = None
         memory = self.peak_memory(batch_size)
-        return Prediction(batch_size, run_time, throughput, memory, memory <= self.usable_memory_bytes)
+        return Prediction(
+            batch_size,
+            run_time,
+            batch_size / run_time * 1000.0 if run_time else None,
+            memory,
+            memory <= self.usable_memory_bytes,
+            not low <= batch_size <= high,
+        )
 
     def max_batch_size(self) -> int | None:
         """The largest batch size predicted to fit in usable memory; None when memory does not grow
         with the batch size (nothing bounds it), 0 when not even one sample fits."""
-        crossing = self.peak_memory.inverse(self.usable_memory_bytes)  # None only for a flat line
-        if self.peak_memory.slope <= 0 or crossing is None:
-            return None
-        return max(math.floor(crossing), 0)
+        return self.peak_memory.largest_within(self.usable_memory_bytes)
+
+    def max_batch_size_extrapolated(self) -> bool:
+        largest = self.max_batch_size()
+        return largest is not None and largest > self.trusted_range[1]
 
     def asymptotic_samples_per_second(self) -> float | None:
-        """Throughput as the batch size grows without bound (Skyline's "predicted maximum")."""
-        return 1000.0 / self.run_time.slope if self.run_time.slope > 0 else None
+        """Throughput as the batch size grows without bound (Skyline's "predicted maximum"): the
+        fixed costs of an iteration shared by ever more samples. None unless time grows with the
+        batch size and an iteration has fixed costs (a positive intercept)."""
+        if not self.time_grows or self.run_time.bias <= 0:
+            return None
+        return 1000.0 / self.run_time.slope
+
+    def throughput_knee_batch_size(self) -> int | None:
+        """The batch size where throughput reaches KNEE_SHARE of its asymptote: b / (s·b + c) =
+        share / s gives b = share / (1 − share) · c / s. Beyond it, a larger batch size buys
+        little throughput for its memory."""
+        if self.asymptotic_samples_per_second() is None:
+            return None
+        return max(1, math.ceil(KNEE_SHARE / (1 - KNEE_SHARE) * self.run_time.bias / self.run_time.slope))
 
     def best_batch_size(self) -> int | None:
-        """The batch size with the highest predicted throughput among those that fit, from the
-        smallest measured one up. Throughput = b / (slope·b + bias) is monotone in b: it rises
-        with b when the bias is positive (fixed costs get shared) and falls when it is negative.
-        None when no upper bound exists (then the asymptote is the answer) or nothing fits."""
+        """The batch size with the highest predicted throughput among those that fit within the
+        trusted range. Throughput = b / (slope·b + bias) is monotone in b: it rises with b when
+        the bias is positive (fixed costs get shared) and falls when it is negative. None when
+        time does not grow with the batch size, or nothing fits."""
         largest = self.max_batch_size()
-        if largest is None or largest < 1 or self.run_time.slope <= 0:
+        low, high = self.trusted_range
+        if not self.time_grows or largest == 0:
             return None
-        if self.run_time.bias >= 0:
-            return largest
-        return min(self.smallest_measured_batch_size, largest)
+        if self.run_time.bias < 0:
+            return min(low, largest) if largest is not None else low
+        return min(high, largest) if largest is not None else high
 
     def predicted_max_samples_per_second(self) -> float | None:
-        """The best throughput reachable within device memory (see `best_batch_size`)."""
+        """The throughput at `best_batch_size`."""
         best = self.best_batch_size()
-        if best is not None:
-            return self.predict(best).samples_per_second
-        if self.max_batch_size() is None and self.run_time.bias >= 0:
-            return self.asymptotic_samples_per_second()
-        return None
+        return self.predict(best).samples_per_second if best is not None else None
 
     def warnings(self) -> list[str]:
         notes = []
-        for what, model in (("run-time", self.run_time), ("peak-memory", self.peak_memory)):
-            if model.r2 is None:
-                notes.append(
-                    f"The {what} model rests on {model.points} batch sizes only, so its fit cannot be checked."
-                )
-            elif model.r2 < POOR_FIT_R2:
-                notes.append(
-                    f"The {what} model fits the measurements poorly (R² = {model.r2:.2f}); "
-                    "its predictions are unreliable."
-                )
-        largest = self.max_batch_size()
-        if largest is not None and largest > FAR_EXTRAPOLATION * self.largest_measured_batch_size:
+        if self.run_time.r2 is None:
             notes.append(
-                f"The largest batch size predicted to fit ({largest:,}) is "
-                f"{largest / self.largest_measured_batch_size:,.0f}× the largest measured "
-                f"({self.largest_measured_batch_size:,}): the lines are extrapolated far beyond the "
-                "measurements, where caches, the allocator and the machine can bend them."
+                f"The run-time model rests on {self.run_time.points} batch sizes only, so its fit cannot be checked."
             )
-        if self.run_time.slope <= 0:
+        elif self.run_time.r2 < POOR_FIT_R2:
             notes.append(
-                "Iteration time did not grow with the batch size over the measured range, "
-                "so throughput predictions beyond it are unreliable."
+                f"The run-time model fits the measurements poorly (R² = {self.run_time.r2:.2f}); "
+                "its predictions are unreliable."
+            )
+        if self.max_batch_size_extrapolated():
+            largest, measured = self.max_batch_size() or 0, self.measured_batch_sizes[-1]
+            notes.append(
+                f"The largest batch size predicted to fit ({largest:,}) is {largest / measured:,.0f}× the "
+                f"largest measured ({measured:,}): an extrapolation far beyond the measurements, where "
+                "the allocator, caches and the machine can bend the lines; plan with a capacity "
+                "(--memory-capacity) to get an answer nearer to them."
+            )
+        if not self.time_grows:
+            notes.append(
+                "Iteration time did not grow with the batch size over the measured range, so no time or "
+                "throughput is predicted at other batch sizes."
             )
         elif self.run_time.bias < 0:
             notes.append(
@@ -161,27 +206,23 @@ class BatchSizeModels:
         return notes
 
     def to_dict(self) -> dict[str, Any]:
+        largest = self.max_batch_size()
+        knee = self.throughput_knee_batch_size()
+        low, high = self.trusted_range
         return {
             "run_time_ms": self.run_time.to_dict(),
-            "peak_memory_bytes": self.peak_memory.to_dict(),
+            "peak_memory_bytes": self.peak_memory.to_dict(largest, self.measured_batch_sizes[-1]),
             "memory_headroom_fraction": self.headroom_fraction,
             "usable_memory_bytes": self.usable_memory_bytes,
-            "max_batch_size": self.max_batch_size(),
+            "max_batch_size": largest,
+            "max_batch_size_extrapolated": self.max_batch_size_extrapolated(),
+            "trusted_range": [low, high],
+            "throughput_knee_batch_size": knee,
+            "throughput_knee_samples_per_second": self.predict(knee).samples_per_second if knee else None,
             "best_batch_size": self.best_batch_size(),
             "predicted_max_samples_per_second": self.predicted_max_samples_per_second(),
             "asymptotic_samples_per_second": self.asymptotic_samples_per_second(),
         }
-
-
-def _line_from_dict(line: dict[str, Any]) -> LinearModel:
-    r2 = line.get("r2")
-    return LinearModel(
-        slope=float(line["slope"]),
-        bias=float(line["bias"]),
-        r2=None if r2 is None else float(r2),
-        max_relative_residual=float(line.get("max_relative_residual", 0.0)),
-        points=int(line.get("points", 0)),
-    )
 
 
 def prediction_ladder(batch_size: int, measured: Sequence[int], largest: int | None) -> list[int]:

@@ -48,7 +48,8 @@ def _summary(doc: dict[str, Any]) -> str:
     ]
     models = doc.get("models")
     if models:
-        lines.append("Predicted max  " + _predicted_max(models))
+        lines.append("Knee           " + _knee(models))
+        lines.append("Largest fit    " + _largest_fit(models))
     return "\n".join(lines)
 
 
@@ -91,22 +92,32 @@ def _source(root: str, path: str, number: int) -> str:
     return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
 
 
-def _predicted_max(models: dict[str, Any]) -> str:
-    rate = format_rate(models["predicted_max_samples_per_second"], SAMPLES)
-    largest, best = models["max_batch_size"], models["best_batch_size"]
+def _knee(models: dict[str, Any]) -> str:
+    """Where more samples stop buying throughput, rather than the largest batch size's throughput."""
+    knee = models["throughput_knee_batch_size"]
+    if knee is None:
+        return "— (the run-time model predicts no throughput limit; see the warnings)"
+    rate = format_rate(models["throughput_knee_samples_per_second"], SAMPLES)
+    limit = format_rate(models["asymptotic_samples_per_second"], SAMPLES)
+    where = f"{rate} at batch size {knee:,} (90% of the {limit} it approaches)"
+    low, high = models["trusted_range"]
+    if not low <= knee <= high:
+        where += f"; outside the measured range ({low:,}-{high:,}): an extrapolation"
+    return where
+
+
+def _largest_fit(models: dict[str, Any]) -> str:
+    largest = models["max_batch_size"]
     if largest is None:
-        return f"{rate} (memory does not grow with the batch size, so nothing bounds it)"
+        return "no limit (memory does not grow with the batch size)"
     if largest == 0:
         return "— (not even batch size 1 is predicted to fit)"
-    if best is None:
-        return (
-            "— (the run-time model cannot predict throughput; see the warnings); "
-            f"the largest predicted to fit is {largest:,}"
-        )
-    fits = f"the largest predicted to fit is {largest:,} ({models['memory_headroom_fraction']:.0%} of memory kept free)"
-    if best == largest:
-        return f"{rate} at batch size {best:,}, {fits}"
-    return f"{rate} at batch size {best:,}; {fits}"
+    phase = models["peak_memory_bytes"]["phase_at_max_batch_size"]
+    kept = f"{models['memory_headroom_fraction']:.0%} of memory kept free"
+    if models["max_batch_size_extrapolated"]:
+        high = models["trusted_range"][1]
+        return f"more than {high:,}: the memory model says {largest:,}, far beyond the measurements ({kept})"
+    return f"{largest:,}, set by the {phase.replace('_', ' and ')} phase ({kept})"
 
 
 def _predictions(doc: dict[str, Any]) -> str:
@@ -127,6 +138,8 @@ def _predictions(doc: dict[str, Any]) -> str:
             notes.append("largest that fits")
         if not p["fits"]:
             notes.append("does not fit")
+        if prediction["extrapolated"] and not prediction["measured"]:
+            notes.append("extrapolated")
         rows.append(
             (
                 f"{p['batch_size']:,}",
@@ -146,11 +159,17 @@ def _models(doc: dict[str, Any]) -> str:
     sizes = ", ".join(str(s["batch_size"]) for s in models["samples"])
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
+    memory_lines = [
+        f"{format_bytes(line['slope'])} × batch size {_signed(line['bias'], format_bytes)} ({line['name']})"
+        for line in mem["phases"]
+    ]
+    memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
     return (
         f"Batch-size models (least squares over batch sizes {sizes})\n"
         f"  iteration time = {rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}   {_fit(rt)}\n"
-        f"  peak memory    = {format_bytes(mem['slope'])} × batch size "
-        f"{_signed(mem['bias'], format_bytes)}   {_fit(mem)}"
+        f"  peak memory    = {memory}\n"
+        f"                   (fitted {mem['fitted'].replace('_', ' ')}, largest residual "
+        f"{mem['max_relative_residual']:.1%})"
     )
 
 

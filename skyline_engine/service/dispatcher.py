@@ -202,7 +202,7 @@ class Dispatcher:
         return RESPONDED
 
     def _predict(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
-        from skyline_engine.predict.batch_models import BatchSizeModels  # numpy: only when asked
+        from skyline_engine.predict.batch_models import TRUSTED_FACTOR, BatchSizeModels  # numpy: only when asked
 
         args = p.validate(params, PREDICT)
         latest = self._analyses().latest
@@ -214,15 +214,19 @@ class Dispatcher:
             raise RpcError(NO_MODELS, f"analysis {latest.analysis_id} has no batch-size models: {reason}")
         models = BatchSizeModels.from_dict(document["models"], document["device"]["memory_capacity_bytes"])
         batch_size = args["batch_size"]
-        prediction = models.predict(batch_size).to_dict()
-        smallest = models.smallest_measured_batch_size
+        prediction = models.predict(batch_size)
+        low, high = models.trusted_range
         warning = None
-        if batch_size < smallest:
+        if batch_size < low:
             warning = (
-                f"batch size {batch_size} is below the smallest measured ({smallest}), "
-                "where the models are not reliable."
+                f"batch size {batch_size} is below the smallest measured ({low}), where the models are not reliable."
             )
-        return {"analysis_id": latest.analysis_id, **prediction, "warning": warning}
+        elif batch_size > high:
+            warning = (
+                f"batch size {batch_size} is beyond the trusted range (up to {high}, {TRUSTED_FACTOR}× the largest "
+                "measured): the prediction is an extrapolation."
+            )
+        return {"analysis_id": latest.analysis_id, **prediction.to_dict(), "warning": warning}
 
     def _cancel(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
         args = p.validate(params, CANCEL)
