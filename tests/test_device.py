@@ -7,16 +7,78 @@ import torch
 
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure import nvml
-from skyline_engine.measure.device import describe_device, resolve_device
+from skyline_engine.measure.device import cpu_capacity, describe_device, resolve_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 
 
-def test_cpu_capacity_is_physical_memory():
+def test_cpu_capacity_is_the_memory_available_not_the_total():
     info = describe_device(resolve_device("cpu"))
     assert info.type == "cpu"
-    assert info.memory_capacity_bytes == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    assert info.to_dict()["memory_capacity_source"] == "physical-memory"
+    assert info.to_dict()["memory_capacity_source"] in ("system_available", "cgroup")
+    assert 0 < info.memory_capacity_bytes < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_a_capacity_given_by_the_user_is_planned_for():
+    info = describe_device(resolve_device("cpu"), 24 << 30)
+    assert (info.memory_capacity_bytes, info.capacity_source) == (24 << 30, "user")
+
+
+MEMINFO = "MemTotal:       32000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\n"
+
+
+def fake_system(root, meminfo=MEMINFO, cgroup=None, files=None):
+    """/proc and /sys under `root`, holding what the kernel would show (fixed numbers)."""
+    (root / "proc" / "self").mkdir(parents=True)
+    (root / "proc" / "meminfo").write_text(meminfo)
+    (root / "proc" / "self" / "cgroup").write_text(cgroup or "0::/\n")
+    for name, text in (files or {}).items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(root)
+
+
+def test_available_memory_when_no_control_group_limits_it(tmp_path):
+    root = fake_system(tmp_path, files={"sys/fs/cgroup/memory.max": "max\n", "sys/fs/cgroup/memory.current": "5\n"})
+    assert cpu_capacity(root) == (20000000 * 1024, "system_available")
+
+
+def test_a_cgroup_v2_limit_below_the_available_memory_wins(tmp_path):
+    root = fake_system(
+        tmp_path,
+        cgroup="0::/user.slice/job\n",
+        files={
+            "sys/fs/cgroup/user.slice/job/memory.max": str(8 << 30),
+            "sys/fs/cgroup/user.slice/job/memory.current": str(3 << 30),
+        },
+    )
+    assert cpu_capacity(root) == (5 << 30, "cgroup")
+
+
+def test_a_cgroup_v1_limit_seen_from_inside_a_container(tmp_path):
+    # The container's own cgroup is the root of its memory hierarchy; its path in
+    # /proc/self/cgroup names the host's view, which is not mounted here.
+    root = fake_system(
+        tmp_path,
+        cgroup="4:memory:/docker/abc\n0::/\n",
+        files={
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": str(4 << 30),
+            "sys/fs/cgroup/memory/memory.usage_in_bytes": str(1 << 30),
+        },
+    )
+    assert cpu_capacity(root) == (3 << 30, "cgroup")
+
+
+def test_a_cgroup_v1_without_a_limit_leaves_the_available_memory(tmp_path):
+    root = fake_system(
+        tmp_path,
+        files={
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712",
+            "sys/fs/cgroup/memory/memory.usage_in_bytes": str(1 << 30),
+        },
+    )
+    assert cpu_capacity(root) == (20000000 * 1024, "system_available")
 
 
 @no_cuda

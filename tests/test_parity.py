@@ -4,12 +4,14 @@ formatting, the batch_size literal locator and the address forms of :SkylineConn
 plugin against the service: the protocol's version and message kinds. A value that drifts in one
 place fails here."""
 
+import argparse
 import ast
 import sys
 from pathlib import Path
 
 import pytest
 
+from skyline_engine.cli.arguments import parse_size
 from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
@@ -310,3 +312,25 @@ def test_connect_addresses_match_the_server(nvim):
     for text, parsed in got.items():
         if parsed is not None:  # where both accept, they agree
             assert parse_listen(text) == parsed, text
+
+
+# --- sizes (memory_capacity, --memory-capacity) -------------------------------------------------
+
+SIZES = ["1073741824", "1", "0", "512MiB", "24GiB", "24gib", "8G", "8g", "512M", "4k", "4K", "80GB", "80gb", "500MB"]
+SIZES += ["2kB", "1.5GiB", "0.5G", "100B", "100b", " 8 GiB ", "3Ki", "iB", "GiB", "8 X", "1.", ".5G", "-1", "8GiBs", ""]
+
+
+def test_sizes_read_as_the_engine_reads_them(nvim):
+    lua = nvim.exec_lua(
+        "local parse = require('skyline.util').parse_size\n"
+        "return vim.tbl_map(function(text) return parse(text) or vim.NIL end, ...)",
+        SIZES,
+    )
+    for text, got in zip(SIZES, lua):
+        try:
+            expected = parse_size(text)
+        except argparse.ArgumentTypeError:
+            expected = None
+        assert got == expected, text
+    assert nvim.exec_lua("return require('skyline.util').parse_size(4096)") == 4096
+    assert nvim.exec_lua("return require('skyline.util').parse_size(0.5)") is None

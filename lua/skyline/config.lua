@@ -95,6 +95,15 @@ M.schema = {
     description = "Seconds before an analysis is stopped; nil: the engine's limit.",
   },
   {
+    name = 'memory_capacity',
+    default = nil,
+    validator = rule(function(v)
+      return require('skyline.util').parse_size(v) ~= nil
+    end, "bytes, or a size such as '24GiB' or '80GB'"),
+    optional = true,
+    description = 'Plan for a device with this much memory; nil: what the analysis device has available.',
+  },
+  {
     name = 'virt_text_pos',
     default = 'eol_right_align',
     validator = one_of('eol', 'eol_right_align', 'right_align'),

@@ -179,6 +179,7 @@ function M.start(entry, opts)
     entry_point = relative,
     batch_size = batch_size,
     time_limit_s = config.get().time_limit_s,
+    memory_capacity_bytes = util.parse_size(config.get().memory_capacity),
   })
   if not sent then
     state.running, state.progress = false, nil

@@ -63,4 +63,34 @@ function M.parse_address(text)
   return host, port
 end
 
+local SIZE_PREFIXES = { k = 1, m = 2, g = 3, t = 4 }
+
+--- A size in bytes, as `skyline profile --memory-capacity` reads it (the engine's
+--- cli/arguments.parse_size; tests/test_parity.py compares them): a positive integer, or a string
+--- such as '1073741824', '24GiB', '8G' (powers of 1024), '80GB' (powers of 1000). nil otherwise.
+function M.parse_size(value)
+  if type(value) == 'number' then
+    return (value >= 1 and value % 1 == 0) and value or nil
+  end
+  if type(value) ~= 'string' then
+    return nil
+  end
+  local number, unit = vim.trim(value):match('^([%d%.]+)%s*(%a*)$')
+  if not number or not (number:match('^%d+$') or number:match('^%d+%.%d+$')) then
+    return nil
+  end
+  unit = unit:lower()
+  local power, base = 0, 1024
+  if unit ~= '' and unit ~= 'b' then
+    power = SIZE_PREFIXES[unit:sub(1, 1)]
+    local rest = unit:sub(2)
+    if not power or (rest ~= '' and rest ~= 'b' and rest ~= 'ib') then
+      return nil
+    end
+    base = rest == 'b' and 1000 or 1024
+  end
+  local size = math.floor(tonumber(number) * base ^ power)
+  return size >= 1 and size or nil
+end
+
 return M

@@ -55,6 +55,8 @@ class AnalysisRequest:
     timeline: bool = False
     # Probe other batch sizes and fit the batch-size models (the breakdown alone is quicker).
     predict: bool = True
+    # Plan for a device with this much memory instead of the one measured on (None: its own).
+    memory_capacity_bytes: int | None = None
 
 
 def analyze(
@@ -72,7 +74,7 @@ def analyze(
     path = resolve_entry_path(request.entry_point, root, request.base_dir)
     progress("loading the entry point", 0.0)
     device = resolve_device(request.device)
-    device_info = describe_device(device)
+    device_info = describe_device(device, request.memory_capacity_bytes)
     entry = load_entry_point(path, root)
     try:
         document = _Analysis(request, entry, device_info, progress, partial).run()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from skyline_engine import __version__
-from skyline_engine.cli.arguments import DEVICE_HELP, positive_int
+from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_int
 from skyline_engine.errors import SkylineError
 
 BATCH_SIZE = positive_int("the batch size")
@@ -66,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         type=BATCH_SIZE,
         metavar="N",
         help="rewrite the batch_size default in the entry point to N, then profile at N",
+    )
+    profile.add_argument(
+        "--memory-capacity",
+        type=parse_size,
+        metavar="SIZE",
+        help="plan for a device with this much memory, e.g. 24GiB, 80GB or 512MiB (default: what the "
+        "analysis device has available)",
     )
     _add_common_options(profile)
     profile.add_argument("--json", metavar="PATH", help="also write the analysis document as JSON")
@@ -156,6 +163,7 @@ def _analyze(
         base_dir=cwd,
         predict=predict,
         timeline=timeline,
+        memory_capacity_bytes=getattr(args, "memory_capacity", None),
     )
     progress = StderrProgress(enabled=not args.quiet)
     try:

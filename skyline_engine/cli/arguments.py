@@ -8,7 +8,7 @@ from typing import Callable
 
 DEVICE_HELP = "auto (default: CUDA when available), cpu, cuda or cuda:N"
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(iB|B)?|B)?\s*$", re.IGNORECASE)
 
 
 def positive_int(what: str) -> Callable[[str], int]:
@@ -42,12 +42,14 @@ def positive_float(what: str) -> Callable[[str], float]:
 
 
 def parse_size(text: str) -> int:
-    """`8G`, `512M`, `1.5GiB`, `1073741824` → bytes (powers of 1024)."""
+    """A size in bytes: `1073741824`, binary `512MiB`, `24GiB` (also `8G`, `512M`), or decimal
+    `80GB`, `500MB` (powers of 1000, as disks and some GPU data sheets count)."""
     match = _SIZE.match(text)
     if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 8G or 512M")
-    number, unit = float(match.group(1)), match.group(2).upper()
-    size = int(number * 1024 ** "BKMGT".index(unit or "B"))
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 24GiB, 80GB or 512M")
+    number, prefix, suffix = float(match.group(1)), (match.group(2) or "").upper(), (match.group(3) or "").lower()
+    base = 1000 if suffix == "b" else 1024
+    size = int(number * base ** " KMGT".index(prefix or " "))
     if size <= 0:
         raise argparse.ArgumentTypeError("the size must be positive")
     return size

@@ -18,7 +18,7 @@ class DeviceInfo:
     torch_device: torch.device
     name: str
     memory_capacity_bytes: int
-    capacity_source: str  # "nvml", "cuda" (torch's device properties) or "physical-memory"
+    capacity_source: str  # "user", "cuda", "nvml", "system_available", "cgroup" or "physical_memory"
 
     @property
     def type(self) -> str:
@@ -66,23 +66,107 @@ def resolve_device(spec: str) -> torch.device:
     return torch.device("cuda", index)
 
 
-def describe_device(device: torch.device) -> DeviceInfo:
+def describe_device(device: torch.device, memory_capacity_bytes: int | None = None) -> DeviceInfo:
+    """The device, with the memory the analysis may plan for: `memory_capacity_bytes` when the
+    user gives one (to plan for another device: "will this fit on a 24 GiB card?"), else what
+    this process can use there now."""
+    name = torch.cuda.get_device_properties(device).name if device.type == "cuda" else _cpu_name()
+    if memory_capacity_bytes is not None:
+        return DeviceInfo(device, name, memory_capacity_bytes, "user")
     if device.type == "cuda":
-        return _describe_cuda(device)
-    return DeviceInfo(device, _cpu_name(), _physical_memory_bytes(), "physical-memory")
+        return DeviceInfo(device, name, *_cuda_capacity(device))
+    return DeviceInfo(device, name, *cpu_capacity())
 
 
-def _describe_cuda(device: torch.device) -> DeviceInfo:
+def _cuda_capacity(device: torch.device) -> tuple[int, str]:
+    """What this process can use of the GPU: free memory plus what its caching allocator holds
+    already (other processes, the CUDA context and MIG slices are left out, which a GPU's total
+    would not)."""
+    try:
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free) + int(torch.cuda.memory_reserved(device)), "cuda"
+    except RuntimeError:
+        pass
     props = torch.cuda.get_device_properties(device)
     uuid = str(getattr(props, "uuid", "") or "") or None
     total = nvml.total_memory_bytes(uuid, device.index)
     if total is not None:
-        return DeviceInfo(device, props.name, total, "nvml")
-    return DeviceInfo(device, props.name, int(props.total_memory), "cuda")
+        return total, "nvml"
+    return int(props.total_memory), "cuda"
 
 
-def _physical_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def cpu_capacity(root: str = "/") -> tuple[int, str]:
+    """What a process can use of the machine's memory, and where that figure comes from: the
+    memory available now (MemAvailable: free memory plus what the kernel can reclaim, not the
+    total, most of which other processes may hold), or the room left in this process's control
+    group when that is less. `root` is where /proc and /sys are (tests point it elsewhere)."""
+    available = _meminfo_available(root)
+    room = _cgroup_room(root)
+    if room is not None and (available is None or room < available):
+        return room, "cgroup"
+    if available is not None:
+        return available, "system_available"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "physical_memory"
+
+
+def _meminfo_available(root: str) -> int | None:
+    try:
+        with open(os.path.join(root, "proc/meminfo"), encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# A cgroup limit at or above this is "no limit" (cgroup v1 writes 2^63 rounded down to a page).
+_NO_LIMIT = 1 << 60
+
+
+def _cgroup_room(root: str) -> int | None:
+    """The control group's memory limit less its usage (cgroup v2, else v1), or None without a limit."""
+    for relative in _cgroup_paths(root):
+        for limit_name, usage_name in (
+            ("memory.max", "memory.current"),
+            ("memory.limit_in_bytes", "memory.usage_in_bytes"),
+        ):
+            limit = _read_int(os.path.join(root, relative, limit_name))
+            usage = _read_int(os.path.join(root, relative, usage_name))
+            if limit is not None and usage is not None:
+                return max(0, limit - usage) if limit < _NO_LIMIT else None
+    return None
+
+
+def _cgroup_paths(root: str) -> list[str]:
+    """Where this process's memory cgroup may be mounted: its own path under the v2 and v1
+    hierarchies, then their roots (a container sees its own cgroup as the root)."""
+    own = []
+    try:
+        with open(os.path.join(root, "proc/self/cgroup"), encoding="ascii") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    own.append("sys/fs/cgroup" + path)
+                elif "memory" in controllers.split(","):
+                    own.append("sys/fs/cgroup/memory" + path)
+    except (OSError, ValueError):
+        pass
+    return [*own, "sys/fs/cgroup", "sys/fs/cgroup/memory"]
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return _NO_LIMIT
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _cpu_name() -> str:

@@ -53,6 +53,7 @@ ANALYZE = [
     p.Param("entry_point", p.path_text, required=True),
     p.Param("batch_size", p.batch_size),
     p.Param("time_limit_s", p.positive_seconds),
+    p.Param("memory_capacity_bytes", p.positive_bytes),
 ]
 PREDICT = [p.Param("batch_size", p.batch_size, required=True)]
 CANCEL = [p.Param("analysis_id", p.integer, required=True)]
@@ -197,6 +198,7 @@ class Dispatcher:
         request = {
             "entry_point": analyses.mapper.entry_to_server(args["entry_point"]),
             "batch_size": args["batch_size"],
+            "memory_capacity_bytes": args["memory_capacity_bytes"],
         }
         analyses.start(request, args["time_limit_s"], respond)
         return RESPONDED

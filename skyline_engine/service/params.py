@@ -67,6 +67,12 @@ def batch_size(value: Any) -> int:
     return value
 
 
+def positive_bytes(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 62:
+        raise ValueError("a positive number of bytes")
+    return value
+
+
 def positive_seconds(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e7:
         raise ValueError("a positive number of seconds")

@@ -186,6 +186,7 @@ def _analyze(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         entry_point=job["entry_point"],
         project_root=Path(job["project_root"]),
         batch_size=job.get("batch_size"),
+        memory_capacity_bytes=job.get("memory_capacity_bytes"),
         device=job.get("device", "auto"),
         budget=dataclasses.replace(TimingBudget(), **job.get("budget", {})),
     )

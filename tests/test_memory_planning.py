@@ -1,0 +1,92 @@
+"""Planning for a memory capacity on an optimizer-dominated model, checked against the truth found
+by measuring: the largest batch size predicted to fit must fit, and 5 % more must not.
+
+On a CPU tensor memory is counted exactly, so this holds whatever the machine's load; the model
+(tests/projects/optimizer_dominated) peaks in optimizer.step() at the measured batch sizes and in
+the backward pass at the capacity's limit, where one line through the measured peaks would be
+far off.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_skyline
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.entry.loader import load_entry_point
+from skyline_engine.measure.iteration import IterationRunner
+from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER
+from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.predict.linear import fit_line
+
+PROJECT = Path(__file__).parent / "projects" / "optimizer_dominated"
+QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
+CAPACITY = 64 << 20
+
+
+@pytest.fixture(scope="module")
+def document():
+    request = AnalysisRequest("entry_point.py", PROJECT, device="cpu", budget=QUICK, memory_capacity_bytes=CAPACITY)
+    return analyze(request).to_dict()
+
+
+def measured_peak(batch_size: int) -> int:
+    """The real peak of one steady-state iteration at `batch_size`."""
+    entry = load_entry_point(PROJECT / "entry_point.py", PROJECT)
+    try:
+        with IterationRunner(entry, torch.device("cpu"), QUICK) as runner, runner.at_batch_size(batch_size) as run:
+            runner.warm_up(run)
+            return runner.memory(run).peak_bytes
+    finally:
+        entry.unload()
+
+
+def test_the_capacity_given_is_the_one_planned_for(document):
+    assert document["device"]["memory_capacity_bytes"] == CAPACITY
+    assert document["device"]["memory_capacity_source"] == "user"
+    assert document["models"]["usable_memory_bytes"] == int(CAPACITY * 0.9)
+
+
+def test_the_peak_moves_from_the_optimizer_step_to_the_backward_pass(document):
+    samples = document["models"]["samples"]
+    assert {s["peak_memory_phase"] for s in samples} == {OPTIMIZER}
+    assert document["models"]["peak_memory_bytes"]["phase_at_max_batch_size"] == FORWARD_BACKWARD
+
+
+def test_the_largest_batch_size_predicted_to_fit_is_the_true_one_within_5_percent(document):
+    models = document["models"]
+    largest, usable = models["max_batch_size"], models["usable_memory_bytes"]
+    assert measured_peak(largest) <= usable
+    assert measured_peak(int(largest * 1.05) + 1) > usable
+    # One line through the measured peaks, as Skyline fits it, would say many times more.
+    samples = models["samples"]
+    line = fit_line([s["batch_size"] for s in samples], [s["peak_memory_bytes"] for s in samples])
+    assert line.inverse(usable) > 5 * largest
+
+
+def test_the_command_line_plans_for_a_capacity(tmp_path):
+    out = tmp_path / "analysis.json"
+    result = run_skyline(
+        "profile",
+        "entry_point.py",
+        "--device",
+        "cpu",
+        "--memory-capacity",
+        "64MiB",
+        "--json",
+        out,
+        "--quiet",
+        cwd=PROJECT,
+    )
+    assert result.returncode == 0, result.stderr
+    models = json.loads(out.read_text())["models"]
+    largest, (_, high) = models["max_batch_size"], models["trusted_range"]
+    # Beyond the measured range it is said as such, never as a plain answer.
+    assert largest > high
+    assert f"Largest fit    more than {high:,}: the memory model says {largest:,}" in result.stdout
+    bad = run_skyline("profile", "entry_point.py", "--memory-capacity", "lots", cwd=PROJECT)
+    assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
