@@ -215,13 +215,19 @@ def expected_annotation(record: dict, iteration: dict) -> str:
 
 
 def predict(models: dict, batch_size: int) -> dict:
-    """docs/analysis-document.md's formulas, independently of the plugin's Lua."""
-    run_time_ms = models["run_time_ms"]["slope"] * batch_size + models["run_time_ms"]["bias"]
-    memory = models["peak_memory_bytes"]["slope"] * batch_size + models["peak_memory_bytes"]["bias"]
+    """docs/analysis-document.md's formulas, independently of the plugin's Lua: the peak is the
+    highest of the memory model's lines; no time where the run-time line is not positive, does not
+    grow or fits the measurements poorly (R² below 0.95)."""
+    time = models["run_time_ms"]
+    run_time_ms = time["slope"] * batch_size + time["bias"]
+    predictable = time["slope"] > 0 and (time.get("r2") is None or time["r2"] >= 0.95) and run_time_ms > 0
+    memory = max(line["slope"] * batch_size + line["bias"] for line in models["peak_memory_bytes"]["phases"])
+    low, high = models["trusted_range"]
     return {
         "batch_size": batch_size,
-        "run_time_ms": run_time_ms,
-        "samples_per_second": batch_size / run_time_ms * 1000 if run_time_ms > 0 else None,
+        "run_time_ms": run_time_ms if predictable else None,
+        "samples_per_second": batch_size / run_time_ms * 1000 if predictable else None,
         "peak_memory_bytes": memory,
         "fits": memory <= models["usable_memory_bytes"],
+        "extrapolated": not low <= batch_size <= high,
     }

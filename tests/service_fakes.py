@@ -107,6 +107,8 @@ def document(root="/srv/project", models=True) -> dict:
                 "r2": 1.0,
                 "max_relative_residual": 0.0,
                 "points": 3,
+                "fitted": "per_operation",
+                "phases": [{"name": "forward_backward", "slope": 1000.0, "bias": 5000.0, "r2": 1.0}],
             },
             "memory_headroom_fraction": 0.1,
         },

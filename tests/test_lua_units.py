@@ -225,6 +225,7 @@ def test_the_defaults_come_from_the_schema(nvim):
         "root_markers",
         "entry_point",
         "time_limit_s",
+        "memory_capacity",
         "virt_text_pos",
         "cost_thresholds",
         "float_border",

@@ -59,6 +59,7 @@ def test_command_completion(nvim):
         ({"batch_step": 0}, "batch_step"),
         ({"keymaps": {"batch_inc": 3}}, "keymaps.batch_inc"),
         ({"cost_thresholds": {"high": 2}}, "cost_thresholds.high"),
+        ({"memory_capacity": "lots"}, "memory_capacity"),
         ({"engine_args": "--quick"}, "engine_args"),
         ({"profile_on_save": "yes"}, "profile_on_save"),
     ],

@@ -15,7 +15,7 @@ from skyline_engine.cli.arguments import parse_size
 from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
-from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
+from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
 from skyline_engine.render.units import format_bytes
 from skyline_engine.service import protocol
 from skyline_engine.service.params import MAX_BATCH_SIZE
@@ -41,12 +41,14 @@ def test_shared_constants(nvim):
     lua = nvim.exec_lua(
         "local c = require('skyline.constants')\n"
         "return {PROVIDERS = c.PROVIDERS, INPUT_PROVIDER = c.INPUT_PROVIDER,"
-        " BATCH_SIZE_PARAMETER = c.BATCH_SIZE_PARAMETER, MAX_BATCH_SIZE = c.MAX_BATCH_SIZE}"
+        " BATCH_SIZE_PARAMETER = c.BATCH_SIZE_PARAMETER, MAX_BATCH_SIZE = c.MAX_BATCH_SIZE,"
+        " POOR_FIT_R2 = c.POOR_FIT_R2}"
     )
     assert lua["PROVIDERS"] == list(PROVIDERS)
     assert lua["INPUT_PROVIDER"] == INPUT_PROVIDER
     assert lua["BATCH_SIZE_PARAMETER"] == BATCH_SIZE_PARAMETER
     assert lua["MAX_BATCH_SIZE"] == MAX_BATCH_SIZE
+    assert lua["POOR_FIT_R2"] == POOR_FIT_R2
 
 
 @pytest.mark.parametrize("state_home", ["/tmp/skyline-parity-state", "", None])
@@ -67,7 +69,7 @@ def test_default_token_path(nvim, monkeypatch, state_home):
 # --- the models' formula --------------------------------------------------------------------
 
 
-def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32, 64), phases=None):
+def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32, 64), phases=None, r2=None):
     """An analysis document's `models`, as far as a prediction reads it; `phases` are the memory
     model's lines as (name, slope, bias), by default the one line `memory`."""
     lines = phases or [("forward_backward", *memory)]
@@ -76,7 +78,7 @@ def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32,
         "run_time_ms": {
             "slope": run_time[0],
             "bias": run_time[1],
-            "r2": None,
+            "r2": r2,
             "max_relative_residual": 0.0,
             "points": len(measured),
         },
@@ -108,6 +110,9 @@ MODEL_CASES = [
     (document_models((0.0, 0.0), (10.0, 0.0), 1000), [1, 100]),
     # a falling run time (noise, a bottleneck elsewhere): no time or throughput anywhere
     (document_models((-0.1, 50.0), (10.0, 0.0), 1000), [1, 64, 256]),
+    # a line through noise (R² below 0.95): no time or throughput; one that fits, at 0.95 exactly
+    (document_models((0.5, 2.0), (10.0, 0.0), 1000, r2=0.94), [1, 64]),
+    (document_models((0.5, 2.0), (10.0, 0.0), 1000, r2=0.95), [1, 64]),
     # an optimizer-dominated peak: flat in the step up to 682 samples, then backward's steeper line
     (
         document_models(
@@ -126,7 +131,7 @@ def test_predictions_match_the_engine(nvim):
     lua = nvim.exec_lua(
         "local predict = require('skyline.models').predict\n"
         "return vim.tbl_map(function(case) return predict(case[1], case[2]) end, ...)",
-        [[models, b] for models, b in cases],
+        [[without_nones(models), b] for models, b in cases],
     )
     for (models, b), got in zip(cases, lua):
         engine = BatchSizeModels.from_dict(models, _capacity(models)).predict(b).to_dict()
@@ -136,6 +141,15 @@ def test_predictions_match_the_engine(nvim):
         assert got.keys() == expected.keys(), (b, got, engine)
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-12, abs=0), (key, b, got, engine)
+
+
+def without_nones(value):
+    """As the remote plugin hands documents to Lua: null fields dropped (absent reads as nil)."""
+    if isinstance(value, dict):
+        return {key: without_nones(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [without_nones(item) for item in value]
+    return value
 
 
 def _capacity(models):

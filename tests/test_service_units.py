@@ -161,13 +161,26 @@ def initialized(client_root=None):
     return d, engine, sent
 
 
+@pytest.mark.parametrize("capacity", [0, -1, 1.5, True, "24GiB"])
+def test_a_capacity_is_a_positive_number_of_bytes(capacity):
+    d, _, sent = initialized()
+    error, _, _ = call(d, sent, "analyze", {"entry_point": "tiny/entry_point.py", "memory_capacity_bytes": capacity})
+    assert (error["code"], error["param"]) == ("invalid_params", "memory_capacity_bytes")
+
+
+def test_a_capacity_reaches_the_worker():
+    d, engine, _ = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "tiny/entry_point.py", "memory_capacity_bytes": 24 << 30}]])
+    assert engine.jobs[0].request["memory_capacity_bytes"] == 24 << 30
+
+
 def test_analyze_answers_with_the_id_before_anything_about_it():
     d, engine, sent = initialized()
     d.handle([0, 2, "analyze", [{"entry_point": "tiny/entry_point.py", "batch_size": 8}]])
     job = engine.jobs[0]
     assert job.started
     assert sent.sent[-1] == [1, 2, None, {"analysis_id": job.analysis_id}]
-    assert job.request == {"entry_point": "tiny/entry_point.py", "batch_size": 8}
+    assert job.request == {"entry_point": "tiny/entry_point.py", "batch_size": 8, "memory_capacity_bytes": None}
     job.listener.on_progress(job, "measuring", 0.5)
     assert sent.notifications("progress") == [{"analysis_id": 1, "phase": "measuring", "fraction": 0.5}]
 

@@ -1,7 +1,8 @@
 -- Values the editor shares with the engine, kept by hand in both languages; tests/test_parity.py
 -- fails when they drift apart. Python: skyline_engine.entry.contract (PROVIDERS,
 -- BATCH_SIZE_PARAMETER), skyline_engine.service.params (MAX_BATCH_SIZE),
--- skyline_engine.service.tokens (default_token_path).
+-- skyline_engine.service.tokens (default_token_path), skyline_engine.predict.batch_models
+-- (POOR_FIT_R2).
 local M = {}
 
 M.MODEL_PROVIDER = 'skyline_model_provider'
@@ -14,6 +15,9 @@ M.BATCH_SIZE_PARAMETER = 'batch_size'
 
 -- The largest batch size the engine accepts in a request.
 M.MAX_BATCH_SIZE = 2147483647
+
+-- Below this R² the run-time line predicts no time: a line through noise predicts noise.
+M.POOR_FIT_R2 = 0.95
 
 --- Where `skyline serve --listen` writes its token unless told otherwise:
 --- $XDG_STATE_HOME/skyline/token, else ~/.local/state/skyline/token.

@@ -14,16 +14,22 @@ function M.peak_memory(memory, b)
   return peak
 end
 
+--- Whether the run-time line predicts anything: it grows with the batch size and fits the
+--- measurements (where its fit can be judged).
+function M.time_predictable(time)
+  return time.slope > 0 and (time.r2 == nil or time.r2 >= require('skyline.constants').POOR_FIT_R2)
+end
+
 --- The prediction at batch size `b`: {batch_size, run_time_ms, samples_per_second,
 --- peak_memory_bytes, fits, extrapolated}, or nil when the document has no models. No time and
---- no throughput (nil) where the run-time line is not positive, or does not grow at all.
+--- no throughput (nil) where the run-time line is not positive, or predicts nothing at all.
 function M.predict(models, b)
   if not models then
     return nil
   end
   local time = models.run_time_ms
   local run_time_ms = time.slope * b + time.bias
-  if time.slope <= 0 or run_time_ms <= 0 then
+  if not M.time_predictable(time) or run_time_ms <= 0 then
     run_time_ms = nil
   end
   local peak_memory_bytes = M.peak_memory(models.peak_memory_bytes, b)

@@ -1,16 +1,18 @@
 """Choosing the batch sizes to measure for the batch-size models, around the user's, OOM-aware.
 
 The user's batch size is measured first (it must fit: it is what they train with), then half of
-it, then twice it. Before a larger probe, the peak-memory model of the samples so far says whether
-it would fit; a probe that runs out of memory anyway narrows the range (halfway back towards the
-user's batch size) and never ends the analysis.
+it, then twice it. Probing measures memory only (one iteration each): the batch sizes are timed
+afterwards, together (analysis/session.py). Before a larger probe, the peak-memory model of the
+sizes so far says whether it would fit; a probe that runs out of memory anyway narrows the range
+(halfway back towards the user's batch size) and never ends the analysis.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample
+from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize
+from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.peak_memory import fit_peak_memory
 
 PROBES = 3
@@ -18,37 +20,41 @@ PROBES = 3
 LARGER_ATTEMPTS = 3
 
 Progress = Callable[[str, float], None]
-Measure = Callable[[int], Sample]
-
-
-def announce(progress: Progress, batch_size: int, done: int) -> None:
-    """The progress phase of measuring the (done+1)-th batch size."""
-    progress(f"measuring batch size {batch_size} ({done + 1}/{PROBES})", done / PROBES)
+MeasureMemory = Callable[[int], MemoryProfile]
 
 
 class Probing:
-    def __init__(self, measure: Measure, usable_memory_bytes: int, progress: Progress, users: Sample) -> None:
-        self.measure = measure
+    def __init__(
+        self,
+        measure_memory: MeasureMemory,
+        usable_memory_bytes: int,
+        progress: Progress,
+        user_batch_size: int,
+        users_memory: MemoryProfile,
+    ) -> None:
+        self.measure_memory = measure_memory
         self.usable = usable_memory_bytes
         self.progress = progress
-        self.samples: list[Sample] = [users]
+        self.user_batch_size = user_batch_size
+        self.memory: dict[int, MemoryProfile] = {user_batch_size: users_memory}
         self.notes: list[str] = []
-        self._tried: set[int] = {users.batch_size}
+        self._tried: set[int] = {user_batch_size}
 
-    def measure_others(self) -> list[Sample]:
-        """Up to PROBES-1 more batch sizes around the user's; all samples, by batch size."""
-        user_batch_size = self.samples[0].batch_size
+    def probe(self) -> list[int]:
+        """Up to PROBES-1 more batch sizes around the user's, their memory measured; every batch
+        size whose memory is known, ascending."""
+        user_batch_size = self.user_batch_size
         self._try(max(1, user_batch_size // 2))
-        if not self._try_larger(user_batch_size, 2 * user_batch_size):
+        if not self._try_larger(2 * user_batch_size):
             self._try(max(1, user_batch_size // 4))
         for extra in (3 * user_batch_size, 4 * user_batch_size):
-            if len(self.samples) >= PROBES:
+            if len(self.memory) >= PROBES:
                 break
-            self._try_larger(user_batch_size, extra)
-        return sorted(self.samples, key=lambda s: s.batch_size)
+            self._try_larger(extra)
+        return sorted(self.memory)
 
     def _try(self, batch_size: int) -> bool:
-        if len(self.samples) >= PROBES or batch_size in self._tried:
+        if len(self.memory) >= PROBES or batch_size in self._tried:
             return False
         try:
             self._measure(batch_size)
@@ -57,29 +63,29 @@ class Probing:
             self.notes.append(f"Batch size {batch_size} ran out of memory; it is left out of the models.")
             return False
 
-    def _try_larger(self, user_batch_size: int, batch_size: int) -> bool:
+    def _try_larger(self, batch_size: int) -> bool:
         """Measure a batch size above the user's, lowered to what is predicted to fit and halved
         towards the user's on out-of-memory."""
         candidate = self._largest_predicted_to_fit(batch_size)
         for _ in range(LARGER_ATTEMPTS):
-            if candidate <= user_batch_size or candidate in self._tried or len(self.samples) >= PROBES:
+            if candidate <= self.user_batch_size or candidate in self._tried or len(self.memory) >= PROBES:
                 return False
             try:
                 self._measure(candidate)
                 return True
             except OutOfMemoryAtBatchSize:
                 self.notes.append(f"Batch size {candidate} ran out of memory; probing a smaller one instead.")
-                candidate = (user_batch_size + candidate) // 2
+                candidate = (self.user_batch_size + candidate) // 2
         return False
 
     def _largest_predicted_to_fit(self, batch_size: int) -> int:
-        if len({s.batch_size for s in self.samples}) < 2:
+        if len(self.memory) < 2:
             return batch_size
-        memory = fit_peak_memory([s.batch_size for s in self.samples], [s.memory for s in self.samples])
-        largest = memory.largest_within(self.usable)
+        model = fit_peak_memory(list(self.memory), list(self.memory.values()))
+        largest = model.largest_within(self.usable)
         return batch_size if largest is None else min(batch_size, largest)
 
     def _measure(self, batch_size: int) -> None:
         self._tried.add(batch_size)
-        announce(self.progress, batch_size, len(self.samples))
-        self.samples.append(self.measure(batch_size))
+        self.progress(f"measuring the memory of batch size {batch_size}", 0.4 + 0.1 * len(self.memory))
+        self.memory[batch_size] = self.measure_memory(batch_size)

@@ -1,8 +1,8 @@
 """One analysis, end to end:
 
 load the entry point → build the iteration (recording where parameters are created)
-→ the user's batch size, measured and broken down → other batch sizes → the batch-size
-models → the document
+→ the user's batch size, measured and broken down → the memory of other batch sizes
+→ every batch size timed together, in interleaved rounds → the batch-size models → the document
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from skyline_engine.analysis.document import AnalysisDocument, build_document
-from skyline_engine.analysis.probing import Probing, announce
+from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.users_batch_size import measure_with_breakdown
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
@@ -21,10 +21,13 @@ from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
 from skyline_engine.errors import OutOfMemory, SkylineError
+from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
-from skyline_engine.measure.timing import TimingBudget
-from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
+from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.measure.timing import TimingBudget, TimingStats
+from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
+from skyline_engine.predict.linear import fit_line
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
@@ -36,6 +39,9 @@ NOTABLE_SCALING = 0.8
 
 # Below this share of the iteration on user lines, the breakdown says where the rest may be.
 LOW_ATTRIBUTION = 0.5
+
+# From this share of the CPUs kept busy by other processes while timing, a warning says so.
+BUSY_MACHINE = 0.25
 
 
 def no_progress(phase: str, fraction: float) -> None:
@@ -124,23 +130,62 @@ class _Analysis:
             if not self.request.predict:
                 return self.document(samples=[users], breakdown=breakdown, models=None, warnings=notes)
             self._send(users, breakdown, notes)
-            probing = Probing(
-                runner.measure, usable_memory_bytes(self.device.memory_capacity_bytes), self.progress, users
-            )
-            samples = probing.measure_others()
+            usable = usable_memory_bytes(self.device.memory_capacity_bytes)
+            probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
+            sizes = probing.probe()
+            samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
         self.progress("fitting the batch-size models", 0.95)
         models = _fit_models(samples, self.device)
-        warnings = notes + probing.notes + (models.warnings() if models else [ONE_SAMPLE])
+        warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
         return self.document(samples=samples, breakdown=breakdown, models=models, warnings=warnings)
 
+    def _time_together(
+        self, runner: IterationRunner, sizes: list[int], users: Sample, memory: dict[int, MemoryProfile]
+    ) -> tuple[list[Sample], list[str]]:
+        """Every batch size timed in interleaved rounds, for as long as the budget allows each;
+        once more when the run-time line fits the estimates poorly (noise, rather than a model
+        that bends). A batch size that runs out of memory now is left out (the user's keeps its
+        first timing)."""
+        notes: list[str] = []
+        budget = self.request.budget
+        while True:
+            self.progress(f"timing batch sizes {', '.join(map(str, sizes))} together", 0.7)
+            try:
+                with CpuContention() as contention, runner.at_batch_sizes(sizes) as runs:
+                    timing = runner.timing(runs)
+                    timing.measure(budget.max_run_s * len(sizes))
+                    if len(sizes) >= 3 and _poor_fit(timing.stats()):
+                        timing.measure(budget.max_run_s * len(sizes))
+                    runner.check_trained(max(sizes))
+                break
+            except OutOfMemoryAtBatchSize as exc:
+                notes.append(
+                    f"Batch size {exc.batch_size} ran out of memory while timing; it is left out of the models."
+                )
+                sizes = [b for b in sizes if b != exc.batch_size]
+                if sizes == [users.batch_size]:
+                    return [users], notes
+        stats = timing.stats()
+        samples = [Sample(b, stats[b], memory[b]) for b in sizes]
+        if users.batch_size not in stats:
+            samples.append(users)
+        if contention.others_share is not None and contention.others_share >= BUSY_MACHINE:
+            notes.append(
+                f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were "
+                "timed: iterations ran slower than on a quiet machine and vary more. The batch sizes were timed "
+                "side by side, so the comparison between them holds better than the times themselves."
+            )
+        return sorted(samples, key=lambda s: s.batch_size), notes
+
     def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> tuple[Sample, Breakdown]:
-        announce(self.progress, self.batch_size, 0)
+        self.progress(f"measuring batch size {self.batch_size}", 0.0)
         try:
             return measure_with_breakdown(
                 runner,
                 creation,
                 self.batch_size,
                 timeline=self.request.timeline,
+                quick_timing=self.request.predict,
                 on_first=lambda sample, breakdown: self._send(sample, breakdown, breakdown_notes(breakdown)),
             )
         except OutOfMemoryAtBatchSize as exc:
@@ -169,6 +214,11 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
             "the breakdown does not see."
         )
     return notes
+
+
+def _poor_fit(stats: dict[int, TimingStats]) -> bool:
+    line = fit_line(list(stats), [s.run_time_ms for s in stats.values()])
+    return line.r2 is not None and line.r2 < POOR_FIT_R2
 
 
 def _fit_models(samples: list[Sample], device: DeviceInfo) -> BatchSizeModels | None:

@@ -24,9 +24,11 @@ def measure_with_breakdown(
     *,
     timeline: bool,
     on_first: FirstResult,
+    quick_timing: bool = False,
 ) -> tuple[Sample, Breakdown]:
     """The sample and the breakdown at `batch_size`; `on_first` gets a first pair as soon as one
-    recorded iteration is broken down. Raises OutOfMemoryAtBatchSize when it does not fit."""
+    recorded iteration is broken down. `quick_timing` when the batch size is timed again later
+    (with the others). Raises OutOfMemoryAtBatchSize when it does not fit."""
     with runner.at_batch_size(batch_size) as run:
         with creation.finding_optimizers(runner.entry.relative_path):
             warmup_ms = runner.warm_up(run)
@@ -34,6 +36,6 @@ def measure_with_breakdown(
         memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory)
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline))
-        timing = runner.time(run, batch_size)
-        recording.record_more(run, timing.median_ms)
-        return Sample(batch_size, timing, memory), recording.breakdown(timing.median_ms, memory.peak_bytes, timeline)
+        timing = runner.time(run, batch_size, quick=quick_timing)
+        recording.record_more(run, timing.run_time_ms)
+        return Sample(batch_size, timing, memory), recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline)

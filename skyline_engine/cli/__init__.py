@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 from skyline_engine import __version__
 from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_int
 from skyline_engine.errors import SkylineError
+from skyline_engine.measure.openmp import settle_openmp
 
 BATCH_SIZE = positive_int("the batch size")
 
@@ -23,6 +24,7 @@ Output = tuple[Optional[str], str, Callable[[str, dict[str, Any]], None]]
 
 
 def main(argv: list[str] | None = None) -> int:
+    settle_openmp(os.environ)  # before torch is imported (measure/openmp.py)
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -3,18 +3,19 @@ batch size: time and peak memory.
 
 `IterationRunner` builds the model and the iteration function from the providers, then offers the
 steps of a measurement separately, so that the analysis can interleave them with recording the
-breakdown (`attribute/`): `at_batch_size` (the inputs, and what an out-of-memory becomes), `warm_up`,
-`memory`, `time`, `check_finite`. `measure` chains them for a batch size that needs no
-breakdown.
+breakdown (`attribute/`): `at_batch_size(s)` (the inputs, and what an out-of-memory becomes), `warm_up`,
+`memory`, `time` (one batch size) or `timing` (several, interleaved), `check_trained`. `measure`
+chains them for one batch size; `memory_at` measures memory alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,7 +33,14 @@ from skyline_engine.measure.memory import (
     measure_memory,
     release_cached_memory,
 )
-from skyline_engine.measure.timing import Clock, TimingBudget, TimingStats, clock_for, measure_iteration_time
+from skyline_engine.measure.timing import (
+    Clock,
+    InterleavedTiming,
+    TimingBudget,
+    TimingStats,
+    clock_for,
+    measure_iteration_time,
+)
 
 Run = Callable[[], None]
 
@@ -62,7 +70,7 @@ class Sample:
 
     @property
     def run_time_ms(self) -> float:
-        return self.timing.median_ms
+        return self.timing.run_time_ms
 
     @property
     def samples_per_second(self) -> float:
@@ -130,28 +138,26 @@ class IterationRunner:
     # -- one batch size, step by step ---------------------------------------------------------------
 
     @contextlib.contextmanager
-    def at_batch_size(self, batch_size: int) -> Iterator[Run]:
-        """The iteration at `batch_size`, ready to run (its inputs made once). Running out of memory
-        inside raises OutOfMemoryAtBatchSize; whatever happens, the inputs and what the iteration
-        left are released afterwards."""
-        inputs = None
-        out_of_memory = None
+    def at_batch_sizes(self, batch_sizes: Sequence[int]) -> Iterator[dict[int, Run]]:
+        """The iteration at each of `batch_sizes`, ready to run (the inputs made once each). An
+        iteration, or its inputs, that run out of memory raise OutOfMemoryAtBatchSize naming their
+        batch size; whatever happens, the inputs and what the iterations left are released
+        afterwards."""
+        inputs: dict[int, Sequence[Any]] = {}
         try:
-            inputs = self._inputs(batch_size)
-            yield functools.partial(self._call_iteration, inputs, batch_size)
-        except (UserCodeError, RuntimeError, MemoryError) as exc:
-            cause = exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
-            if not is_out_of_memory(cause):
-                raise
-            # Raised below, outside this handler: raised here it would keep `exc` (and through its
-            # traceback the failed iteration's tensors) alive as its __context__.
-            out_of_memory = OutOfMemoryAtBatchSize(batch_size, str(cause))
+            for batch_size in batch_sizes:
+                inputs[batch_size] = self._inputs_that_fit(batch_size)
+            yield {b: functools.partial(self._call_iteration, x, b) for b, x in inputs.items()}
         finally:
-            del inputs
+            inputs.clear()
             self._last_output = None
             release_cached_memory(self.device)
-        if out_of_memory is not None:
-            raise out_of_memory
+
+    @contextlib.contextmanager
+    def at_batch_size(self, batch_size: int) -> Iterator[Run]:
+        """`at_batch_sizes` for one batch size."""
+        with self.at_batch_sizes([batch_size]) as runs:
+            yield runs[batch_size]
 
     def warm_up(self, run: Run) -> float:
         """The warm-up iterations; the time of the last one (infinite when none ran).
@@ -170,14 +176,26 @@ class IterationRunner:
         """The tensor memory of one iteration, operation by operation."""
         return measure_memory(self.device, run, self.live_tensors)
 
-    def time(self, run: Run, batch_size: int) -> TimingStats:
-        """The iteration timed until the estimate is stable; its loss and parameters checked finite
-        before and after."""
+    def time(self, run: Run, batch_size: int, quick: bool = False) -> TimingStats:
+        """The iteration timed until the estimate is stable (`quick`: for the budget's minimum time
+        only); its loss and parameters checked finite before and after."""
         self.check_finite(batch_size)
-        timing = measure_iteration_time(run, self.clock, self.budget)
-        self.check_finite(batch_size)
-        self._check_parameters_finite(batch_size)
+        budget = dataclasses.replace(self.budget, max_run_s=self.budget.min_run_s) if quick else self.budget
+        timing = measure_iteration_time(run, self.clock, budget)
+        self.check_trained(batch_size)
         return timing
+
+    def timing(self, runs: Mapping[int, Run]) -> InterleavedTiming:
+        """Timing for several batch sizes at once, in interleaved rounds (see measure/timing.py);
+        call `check_trained` after it."""
+        return InterleavedTiming(runs, self.clock, self.budget)
+
+    def memory_at(self, batch_size: int) -> MemoryProfile:
+        """The memory of one iteration at `batch_size`, untimed (after a warm-up where one is
+        due); OutOfMemoryAtBatchSize when it does not fit."""
+        with self.at_batch_size(batch_size) as run:
+            self.warm_up(run)
+            return self.memory(run)
 
     def measure(self, batch_size: int) -> Sample:
         """Time and peak memory at `batch_size`; OutOfMemoryAtBatchSize when it does not fit."""
@@ -188,6 +206,19 @@ class IterationRunner:
         return Sample(batch_size, timing, memory)
 
     # -- the user's code ------------------------------------------------------------------------------
+
+    def _inputs_that_fit(self, batch_size: int) -> Sequence[Any]:
+        out_of_memory = None
+        try:
+            return self._inputs(batch_size)
+        except (UserCodeError, MemoryError, RuntimeError) as exc:
+            cause = exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
+            if not is_out_of_memory(cause):
+                raise
+            # Raised below, outside this handler: raised here it would keep `exc` (and through its
+            # traceback the tensors made so far) alive as its __context__.
+            out_of_memory = OutOfMemoryAtBatchSize(batch_size, str(cause))
+        raise out_of_memory
 
     def _inputs(self, batch_size: int) -> Sequence[Any]:
         entry = self.entry
@@ -204,12 +235,17 @@ class IterationRunner:
         return tuple(inputs)
 
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
+        out_of_memory = None
         try:
             self.iteration(*inputs)
         except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
-            if is_out_of_memory(exc):
-                raise
-            raise self._iteration_error(exc, batch_size) from exc
+            if not is_out_of_memory(exc):
+                raise self._iteration_error(exc, batch_size) from exc
+            # Raised below, outside this handler: raised here it would keep `exc`, and through its
+            # traceback the failed iteration's tensors, alive (CUDA could free nothing).
+            out_of_memory = OutOfMemoryAtBatchSize(batch_size, str(exc))
+        if out_of_memory is not None:
+            raise out_of_memory
         self._ran_once = True
 
     def _iteration_error(self, exc: BaseException, batch_size: int) -> UserCodeError:
@@ -233,6 +269,11 @@ class IterationRunner:
             if not math.isfinite(value):
                 kind = "NaN" if math.isnan(value) else f"infinite ({value})"
                 raise self._not_finite_error(f"the loss the model returned at batch size {batch_size} is {kind}")
+
+    def check_trained(self, batch_size: int) -> None:
+        """The last loss and every parameter checked finite, after training at `batch_size`."""
+        self.check_finite(batch_size)
+        self._check_parameters_finite(batch_size)
 
     def _check_parameters_finite(self, batch_size: int) -> None:
         for name, param in self.model.named_parameters():

@@ -111,15 +111,18 @@ class BatchSizeModels:
         return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[-1]
 
     @property
-    def time_grows(self) -> bool:
-        """Whether iteration time grows with the batch size: without that, the line says nothing
-        about other batch sizes (a flat or falling line is noise, or a bottleneck elsewhere)."""
-        return self.run_time.slope > 0
+    def time_predictable(self) -> bool:
+        """Whether the run-time line says anything about other batch sizes: it must grow with the
+        batch size (a flat or falling line is noise, or a bottleneck elsewhere) and fit the
+        measurements (R² of at least POOR_FIT_R2, where it can be judged: a line through noise
+        predicts noise)."""
+        r2 = self.run_time.r2
+        return self.run_time.slope > 0 and (r2 is None or r2 >= POOR_FIT_R2)
 
     def predict(self, batch_size: int) -> Prediction:
         low, high = self.trusted_range
         run_time: float | None = self.run_time(batch_size)
-        if not self.time_grows or run_time is None or run_time <= 0:
+        if not self.time_predictable or run_time is None or run_time <= 0:
             run_time = None
         memory = self.peak_memory(batch_size)
         return Prediction(
@@ -144,7 +147,7 @@ class BatchSizeModels:
         """Throughput as the batch size grows without bound (Skyline's "predicted maximum"): the
         fixed costs of an iteration shared by ever more samples. None unless time grows with the
         batch size and an iteration has fixed costs (a positive intercept)."""
-        if not self.time_grows or self.run_time.bias <= 0:
+        if not self.time_predictable or self.run_time.bias <= 0:
             return None
         return 1000.0 / self.run_time.slope
 
@@ -163,7 +166,7 @@ class BatchSizeModels:
         time does not grow with the batch size, or nothing fits."""
         largest = self.max_batch_size()
         low, high = self.trusted_range
-        if not self.time_grows or largest == 0:
+        if not self.time_predictable or largest == 0:
             return None
         if self.run_time.bias < 0:
             return min(low, largest) if largest is not None else low
@@ -176,14 +179,25 @@ class BatchSizeModels:
 
     def warnings(self) -> list[str]:
         notes = []
-        if self.run_time.r2 is None:
+        r2 = self.run_time.r2
+        if r2 is None:
             notes.append(
                 f"The run-time model rests on {self.run_time.points} batch sizes only, so its fit cannot be checked."
             )
-        elif self.run_time.r2 < POOR_FIT_R2:
+        if self.run_time.slope <= 0:
             notes.append(
-                f"The run-time model fits the measurements poorly (R² = {self.run_time.r2:.2f}); "
-                "its predictions are unreliable."
+                "Iteration time did not grow with the batch size over the measured range, so no time or "
+                "throughput is predicted at other batch sizes."
+            )
+        elif r2 is not None and r2 < POOR_FIT_R2:
+            notes.append(
+                f"The run-time model fits the measurements poorly (R² = {r2:.2f}), even after timing them again: "
+                "no time or throughput is predicted at other batch sizes."
+            )
+        elif self.run_time.bias < 0:
+            notes.append(
+                "Iteration time grows faster than the batch size over the measured range (the run-time "
+                "line has a negative intercept), so throughput is predicted to fall at larger batch sizes."
             )
         if self.max_batch_size_extrapolated():
             largest, measured = self.max_batch_size() or 0, self.measured_batch_sizes[-1]
@@ -192,16 +206,6 @@ class BatchSizeModels:
                 f"largest measured ({measured:,}): an extrapolation far beyond the measurements, where "
                 "the allocator, caches and the machine can bend the lines; plan with a capacity "
                 "(--memory-capacity) to get an answer nearer to them."
-            )
-        if not self.time_grows:
-            notes.append(
-                "Iteration time did not grow with the batch size over the measured range, so no time or "
-                "throughput is predicted at other batch sizes."
-            )
-        elif self.run_time.bias < 0:
-            notes.append(
-                "Iteration time grows faster than the batch size over the measured range (the run-time "
-                "line has a negative intercept), so throughput is predicted to fall at larger batch sizes."
             )
         return notes
 

@@ -33,6 +33,7 @@ from typing import IO, Any, Callable, Protocol
 import msgpack
 
 import skyline_engine
+from skyline_engine.measure.openmp import settle_openmp
 from skyline_engine.service import failures
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.failures import Failure
@@ -55,6 +56,7 @@ def _worker_environment() -> dict[str, str]:
     package_parent = str(Path(skyline_engine.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"  # the log, and the crash tail, must be complete
+    settle_openmp(env)  # measure/openmp.py
     return env
 
 

@@ -1,0 +1,132 @@
+"""Timing with an injected clock: iterations whose true times are written here, disturbed by load
+as a busy machine disturbs them. No real time is measured, so these hold on any machine."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from skyline_engine.measure.contention import CpuContention
+from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, measure_iteration_time
+from skyline_engine.predict.linear import fit_line
+
+SLOPE, BIAS = 0.5, 2.0  # ms a sample, ms an iteration
+SIZES = (16, 32, 64)
+BUDGET = TimingBudget(min_run_s=0.05, max_run_s=2.0, min_block_ms=5.0)
+
+
+class LoadedClock:
+    """Times a block as its iterations' true times, each multiplied by the load of the moment:
+    `load(n)` for the n-th block timed (the machine's load changes with time, not per batch size)."""
+
+    def __init__(self, load):
+        self.load = load
+        self.blocks = 0
+        self.ran: list[int] = []
+
+    def time_ms(self, run_block) -> float:
+        self.ran.clear()
+        run_block()
+        factor = self.load(self.blocks)
+        self.blocks += 1
+        return sum(SLOPE * b + BIAS for b in self.ran) * factor
+
+
+def runs(clock):
+    return {b: (lambda b=b: clock.ran.append(b)) for b in SIZES}
+
+
+def bursts(n):
+    """Every fourth block hit by a burst of load that makes it 20 times slower."""
+    return 20.0 if n % 4 == 3 else 1.0
+
+
+def test_the_lower_quartile_is_not_bent_by_bursts_of_load():
+    clock = LoadedClock(bursts)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    stats = timing.stats()
+    for b in SIZES:
+        assert stats[b].run_time_ms == pytest.approx(SLOPE * b + BIAS)
+    line = fit_line(list(stats), [s.run_time_ms for s in stats.values()])
+    assert (line.slope, line.bias, line.r2) == pytest.approx((SLOPE, BIAS, 1.0))
+
+
+def test_interleaving_keeps_the_line_straight_when_the_load_changes_midway():
+    """The machine gets busy (3 times slower) after a while. Timed one batch size after another,
+    the last ones see only the busy machine and the line bends; timed in interleaved rounds, every
+    batch size sees the same mix and the line stays straight (its level is the machine's)."""
+
+    def getting_busy(n):
+        return 1.0 if n < 8 else 3.0
+
+    clock = LoadedClock(getting_busy)
+    sequential = {b: measure_iteration_time(runs(clock)[b], clock, BUDGET).run_time_ms for b in SIZES}
+    bent = fit_line(list(sequential), list(sequential.values()))
+
+    clock = LoadedClock(getting_busy)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    interleaved = {b: s.run_time_ms for b, s in timing.stats().items()}
+    straight = fit_line(list(interleaved), list(interleaved.values()))
+
+    ratios = [interleaved[b] / (SLOPE * b + BIAS) for b in SIZES]
+    assert max(ratios) == pytest.approx(min(ratios), rel=0.01)  # one factor for all: the line's shape holds
+    assert straight.r2 > 0.999
+    assert bent.r2 < 0.99 and bent.bias < 0  # one after another, the line bent (16 quiet, 32 and 64 busy)
+
+
+def test_rounds_start_with_each_batch_size_in_turn():
+    clock = LoadedClock(lambda n: 1.0)
+    order: list[int] = []
+    timed = {b: (lambda b=b: (clock.ran.append(b), order.append(b))) for b in SIZES}
+    timing = InterleavedTiming(timed, clock, BUDGET)
+    order.clear()
+    for _ in range(3):
+        timing.round()
+    firsts = [order[i] for i in itertools.accumulate([0] + [len(order) // 3] * 2)]
+    assert firsts == [16, 32, 64]
+
+
+def test_timing_stops_once_precise_and_not_before_its_minimum():
+    clock = LoadedClock(lambda n: 1.0)  # no noise at all: precise at once
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    for stats in timing.stats().values():
+        assert stats.iqr_ms == pytest.approx(0.0)
+        assert stats.iterations >= BUDGET.min_blocks * stats.block_size
+        # at least min_run_s of iterations, then no more rounds than that needed
+        assert stats.iterations * stats.run_time_ms >= BUDGET.min_run_s * 1000
+        assert stats.iterations * stats.run_time_ms < 2 * BUDGET.min_run_s * 1000 + 3 * stats.block_size * 40
+
+
+def write_stat(path, busy_ticks):
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice
+    path.write_text(f"cpu  {busy_ticks} 0 0 1000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+
+
+class ChangingStat(CpuContention):
+    """The kernel's counters, as a file that other processes' work advances meanwhile."""
+
+    def __init__(self, path, ticks_meanwhile):
+        super().__init__(str(path))
+        self.path, self.ticks_meanwhile = path, ticks_meanwhile
+        write_stat(path, 0)
+
+    def __exit__(self, *exc):
+        write_stat(self.path, self.ticks_meanwhile)
+        super().__exit__(*exc)
+
+
+def test_the_share_of_the_cpus_other_processes_took(tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    hz = os.sysconf("SC_CLK_TCK")
+    # Other processes ran one CPU's worth of ticks during 0.5 s on 2 CPUs: half the machine.
+    with ChangingStat(tmp_path / "stat", ticks_meanwhile=int(0.5 * hz)) as contention:
+        time.sleep(0.5)
+    assert contention.others_share == pytest.approx(0.5, abs=0.1)
+    assert CpuContention(str(tmp_path / "missing")).__enter__().others_share is None
