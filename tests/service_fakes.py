@@ -100,6 +100,7 @@ def document(root="/srv/project", models=True) -> dict:
         if not models
         else {
             "samples": [{"batch_size": b} for b in (8, 16, 32)],
+            "memory_samples": [],
             "run_time_ms": {"slope": 0.1, "bias": 1.0, "r2": 1.0, "max_relative_residual": 0.0, "points": 3},
             "peak_memory_bytes": {
                 "slope": 1000.0,

@@ -90,7 +90,7 @@ def models(run_time=(0.5, 2.0), memory=(1000.0, 50_000.0), capacity=1_000_000, m
     return BatchSizeModels.fit(
         xs,
         [run_time[0] * x + run_time[1] for x in xs],
-        [profile(x, [(FORWARD_BACKWARD, *memory)]) for x in xs],
+        {x: profile(x, [(FORWARD_BACKWARD, *memory)]) for x in xs},
         capacity,
     )
 
@@ -163,7 +163,7 @@ def test_nothing_fits_when_even_the_bias_exceeds_capacity():
 
 def test_a_poor_fit_is_reported_not_hidden():
     m = BatchSizeModels.fit(
-        [8, 16, 32], [5.0, 1.0, 9.0], [profile(b, [(FORWARD_BACKWARD, 1e3, 1e4)]) for b in (8, 16, 32)], 10**9
+        [8, 16, 32], [5.0, 1.0, 9.0], {b: profile(b, [(FORWARD_BACKWARD, 1e3, 1e4)]) for b in (8, 16, 32)}, 10**9
     )
     assert any("fits the measurements poorly" in w for w in m.warnings())
     assert math.isfinite(m.run_time.r2)
@@ -172,9 +172,9 @@ def test_a_poor_fit_is_reported_not_hidden():
 def test_the_document_gives_the_models_back():
     measured = [16, 32, 64]
     m = BatchSizeModels.fit(
-        measured, [1.0 + 0.1 * b for b in measured], [profile(b, OPTIMIZER_DOMINATED) for b in measured], 1 << 30
+        measured, [1.0 + 0.1 * b for b in measured], {b: profile(b, OPTIMIZER_DOMINATED) for b in measured}, 1 << 30
     )
-    document = {**m.to_dict(), "samples": [{"batch_size": b} for b in measured]}
+    document = {**m.to_dict(), "samples": [{"batch_size": b} for b in measured], "memory_samples": []}
     again = BatchSizeModels.from_dict(document, 1 << 30)
     for b in (1, 16, 100, 682, 683, 5000, 15625, 15626):
         assert again.predict(b) == m.predict(b)

@@ -62,11 +62,16 @@ def written_fields(document: Any, where: str = "") -> Fields:
 
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
+    """The default example's complete document and first partial one, and a document with
+    memory-only probes (tests/projects/branching)."""
     partials: list[dict[str, Any]] = []
     request = AnalysisRequest("examples/default/entry_point.py", REPO, device="cpu", budget=QUICK, timeline=True)
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
     assert complete["models"] is not None and complete["timeline"] and complete["optimizer_state"]
-    return [complete, partials[0]]
+    branching = REPO / "tests" / "projects" / "branching"
+    probed = analyze(AnalysisRequest("entry_point.py", branching, device="cpu", budget=QUICK)).to_dict()
+    assert probed["models"]["memory_samples"]
+    return [complete, partials[0], probed]
 
 
 def test_every_field_written_is_described(documents):
@@ -77,7 +82,8 @@ def test_every_field_written_is_described(documents):
 
 def test_every_field_described_is_written(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
-    assert sorted(described - written_fields(documents[0])) == []
+    written = set().union(*(written_fields(document) for document in documents))
+    assert sorted(described - written) == []
 
 
 def test_the_check_sees_an_undocumented_field_anywhere(documents):

@@ -41,7 +41,10 @@ def document(times, batch_size=128):
         for b, t in zip(MEASURED, times)
     ]
     models = BatchSizeModels.fit(
-        [s.batch_size for s in samples], [s.run_time_ms for s in samples], [s.memory for s in samples], 24 << 30
+        [s.batch_size for s in samples],
+        [s.run_time_ms for s in samples],
+        {s.batch_size: s.memory for s in samples},
+        24 << 30,
     )
     breakdown = Breakdown(
         [], OperationNode("iteration", "", "module"), [], [], Untracked(0.0, 0), Attribution(1, 0.0, 0.0, None, 1.0)

@@ -90,3 +90,21 @@ def test_the_command_line_plans_for_a_capacity(tmp_path):
     assert f"Largest fit    more than {high:,}: the memory model says {largest:,}" in result.stdout
     bad = run_skyline("profile", "entry_point.py", "--memory-capacity", "lots", cwd=PROJECT)
     assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
+
+
+def test_memory_alone_is_measured_further_when_the_operations_differ_between_batch_sizes():
+    """tests/projects/branching takes a branch from 48 samples on: its profiles at 16, 32 and 64
+    do not line up, so memory alone is measured at 4 and 16 times the largest, and the model,
+    fitted per phase over all of them, reproduces those peaks."""
+    project = Path(__file__).parent / "projects" / "branching"
+    doc = analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK)).to_dict()
+    models = doc["models"]
+    assert [s["batch_size"] for s in models["samples"]] == [16, 32, 64]
+    assert [s["batch_size"] for s in models["memory_samples"]] == [256, 4096]
+    memory = models["peak_memory_bytes"]
+    assert memory["fitted"] == "per_phase"
+    for sample in models["memory_samples"]:
+        b = sample["batch_size"]
+        predicted = max(line["slope"] * b + line["bias"] for line in memory["phases"])
+        assert predicted == pytest.approx(sample["peak_memory_bytes"], rel=0.01)
+    assert models["trusted_range"] == [16, 4 * 4096]

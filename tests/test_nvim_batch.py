@@ -234,6 +234,7 @@ def test_the_chart_draws_the_documents_rows_and_the_current_batch_size(profiled)
         assert f" {rounded(shown.get('samples_per_second'))} " in row, row
         assert f" {format_bytes(shown['peak_memory_bytes'])}" in row, row
         assert ("measured" in row) == bool(p.get("measured")), row
+        assert ("extrapolated" in row) == (p["extrapolated"] and not p.get("measured")), row
         assert row.startswith("▸") == (p["batch_size"] == 128), row
     nvim.command("SkylineBreakdown")
 

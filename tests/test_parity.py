@@ -75,6 +75,7 @@ def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32,
     lines = phases or [("forward_backward", *memory)]
     return {
         "samples": [{"batch_size": b} for b in measured],
+        "memory_samples": [],
         "run_time_ms": {
             "slope": run_time[0],
             "bias": run_time[1],

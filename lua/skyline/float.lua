@@ -111,8 +111,8 @@ local function add_memory(sheet, document)
 end
 
 -- The rows of the chart: the document's predictions, a measured batch size showing its
--- measurement; the current batch size, when the document has no row for it, predicted with the
--- models' formula. Sorted by batch size.
+-- measurement, one outside the trusted range marked as an extrapolation; the current batch size,
+-- when the document has no row for it, predicted with the models' formula. Sorted by batch size.
 local function chart_rows()
   local rows, current = {}, state.batch_size
   local has_current = false
@@ -124,6 +124,7 @@ local function chart_rows()
       peak_memory_bytes = shown.peak_memory_bytes,
       fits = p.fits,
       measured = p.measured ~= nil,
+      extrapolated = p.extrapolated and p.measured == nil,
     })
     has_current = has_current or p.batch_size == current
   end
@@ -153,7 +154,7 @@ local function add_chart(sheet)
     local is_current = row.batch_size == state.batch_size
     local speed = row.samples_per_second
     local memory = ' ' .. format.bytes(row.peak_memory_bytes)
-    local noted = row.measured or not row.fits
+    local noted = row.measured or row.extrapolated or not row.fits
     sheet:add({
       { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
       { lpad(format.integer(row.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
@@ -161,7 +162,7 @@ local function add_chart(sheet)
       { ' ' .. pad(format.integer(speed), BAR + 1) },
       { format.bar(top_memory > 0 and row.peak_memory_bytes / top_memory or 0, BAR), 'SkylineFloatMemory' },
       { noted and pad(memory, 12) or memory },
-      { row.measured and '  measured' or '', 'SkylineFloatMuted' },
+      { row.measured and '  measured' or (row.extrapolated and '  extrapolated' or ''), 'SkylineFloatMuted' },
       { row.fits and '' or '  does not fit', 'SkylineFloatWarn' },
     })
   end

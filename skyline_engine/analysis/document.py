@@ -16,6 +16,7 @@ from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.entry.batch_size import BatchSizeLocation
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
+from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.batch_models import BatchSizeModels, Prediction, prediction_ladder
 
 SCHEMA = "skyline.analysis/1"
@@ -46,6 +47,7 @@ class AnalysisDocument:
     samples: list[Sample]  # every batch size measured, by batch size
     models: BatchSizeModels | None  # None in a partial document, or when fewer than two fit
     predictions: list[PredictionRow]
+    memory_only: dict[int, MemoryProfile]  # batch sizes probed for the memory model alone
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,7 +69,14 @@ class AnalysisDocument:
     def _models(self) -> dict[str, Any] | None:
         if self.models is None:
             return None
-        return {"samples": [s.to_dict() for s in self.samples], **self.models.to_dict()}
+        return {
+            "samples": [s.to_dict() for s in self.samples],
+            "memory_samples": [
+                {"batch_size": b, "peak_memory_bytes": p.peak_bytes, "peak_memory_phase": p.peak_phase}
+                for b, p in sorted(self.memory_only.items())
+            ],
+            **self.models.to_dict(),
+        }
 
 
 def build_document(
@@ -82,6 +91,7 @@ def build_document(
     models: BatchSizeModels | None,
     batch_size_location: BatchSizeLocation | None,
     warnings: list[str],
+    memory_only: dict[int, MemoryProfile] | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models."""
@@ -103,4 +113,5 @@ def build_document(
         samples=sorted(samples, key=lambda s: s.batch_size),
         models=models,
         predictions=predictions,
+        memory_only=dict(memory_only or {}),
     )

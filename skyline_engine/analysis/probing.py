@@ -13,11 +13,18 @@ from typing import Callable
 
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile
-from skyline_engine.predict.peak_memory import fit_peak_memory
+from skyline_engine.predict.peak_memory import PER_OPERATION, fit_peak_memory
 
 PROBES = 3
 # Each out-of-memory probe costs an iteration; after this many, larger batch sizes are abandoned.
 LARGER_ATTEMPTS = 3
+# The memory model is settled when it reproduces the measured peaks this closely, fitted per
+# operation (tensor sizes affine in the batch size); otherwise memory-only probes look further.
+SETTLED_RESIDUAL = 0.01
+# Memory-only probes at these multiples of the largest batch size measured so far.
+FURTHER = (4, 16)
+# What a memory-only probe may cost, in predicted iteration seconds.
+MEMORY_PROBE_BUDGET_S = 1.0
 
 Progress = Callable[[str, float], None]
 MeasureMemory = Callable[[int], MemoryProfile]
@@ -37,6 +44,7 @@ class Probing:
         self.progress = progress
         self.user_batch_size = user_batch_size
         self.memory: dict[int, MemoryProfile] = {user_batch_size: users_memory}
+        self.memory_only: dict[int, MemoryProfile] = {}  # probed for the memory model alone
         self.notes: list[str] = []
         self._tried: set[int] = {user_batch_size}
 
@@ -52,6 +60,31 @@ class Probing:
                 break
             self._try_larger(extra)
         return sorted(self.memory)
+
+    def settle_memory(self, seconds_per_sample: float) -> None:
+        """When the memory model is not settled by the probed batch sizes (the operations differ
+        between them, or their bytes are not affine in the batch size, as a GPU allocator's
+        rounding or a workspace chosen per shape can make them), measure memory alone at larger
+        batch sizes, within MEMORY_PROBE_BUDGET_S of predicted iteration time each, and up to
+        what is predicted to fit."""
+        for factor in FURTHER:
+            known = {**self.memory, **self.memory_only}
+            model = fit_peak_memory(list(known), list(known.values()))
+            if model.fitted == PER_OPERATION and model.max_relative_residual <= SETTLED_RESIDUAL:
+                return
+            largest = max(known)
+            target = factor * largest
+            fits = model.largest_within(self.usable)
+            if fits is not None:
+                target = min(target, fits)
+            if target <= largest or target * seconds_per_sample > MEMORY_PROBE_BUDGET_S:
+                return
+            self.progress(f"measuring the memory of batch size {target}", 0.6)
+            try:
+                self.memory_only[target] = self.measure_memory(target)
+            except OutOfMemoryAtBatchSize:
+                self.notes.append(f"Batch size {target} ran out of memory; the memory model stops short of it.")
+                return
 
     def _try(self, batch_size: int) -> bool:
         if len(self.memory) >= PROBES or batch_size in self._tried:

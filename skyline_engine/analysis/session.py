@@ -133,11 +133,14 @@ class _Analysis:
             usable = usable_memory_bytes(self.device.memory_capacity_bytes)
             probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
             sizes = probing.probe()
+            probing.settle_memory(users.run_time_ms / self.batch_size / 1000)
             samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
         self.progress("fitting the batch-size models", 0.95)
-        models = _fit_models(samples, self.device)
+        models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device)
         warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
-        return self.document(samples=samples, breakdown=breakdown, models=models, warnings=warnings)
+        return self.document(
+            samples=samples, breakdown=breakdown, models=models, warnings=warnings, memory_only=probing.memory_only
+        )
 
     def _time_together(
         self, runner: IterationRunner, sizes: list[int], users: Sample, memory: dict[int, MemoryProfile]
@@ -221,14 +224,11 @@ def _poor_fit(stats: dict[int, TimingStats]) -> bool:
     return line.r2 is not None and line.r2 < POOR_FIT_R2
 
 
-def _fit_models(samples: list[Sample], device: DeviceInfo) -> BatchSizeModels | None:
+def _fit_models(samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo) -> BatchSizeModels | None:
     if len(samples) < 2:
         return None
     return BatchSizeModels.fit(
-        [s.batch_size for s in samples],
-        [s.run_time_ms for s in samples],
-        [s.memory for s in samples],
-        device.memory_capacity_bytes,
+        [s.batch_size for s in samples], [s.run_time_ms for s in samples], memory, device.memory_capacity_bytes
     )
 
 

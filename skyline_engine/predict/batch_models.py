@@ -13,7 +13,7 @@ no throughput is predicted.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,14 +71,16 @@ class BatchSizeModels:
         cls,
         batch_sizes: Sequence[int],
         run_times_ms: Sequence[float],
-        memory: Sequence[MemoryProfile],
+        memory: Mapping[int, MemoryProfile],
         capacity: int,
     ) -> BatchSizeModels:
+        """Run time from the timed `batch_sizes`; peak memory from every batch size whose memory
+        was measured (the timed ones, and memory-only probes beyond them)."""
         return cls(
             fit_line(batch_sizes, run_times_ms),
-            fit_peak_memory(batch_sizes, memory),
+            fit_peak_memory(list(memory), list(memory.values())),
             capacity,
-            tuple(sorted(set(batch_sizes))),
+            tuple(sorted({*batch_sizes, *memory})),
         )
 
     @classmethod
@@ -98,7 +100,9 @@ class BatchSizeModels:
             ),
             peak_memory=PeakMemoryModel.from_dict(models["peak_memory_bytes"]),
             memory_capacity_bytes=int(memory_capacity_bytes),
-            measured_batch_sizes=tuple(sorted({int(s["batch_size"]) for s in models["samples"]})),
+            measured_batch_sizes=tuple(
+                sorted({int(s["batch_size"]) for s in [*models["samples"], *models["memory_samples"]]})
+            ),
             headroom_fraction=float(models["memory_headroom_fraction"]),
         )
 
