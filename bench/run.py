@@ -25,6 +25,8 @@ from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
 from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.predict.batch_models import BatchSizeModels
+from skyline_engine.predict.linear import fit_line
 
 sys.path.insert(0, str(Path(__file__).parent))
 import editor
@@ -40,12 +42,23 @@ MODELS = {
 }
 # Held out: none of these is among the batch sizes the engine measures (half, once, twice).
 HELD_OUT = (0.75, 1.5, 3.0)
+# The optimizer-dominated model and the capacity it is planned for (memory planning).
+PLANNING_MODEL = "bench/models/optimizer_dominated/entry_point.py"
+PLANNING_CAPACITY = 192 << 20
+# Under load: the examples, with two busy processes on the machine.
+LOADED_MODELS = ("default", "cnn", "transformer")
+# Across processes: analyses in this many fresh processes of each kind.
+PROCESSES = 5
 TARGETS = {
     "cold_ratio": 1.0,  # cold full analysis / torch.profiler's time to its table
     "first_result_iterations": 3.0,  # warm engine: first per-line results, in bare iterations
     "time_error_median": 0.05,
     "memory_error_median": 0.03,
     "attributed": 0.90,
+    "planning_error": 0.05,  # predicted largest batch size that fits / the measured truth
+    "loaded_r2": 0.95,
+    "loaded_time_error_median": 0.10,
+    "cross_process_error_median": 0.10,
     "editor_rpc_p99_ms": 50.0,
     "editor_key_to_prediction_ms": 50.0,
 }
@@ -155,38 +168,152 @@ def accuracy_once(entry: str, device: str) -> dict:
     """Fit the models as the engine does, then measure held-out batch sizes for real."""
     document = analyze(AnalysisRequest(entry, REPO, device=device)).to_dict()
     models = document["models"]
-    rt, mem = models["run_time_ms"], models["peak_memory_bytes"]
+    predicted = BatchSizeModels.from_dict(models, document["device"]["memory_capacity_bytes"])
     loaded = load_entry_point(REPO / entry, REPO)
     try:
         with IterationRunner(loaded, torch.device(device if device != "auto" else "cpu"), TimingBudget()) as runner:
             rows = []
             for factor in HELD_OUT:
                 batch_size = max(1, round(document["batch_size"] * factor))
-                predicted_time = rt["slope"] * batch_size + rt["bias"]
-                predicted_memory = mem["slope"] * batch_size + mem["bias"]
-                if predicted_memory > models["usable_memory_bytes"]:
+                prediction = predicted.predict(batch_size)
+                if not prediction.fits:
                     continue
                 try:
                     sample = runner.measure(batch_size)
                 except OutOfMemoryAtBatchSize:
                     continue
-                rows.append(
-                    {
-                        "batch_size": batch_size,
-                        "time_error": abs(predicted_time - sample.run_time_ms) / sample.run_time_ms,
-                        "memory_error": abs(predicted_memory - sample.peak_memory_bytes) / sample.peak_memory_bytes,
-                    }
-                )
+                time_error = None
+                if prediction.run_time_ms is not None:
+                    time_error = abs(prediction.run_time_ms - sample.run_time_ms) / sample.run_time_ms
+                memory_error = abs(prediction.peak_memory_bytes - sample.peak_memory_bytes) / sample.peak_memory_bytes
+                rows.append({"batch_size": batch_size, "time_error": time_error, "memory_error": memory_error})
     finally:
         loaded.unload()
+    timed = [r["time_error"] for r in rows if r["time_error"] is not None]
     return {
         "measured_batch_sizes": [s["batch_size"] for s in models["samples"]],
+        "run_time_r2": models["run_time_ms"]["r2"],
+        "warnings": document["warnings"],
         "held_out": rows,
-        "time_error_median": statistics.median(r["time_error"] for r in rows) if rows else None,
+        "time_error_median": statistics.median(timed) if timed else None,
         "memory_error_median": statistics.median(r["memory_error"] for r in rows) if rows else None,
         "attributed": document["attribution"]["user_lines_fraction"],
         "scaled_by": document["attribution"]["scaled_by"],
     }
+
+
+def memory_planning(device: str) -> dict:
+    """The largest batch size predicted to fit PLANNING_CAPACITY against the truth: the largest
+    whose measured peak (one steady-state iteration) is within the usable memory, found by
+    bisection on measured peaks alone."""
+    request = AnalysisRequest(PLANNING_MODEL, REPO, device=device, memory_capacity_bytes=PLANNING_CAPACITY)
+    models = analyze(request).to_dict()["models"]
+    predicted, usable = models["max_batch_size"], models["usable_memory_bytes"]
+    loaded = load_entry_point(REPO / PLANNING_MODEL, REPO)
+    try:
+        with IterationRunner(loaded, torch.device(device), TimingBudget()) as runner:
+
+            def fits(batch_size: int) -> bool:
+                try:
+                    return runner.memory_at(batch_size).peak_bytes <= usable
+                except OutOfMemoryAtBatchSize:
+                    return False
+
+            low, high = 1, 2
+            while fits(high):
+                low, high = high, high * 2
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (middle, high) if fits(middle) else (low, middle)
+    finally:
+        loaded.unload()
+    samples = models["samples"]
+    line = fit_line([s["batch_size"] for s in samples], [s["peak_memory_bytes"] for s in samples])
+    return {
+        "capacity_bytes": PLANNING_CAPACITY,
+        "predicted": predicted,
+        "truth": low,
+        "error": abs(predicted - low) / low,
+        "measured_batch_sizes": [s["batch_size"] for s in samples],
+        "peak_phase_measured": sorted({s["peak_memory_phase"] for s in samples}),
+        "peak_phase_at_max": models["peak_memory_bytes"]["phase_at_max_batch_size"],
+        "one_line_through_peaks": int(line.inverse(usable) or 0),
+    }
+
+
+class BusyProcesses:
+    """Processes that keep `count` CPUs busy while the `with` lasts."""
+
+    def __init__(self, count: int = 2) -> None:
+        self.count = count
+        self.processes: list[subprocess.Popen] = []
+
+    def __enter__(self) -> BusyProcesses:
+        self.processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
+def under_load(device: str) -> dict:
+    """The examples analysed, and held-out batch sizes measured, while two busy processes share
+    the machine."""
+    results = {}
+    with BusyProcesses(2):
+        for name in LOADED_MODELS:
+            once = accuracy_once(MODELS[name], device)
+            results[name] = {
+                "run_time_r2": once["run_time_r2"],
+                "time_error_median": once["time_error_median"],
+                "held_out": once["held_out"],
+                "busy_warning": any("Other processes kept" in w for w in once["warnings"]),
+            }
+    return results
+
+
+def cross_process(entry: str, device: str) -> dict:
+    """The same analysis in PROCESSES fresh processes at the user's batch size, and as many at a
+    held-out one (1.5 times it), interleaved: the spread of the user's batch size's time from
+    process to process, and the error of each process's prediction at the held-out batch size
+    against each measurement of it in another process."""
+    default = analyze(AnalysisRequest(entry, REPO, device=device, predict=False)).to_dict()["batch_size"]
+    held_out = round(default * 1.5)
+    users, measured, predicted = [], [], []
+    for _ in range(PROCESSES):
+        for batch_size in (default, held_out):
+            doc = _analyze_in_a_fresh_process(entry, device, batch_size)
+            if batch_size == default:
+                users.append(doc["iteration"]["run_time_ms"])
+                model = BatchSizeModels.from_dict(doc["models"], doc["device"]["memory_capacity_bytes"])
+                predicted.append(model.predict(held_out).run_time_ms)
+            else:
+                measured.append(doc["iteration"]["run_time_ms"])
+    errors = [abs(p - m) / m for p in predicted if p is not None for m in measured]
+    return {
+        "batch_size": default,
+        "held_out_batch_size": held_out,
+        "users_ms": users,
+        "users_spread": (max(users) - min(users)) / statistics.median(users),
+        "held_out_measured_ms": measured,
+        "held_out_predicted_ms": predicted,
+        "error_median": statistics.median(errors) if errors else None,
+    }
+
+
+def _analyze_in_a_fresh_process(entry: str, device: str, batch_size: int) -> dict:
+    out = HERE / f".cross-process-{batch_size}.json"
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "skyline_engine", "profile", entry, "--device", device, "--quiet",
+             "--batch-size", str(batch_size), "--json", str(out)],
+            cwd=REPO, check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
 
 
 def markdown(results: dict) -> str:
@@ -241,6 +368,7 @@ def markdown(results: dict) -> str:
             f"| batch-size key press → prediction in state() ({keys['count']} presses) | {keys['p50']:.2f} ms | "
             f"— | {keys['max']:.2f} ms | ≤ 50 ms, {mark(keys['max'] <= TARGETS['editor_key_to_prediction_ms'])} |",
         ]
+    out += _prediction_sections(results)
     out += [
         "",
         'How measured: cold runs are separate processes, interleaved; "importing torch" is a process '
@@ -267,6 +395,68 @@ def markdown(results: dict) -> str:
             + (f" (median time error of each round: {rounds})" if rounds else "")
         )
     return "\n".join(out) + "\n"
+
+
+def _prediction_sections(results: dict) -> list[str]:
+    """Memory planning, timing under load, and predictions across processes (issue #10)."""
+    out: list[str] = []
+
+    def mark(ok):
+        return "met" if ok else "**not met**"
+
+    plan = results.get("planning")
+    if plan:
+        out += [
+            "",
+            f"Memory planning: the optimizer-dominated model ({PLANNING_MODEL}) planned for "
+            f"{plan['capacity_bytes'] / 2**20:.0f} MiB (`--memory-capacity`); the truth is the largest batch size "
+            "whose measured peak fits the usable memory, found by bisection on measured peaks:",
+            "",
+            "| measured batch sizes | peak measured in | peak at the limit in | predicted largest that fits | "
+            "truth | error (≤ 5 %) | one line through the measured peaks would say |",
+            "|---|---|---|---|---|---|---|",
+            f"| {plan['measured_batch_sizes']} | {', '.join(plan['peak_phase_measured'])} "
+            f"| {plan['peak_phase_at_max']} "
+            f"| {plan['predicted']:,} | {plan['truth']:,} | {_percent(plan['error'])}, "
+            f"{mark(plan['error'] <= TARGETS['planning_error'])} | {plan['one_line_through_peaks']:,} |",
+        ]
+    loaded = results.get("under_load")
+    if loaded:
+        out += [
+            "",
+            "Under load (two busy processes started by the bench on the 2 cores; the analysis and its held-out "
+            "batch sizes measured meanwhile):",
+            "",
+            "| model | R² of the time line (≥ 0.95) | time error at held-out batch sizes, median (≤ 10 %) | "
+            "busy machine warned |",
+            "|---|---|---|---|",
+        ]
+        for name, r in loaded.items():
+            r2, error = r["run_time_r2"], r["time_error_median"]
+            out.append(
+                f"| {name} | {_ratio(r2)}, {mark(r2 is not None and r2 >= TARGETS['loaded_r2'])} "
+                f"| {_percent(error)}, {mark(error is not None and error <= TARGETS['loaded_time_error_median'])} "
+                f"| {'yes' if r['busy_warning'] else 'no'} |"
+            )
+    cross = results.get("cross_process")
+    if cross:
+        out += [
+            "",
+            f"Across processes (quiet machine; {PROCESSES} fresh `skyline profile` processes at the user's batch "
+            f"size and {PROCESSES} at 1.5 times it, interleaved):",
+            "",
+            "| model | user's batch size: time in each process | spread (max − min) / median | "
+            "prediction at 1.5× in one process against its measurement in another, median error (≤ 10 %) |",
+            "|---|---|---|---|",
+        ]
+        for name, r in cross.items():
+            times = ", ".join(f"{t:.2f}" for t in r["users_ms"])
+            error = r["error_median"]
+            out.append(
+                f"| {name} | {times} ms | {_percent(r['users_spread'])} "
+                f"| {_percent(error)}, {mark(error is not None and error <= TARGETS['cross_process_error_median'])} |"
+            )
+    return out
 
 
 def _ratio(value) -> str:
@@ -308,6 +498,12 @@ def main() -> None:
         }
     print("bench: editor", file=sys.stderr)
     results["editor"] = editor.measure(device=args.device)
+    print("bench: memory planning", file=sys.stderr)
+    results["planning"] = memory_planning(args.device)
+    print("bench: cross-process", file=sys.stderr)
+    results["cross_process"] = {name: cross_process(MODELS[name], args.device) for name in LOADED_MODELS}
+    print("bench: under load", file=sys.stderr)
+    results["under_load"] = under_load(args.device)
     args.output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     args.output.with_suffix(".md").write_text(table)

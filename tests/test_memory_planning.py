@@ -68,6 +68,14 @@ def test_the_largest_batch_size_predicted_to_fit_is_the_true_one_within_5_percen
     assert line.inverse(usable) > 5 * largest
 
 
+def test_the_limit_is_measured_when_affordable_so_the_answer_is_not_an_extrapolation(document):
+    models = document["models"]
+    largest = models["max_batch_size"]
+    assert largest > models["trusted_range"][1]  # beyond what was timed...
+    assert largest in [s["batch_size"] for s in models["memory_samples"]]  # ...but its memory was measured
+    assert not models["max_batch_size_extrapolated"]
+
+
 def test_the_command_line_plans_for_a_capacity(tmp_path):
     out = tmp_path / "analysis.json"
     result = run_skyline(
@@ -83,11 +91,8 @@ def test_the_command_line_plans_for_a_capacity(tmp_path):
         cwd=PROJECT,
     )
     assert result.returncode == 0, result.stderr
-    models = json.loads(out.read_text())["models"]
-    largest, (_, high) = models["max_batch_size"], models["trusted_range"]
-    # Beyond the measured range it is said as such, never as a plain answer.
-    assert largest > high
-    assert f"Largest fit    more than {high:,}: the memory model says {largest:,}" in result.stdout
+    largest = json.loads(out.read_text())["models"]["max_batch_size"]
+    assert f"Largest fit    {largest:,}, set by the forward and backward phase" in result.stdout
     bad = run_skyline("profile", "entry_point.py", "--memory-capacity", "lots", cwd=PROJECT)
     assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
 
@@ -107,4 +112,4 @@ def test_memory_alone_is_measured_further_when_the_operations_differ_between_bat
         b = sample["batch_size"]
         predicted = max(line["slope"] * b + line["bias"] for line in memory["phases"])
         assert predicted == pytest.approx(sample["peak_memory_bytes"], rel=0.01)
-    assert models["trusted_range"] == [16, 4 * 4096]
+    assert models["trusted_range"] == [16, 4 * 64]  # what was timed

@@ -13,6 +13,7 @@ from typing import Callable
 
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.predict.batch_models import TRUSTED_FACTOR
 from skyline_engine.predict.peak_memory import PER_OPERATION, fit_peak_memory
 
 PROBES = 3
@@ -24,7 +25,7 @@ SETTLED_RESIDUAL = 0.01
 # Memory-only probes at these multiples of the largest batch size measured so far.
 FURTHER = (4, 16)
 # What a memory-only probe may cost, in predicted iteration seconds.
-MEMORY_PROBE_BUDGET_S = 1.0
+MEMORY_PROBE_BUDGET_S = 2.0
 
 Progress = Callable[[str, float], None]
 MeasureMemory = Callable[[int], MemoryProfile]
@@ -66,12 +67,13 @@ class Probing:
         between them, or their bytes are not affine in the batch size, as a GPU allocator's
         rounding or a workspace chosen per shape can make them), measure memory alone at larger
         batch sizes, within MEMORY_PROBE_BUDGET_S of predicted iteration time each, and up to
-        what is predicted to fit."""
+        what is predicted to fit. Then the largest batch size predicted to fit, if it lies beyond
+        the trusted range and one iteration there is affordable."""
         for factor in FURTHER:
             known = {**self.memory, **self.memory_only}
             model = fit_peak_memory(list(known), list(known.values()))
             if model.fitted == PER_OPERATION and model.max_relative_residual <= SETTLED_RESIDUAL:
-                return
+                break
             largest = max(known)
             target = factor * largest
             fits = model.largest_within(self.usable)
@@ -80,11 +82,28 @@ class Probing:
             if target <= largest or target * seconds_per_sample > MEMORY_PROBE_BUDGET_S:
                 return
             self.progress(f"measuring the memory of batch size {target}", 0.6)
-            try:
-                self.memory_only[target] = self.measure_memory(target)
-            except OutOfMemoryAtBatchSize:
-                self.notes.append(f"Batch size {target} ran out of memory; the memory model stops short of it.")
+            if not self._measure_memory_only(target):
                 return
+        self._measure_the_limit(seconds_per_sample)
+
+    def _measure_the_limit(self, seconds_per_sample: float) -> None:
+        """The largest batch size predicted to fit, measured (memory alone) when it lies beyond
+        the trusted range and one iteration there is affordable: planning for a capacity then
+        answers with a measured batch size, not an extrapolation."""
+        known = {**self.memory, **self.memory_only}
+        limit = fit_peak_memory(list(known), list(known.values())).largest_within(self.usable)
+        if limit is None or limit <= TRUSTED_FACTOR * max(known) or limit * seconds_per_sample > MEMORY_PROBE_BUDGET_S:
+            return
+        self.progress(f"measuring the memory of batch size {limit}, the largest predicted to fit", 0.65)
+        self._measure_memory_only(limit)
+
+    def _measure_memory_only(self, batch_size: int) -> bool:
+        try:
+            self.memory_only[batch_size] = self.measure_memory(batch_size)
+            return True
+        except OutOfMemoryAtBatchSize:
+            self.notes.append(f"Batch size {batch_size} ran out of memory; the memory model stops short of it.")
+            return False
 
     def _try(self, batch_size: int) -> bool:
         if len(self.memory) >= PROBES or batch_size in self._tried:

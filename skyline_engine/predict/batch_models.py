@@ -63,7 +63,8 @@ class BatchSizeModels:
     run_time: LinearModel
     peak_memory: PeakMemoryModel
     memory_capacity_bytes: int
-    measured_batch_sizes: tuple[int, ...]
+    measured_batch_sizes: tuple[int, ...]  # timed
+    memory_batch_sizes: tuple[int, ...]  # whose memory was measured: the timed ones, and more
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
 
     @classmethod
@@ -80,7 +81,8 @@ class BatchSizeModels:
             fit_line(batch_sizes, run_times_ms),
             fit_peak_memory(list(memory), list(memory.values())),
             capacity,
-            tuple(sorted({*batch_sizes, *memory})),
+            tuple(sorted(set(batch_sizes))),
+            tuple(sorted(memory)),
         )
 
     @classmethod
@@ -100,7 +102,8 @@ class BatchSizeModels:
             ),
             peak_memory=PeakMemoryModel.from_dict(models["peak_memory_bytes"]),
             memory_capacity_bytes=int(memory_capacity_bytes),
-            measured_batch_sizes=tuple(
+            measured_batch_sizes=tuple(sorted({int(s["batch_size"]) for s in models["samples"]})),
+            memory_batch_sizes=tuple(
                 sorted({int(s["batch_size"]) for s in [*models["samples"], *models["memory_samples"]]})
             ),
             headroom_fraction=float(models["memory_headroom_fraction"]),
@@ -144,8 +147,10 @@ class BatchSizeModels:
         return self.peak_memory.largest_within(self.usable_memory_bytes)
 
     def max_batch_size_extrapolated(self) -> bool:
+        """Whether the largest batch size that fits lies beyond TRUSTED_FACTOR times the largest
+        whose memory was measured (a memory-only probe at the limit itself makes it a measured one)."""
         largest = self.max_batch_size()
-        return largest is not None and largest > self.trusted_range[1]
+        return largest is not None and largest > TRUSTED_FACTOR * self.memory_batch_sizes[-1]
 
     def asymptotic_samples_per_second(self) -> float | None:
         """Throughput as the batch size grows without bound (Skyline's "predicted maximum"): the
@@ -204,7 +209,7 @@ class BatchSizeModels:
                 "line has a negative intercept), so throughput is predicted to fall at larger batch sizes."
             )
         if self.max_batch_size_extrapolated():
-            largest, measured = self.max_batch_size() or 0, self.measured_batch_sizes[-1]
+            largest, measured = self.max_batch_size() or 0, self.memory_batch_sizes[-1]
             notes.append(
                 f"The largest batch size predicted to fit ({largest:,}) is {largest / measured:,.0f}× the "
                 f"largest measured ({measured:,}): an extrapolation far beyond the measurements, where "
@@ -219,7 +224,7 @@ class BatchSizeModels:
         low, high = self.trusted_range
         return {
             "run_time_ms": self.run_time.to_dict(),
-            "peak_memory_bytes": self.peak_memory.to_dict(largest, self.measured_batch_sizes[-1]),
+            "peak_memory_bytes": self.peak_memory.to_dict(largest, self.memory_batch_sizes[-1]),
             "memory_headroom_fraction": self.headroom_fraction,
             "usable_memory_bytes": self.usable_memory_bytes,
             "max_batch_size": largest,
