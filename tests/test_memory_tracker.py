@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -113,6 +114,22 @@ def test_out_of_memory_is_recognised_from_a_real_cpu_allocation_failure():
     else:  # pragma: no cover - a machine with a petabyte of memory
         raise AssertionError("expected the allocation to fail")
     assert not is_out_of_memory(ValueError("shapes do not match"))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+        "cudaErrorMemoryAllocation: out of memory",
+    ],
+)
+def test_cuda_libraries_that_fail_to_allocate_are_out_of_memory(message):
+    # As torch raises them (RuntimeError with the library's status), not only torch.cuda.OutOfMemoryError:
+    # an analysis then backs off to a smaller batch size instead of failing as a user error.
+    assert is_out_of_memory(RuntimeError(message))
+    assert not is_out_of_memory(RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm`"))
 
 
 def test_the_recorder_measures_the_same_profile_as_a_plain_iteration():

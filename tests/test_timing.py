@@ -89,6 +89,16 @@ def test_rounds_start_with_each_batch_size_in_turn():
     assert firsts == [16, 32, 64]
 
 
+def test_extending_times_as_many_rounds_again():
+    clock = LoadedClock(lambda n: 1.0)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    before = {b: len(t.per_iteration) for b, t in timing.times.items()}
+    timing.extend(max_s=5.0)
+    for b, t in timing.times.items():
+        assert len(t.per_iteration) == before[b] + (before[b] - (1 if t.block_size == 1 else 0))
+
+
 def test_timing_stops_once_precise_and_not_before_its_minimum():
     clock = LoadedClock(lambda n: 1.0)  # no noise at all: precise at once
     timing = InterleavedTiming(runs(clock), clock, BUDGET)

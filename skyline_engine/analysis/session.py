@@ -158,7 +158,7 @@ class _Analysis:
                     timing = runner.timing(runs)
                     timing.measure(budget.max_run_s * len(sizes))
                     if len(sizes) >= 3 and _poor_fit(timing.stats()):
-                        timing.measure(budget.max_run_s * len(sizes))
+                        timing.extend(budget.max_run_s * len(sizes))
                     runner.check_trained(max(sizes))
                 break
             except OutOfMemoryAtBatchSize as exc:

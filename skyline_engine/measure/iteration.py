@@ -106,6 +106,10 @@ class IterationRunner:
         self.device = device
         self.budget = budget
         self.clock: Clock = clock_for(device)
+        if device.type == "cuda":
+            # CUDA events record on the current device's stream, and `with torch.device(...)` does
+            # not change the current device: without this, `cuda:1` would be timed on cuda:0.
+            torch.cuda.set_device(device)
         pin_malloc_thresholds()  # before the model's memory is allocated
         with self._default_device():
             self.model = entry.call(MODEL_PROVIDER, entry.model_provider)

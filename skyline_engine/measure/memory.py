@@ -285,11 +285,22 @@ def release_cached_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+# How allocation failures read when they do not say "out of memory": CPU allocators, and CUDA
+# libraries that allocate their own workspaces (cuBLAS handles, cuDNN algorithms).
+_ALLOCATION_FAILURES = (
+    "out of memory",
+    "can't allocate memory",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "cudaerrormemoryallocation",
+)
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(exc, oom_type):
         return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(failure in text for failure in _ALLOCATION_FAILURES)

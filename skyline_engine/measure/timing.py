@@ -14,8 +14,9 @@ for a shared machine:
   adds time, and the median of blocks on a busy machine swings with it (held-out errors 18-27 %
   with the median of the same interleaved blocks). On a quiet machine the two agree within noise.
 
-Timing stops once every estimate is known to within `target_relative_error` (its standard error,
-from the interquartile range), after a minimum time and number of blocks, or at the time limit.
+Timing stops once every batch size's blocks pin its time down to `target_relative_error` (the
+standard error of their median, from the interquartile range), after a minimum time and number of
+blocks, or at the time limit.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ Run = Callable[[], None]
 
 # The estimate of an iteration's time: this percentile of the observations (see the docstring).
 ESTIMATE_PERCENTILE = 25
-# Standard error of a sample's lower quartile, in standard deviations times sqrt(n), for normal
-# noise: sqrt(p (1 - p)) / density at the quartile = 1.362.
-_QUARTILE_ERROR = 1.362
+# Standard error of a sample's median, in standard deviations times sqrt(n), for normal noise:
+# sqrt(pi / 2).
+_MEDIAN_ERROR = 1.2533
 
 
 class Clock(Protocol):
@@ -132,14 +133,17 @@ class BlockTimes:
         self.per_iteration.append(block_ms / self.block_size)
 
     def relative_error(self) -> float:
-        """The estimate's standard error relative to it: 1.362 σ / √n, σ robustly IQR / 1.349."""
+        """How well the blocks pin the iteration's time down: the standard error of their median
+        relative to it, 1.2533 σ / √n with σ robustly IQR / 1.349. (The lower quartile has about
+        the same standard error; relative to the median, as before the estimate changed, a
+        right-skewed spread of blocks does not call for several times more of them.)"""
         values = self.per_iteration
         if len(values) < 2:
             return math.inf
-        q1, q3 = np.percentile(values, [25, 75])
-        if q1 <= 0:
+        q1, median, q3 = np.percentile(values, [25, 50, 75])
+        if median <= 0:
             return 0.0
-        return float(_QUARTILE_ERROR * (q3 - q1) / 1.349 / np.sqrt(len(values)) / q1)
+        return float(_MEDIAN_ERROR * (q3 - q1) / 1.349 / np.sqrt(len(values)) / median)
 
     def stats(self) -> TimingStats:
         q1, estimate, q3 = np.percentile(self.per_iteration, [25, ESTIMATE_PERCENTILE, 75])
@@ -155,27 +159,40 @@ class InterleavedTiming:
         self._rounds = 0
 
     def measure(self, max_s: float) -> None:
-        """Rounds until every estimate is precise (after the budget's minimum time and blocks each),
-        or until `max_s` more seconds are spent."""
+        """Rounds until every batch size is precise (after the budget's minimum time and blocks
+        each), or until `max_s` more seconds are spent. Every batch size takes part in every
+        round, even once it is precise itself: one that sat out while the machine got busier
+        would keep its quieter time while the others take the busier one, and the line through
+        them would bend (tests/test_timing.py)."""
         started = time.perf_counter()
-        while time.perf_counter() - started < max_s:
-            if self._rounds >= self.budget.min_blocks and self.precise():
+        while time.perf_counter() - started < max_s and not self.precise():
+            self.round()
+
+    def extend(self, max_s: float) -> None:
+        """As many rounds again as so far, or until `max_s` is spent: when the estimates, precise
+        one by one, do not make a straight line together."""
+        started = time.perf_counter()
+        for _ in range(self._rounds):
+            if time.perf_counter() - started >= max_s:
                 return
             self.round()
 
     def round(self) -> None:
-        sizes = list(self.times)
-        shift = self._rounds % len(sizes)
-        for batch_size in sizes[shift:] + sizes[:shift]:
+        """One block of each batch size, starting one later than the previous round started."""
+        order = list(self.times)
+        shift = self._rounds % len(order)
+        for batch_size in order[shift:] + order[:shift]:
             self.times[batch_size].time_block()
         self._rounds += 1
 
     def precise(self) -> bool:
-        return all(
-            t.spent_ms >= self.budget.min_run_s * 1000
-            and len(t.per_iteration) >= self.budget.min_blocks
-            and t.relative_error() <= self.budget.target_relative_error
-            for t in self.times.values()
+        return all(self._precise(t) for t in self.times.values())
+
+    def _precise(self, times: BlockTimes) -> bool:
+        return (
+            times.spent_ms >= self.budget.min_run_s * 1000
+            and len(times.per_iteration) >= self.budget.min_blocks
+            and times.relative_error() <= self.budget.target_relative_error
         )
 
     def stats(self) -> dict[int, TimingStats]:
