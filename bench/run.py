@@ -35,7 +35,6 @@ from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.linear import fit_line
 
 sys.path.insert(0, str(Path(__file__).parent))
-import editor
 from rpc import Service
 
 REPO = Path(__file__).resolve().parent.parent
@@ -503,6 +502,8 @@ def main() -> None:
             "accuracy": accuracy(entry, args.device, args.rounds),
         }
     print("bench: editor", file=sys.stderr)
+    import editor  # pynvim and Neovim: only here (the GPU machine has neither)
+
     results["editor"] = editor.measure(device=args.device)
     print("bench: memory planning", file=sys.stderr)
     results["planning"] = memory_planning(args.device)

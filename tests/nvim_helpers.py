@@ -20,10 +20,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pynvim
 import pytest
+
+if TYPE_CHECKING:
+    import pynvim
 
 REPO = Path(__file__).resolve().parent.parent
 MINIMAL_INIT = REPO / "tests" / "minimal_init.lua"
@@ -99,13 +101,21 @@ def nvim_session(tmp_path_factory) -> Session:
         str(MINIMAL_INIT),
     ]
     session = Session(home, argv)
-    editor = pynvim.attach("child", argv=argv)
+    editor = attach(argv)
     try:
         editor.command("UpdateRemotePlugins")
     finally:
         quit_editor(editor)
     assert "skyline_rplugin" in session.manifest.read_text(), "the manifest does not list the remote plugin"
     return session
+
+
+def attach(argv: list[str]) -> pynvim.Nvim:
+    # Imported here, not with the module: conftest loads these fixtures for every test, and a
+    # machine without pynvim (the GPU machine, bench/gpu_check.sh) still runs the others.
+    import pynvim
+
+    return pynvim.attach("child", argv=argv)
 
 
 def quit_editor(editor: pynvim.Nvim) -> None:
@@ -116,7 +126,7 @@ def quit_editor(editor: pynvim.Nvim) -> None:
 
 @pytest.fixture
 def nvim(nvim_session):
-    editor = pynvim.attach("child", argv=nvim_session.argv)
+    editor = attach(nvim_session.argv)
     editor.exec_lua(EVENT_COUNTERS)
     yield editor
     quit_editor(editor)

@@ -1,0 +1,391 @@
+"""The GPU check: what only an NVIDIA GPU can show, measured in one run of a few minutes.
+
+    bash bench/gpu_check.sh                      # on the GPU machine, from the repository root
+
+Runs with the machine's python3 as it is (torch, numpy, msgpack, nvidia-ml-py, pytest) and installs
+nothing: the borrowed GPU machine has no network. Writes bench/results-gpu.md and .json, prints
+the table, and exits 0 only when every check passed on CUDA: 2 without CUDA (a GPU check that
+passes without a GPU proves nothing), 1 when a check failed (the others still ran), 3 after a
+rehearsal (`--rehearse-on-cpu`: every step on the CPU, to catch mistakes here before GPU minutes
+are spent; never a result).
+
+The checks:
+1. the GPU-marked tests (`pytest -m gpu -rs tests/test_gpu.py`): fails if any is skipped;
+2. one recorded iteration of the CNN and the transformer examples: backward records, the share
+   attributed to user lines, and per operation the engine's device time against torch.profiler's
+   (CUDA event spans around an operation include the host's launch latency on an idle GPU);
+3. peak memory: allocated (what the engine reports) against reserved, mem_get_info and NVML;
+4. a real out-of-memory (torch.cuda.set_per_process_memory_fraction): probing backs off, the
+   analysis completes, and allocated memory returns to where it was;
+5. `skyline serve --stdio --device cuda` through one analysis, and the spare worker's GPU memory;
+6. the benchmark's accuracy figures (held-out time and memory errors) on CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from skyline_engine.measure.openmp import settle_openmp  # noqa: E402
+
+settle_openmp(os.environ)
+
+try:
+    import torch
+except ImportError as exc:  # the machine's python3 without torch: not the GPU machine
+    print(f"gpu_check: {sys.executable} cannot import torch ({exc}): no GPU check here.", file=sys.stderr)
+    sys.exit(2)
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze  # noqa: E402
+from skyline_engine.measure.timing import TimingBudget  # noqa: E402
+
+EXAMPLES = {"cnn": "examples/cnn/entry_point.py", "transformer": "examples/transformer/entry_point.py"}
+QUICK = TimingBudget(min_run_s=0.1, max_run_s=0.5)
+MiB = 1 << 20
+
+
+class Report:
+    def __init__(self) -> None:
+        self.sections: dict[str, dict[str, Any]] = {}
+
+    def run(self, name: str, check: Callable[[], dict[str, Any]]) -> None:
+        print(f"gpu_check: {name}", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        try:
+            figures = check()
+            passed = bool(figures.pop("passed", True))
+        except Exception as exc:  # noqa: BLE001 - one check's failure must not cost the others their GPU time
+            figures = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            passed = False
+        figures["seconds"] = round(time.perf_counter() - started, 1)
+        self.sections[name] = {"passed": passed, **figures}
+
+    @property
+    def passed(self) -> bool:
+        return all(section["passed"] for section in self.sections.values())
+
+
+# --- 1. the GPU tests ---------------------------------------------------------------------------
+
+
+def gpu_tests(device: str) -> dict[str, Any]:
+    if device == "cpu":
+        return {"skipped": "the GPU tests need CUDA (rehearsal)"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-rs", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    summary = (result.stdout.strip().splitlines() or [""])[-1]
+    skipped = "skipped" in summary
+    return {
+        "passed": result.returncode == 0 and not skipped,
+        "summary": summary,
+        "output_tail": result.stdout[-3000:] + result.stderr[-2000:],
+    }
+
+
+# --- 2. recorded iterations against torch.profiler ---------------------------------------------
+
+
+def recorded_iterations(device: str) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for name, entry in EXAMPLES.items():
+        request = AnalysisRequest(entry, REPO, device=device, budget=QUICK, predict=False, timeline=True)
+        doc = analyze(request).to_dict()
+        timeline = doc["timeline"]
+        engine_ops = _per_operation(timeline)
+        profiler_ops = _profiler_device_time(entry, doc["batch_size"], device)
+        shared = sorted(set(engine_ops) & set(profiler_ops), key=lambda op: -profiler_ops[op])[:8]
+        engine_total, profiler_total = sum(engine_ops.values()), sum(profiler_ops.values())
+        figures[name] = {
+            "backward_records": sum(1 for op in timeline if op["phase"] == "backward"),
+            "forward_records": sum(1 for op in timeline if op["phase"] == "forward"),
+            "attributed_to_user_lines": doc["attribution"]["user_lines_fraction"],
+            "iteration_ms": doc["iteration"]["run_time_ms"],
+            "engine_operations_ms": engine_total,
+            "profiler_device_ms": profiler_total,
+            "top_operations": [
+                {
+                    "operation": op,
+                    "engine_share": engine_ops[op] / engine_total if engine_total else None,
+                    "profiler_share": profiler_ops[op] / profiler_total if profiler_total else None,
+                }
+                for op in shared
+            ],
+        }
+        assert figures[name]["backward_records"] > 0, f"{name}: no backward operation was recorded"
+    return figures
+
+
+def _per_operation(timeline: list[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for op in timeline:
+        totals[op["name"]] += op["duration_ms"]
+    return dict(totals)
+
+
+def _profiler_device_time(entry: str, batch_size: int, device: str) -> dict[str, float]:
+    """Device (CPU: self CPU) time per aten operation of one iteration, by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    iteration, inputs = _load(entry, batch_size, device)
+    for _ in range(2):
+        iteration(*inputs)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
+    with profile(activities=activities) as prof:
+        iteration(*inputs)
+        if device != "cpu":
+            torch.cuda.synchronize()
+    totals: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        # self_device_time_total from torch 2.4 on; self_cuda_time_total before
+        device_micros = getattr(event, "self_device_time_total", None)
+        if device_micros is None:
+            device_micros = event.self_cuda_time_total
+        micros = device_micros if device != "cpu" else event.self_cpu_time_total
+        totals[event.key.removeprefix("aten::")] += micros / 1000.0
+    return {op: ms for op, ms in totals.items() if ms > 0}
+
+
+def _load(entry: str, batch_size: int, device: str) -> tuple[Any, Any]:
+    import importlib.util
+
+    path = REPO / entry
+    # Every example has its own model.py: imported for this one, and forgotten afterwards, as the
+    # engine forgets the modules of an analysis.
+    sys.path.insert(0, str(path.parent))
+    sys.modules.pop("model", None)
+    try:
+        spec = importlib.util.spec_from_file_location(f"gpu_check_{path.parent.name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with torch.device(device):
+            model = module.skyline_model_provider()
+            iteration = module.skyline_iteration_provider(model)
+            inputs = module.skyline_input_provider(batch_size=batch_size)
+    finally:
+        sys.path.remove(str(path.parent))
+        sys.modules.pop("model", None)
+    return iteration, inputs
+
+
+# --- 3. peak memory, four ways -------------------------------------------------------------------
+
+
+def memory(device: str) -> dict[str, Any]:
+    doc = analyze(AnalysisRequest(EXAMPLES["cnn"], REPO, device=device, budget=QUICK, predict=False)).to_dict()
+    figures: dict[str, Any] = {
+        "capacity_bytes": doc["device"]["memory_capacity_bytes"],
+        "capacity_source": doc["device"]["memory_capacity_source"],
+        "peak_allocated_bytes": doc["iteration"]["peak_memory_bytes"],
+    }
+    if device == "cpu":
+        return figures
+    iteration, inputs = _load(EXAMPLES["cnn"], doc["batch_size"], device)
+    iteration(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    iteration(*inputs)
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    figures.update(
+        {
+            "independent_max_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "mem_get_info_free_bytes": free,
+            "mem_get_info_total_bytes": total,
+            "device_total_bytes": torch.cuda.get_device_properties(0).total_memory,
+        }
+    )
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        figures.update({"nvml_total_bytes": int(info.total), "nvml_used_bytes": int(info.used)})
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # noqa: BLE001 - NVML is one figure among several
+        figures["nvml_error"] = f"{type(exc).__name__}: {exc}"
+    independent = figures["independent_max_allocated_bytes"]
+    figures["passed"] = abs(figures["peak_allocated_bytes"] - independent) <= 0.1 * independent
+    return figures
+
+
+# --- 4. a real out-of-memory ------------------------------------------------------------------
+
+
+def out_of_memory(device: str) -> dict[str, Any]:
+    """Limit this process's share of the GPU so that twice the user's batch size cannot fit:
+    probing must back off, and the failed iterations' memory must be freed."""
+    if device == "cpu":
+        return {"skipped": "set_per_process_memory_fraction needs CUDA (rehearsal)"}
+    entry = EXAMPLES["transformer"]
+    first = analyze(AnalysisRequest(entry, REPO, device=device, budget=QUICK, predict=False)).to_dict()
+    torch.cuda.empty_cache()
+    baseline = torch.cuda.memory_allocated()
+    total = torch.cuda.get_device_properties(0).total_memory
+    allowed = int(first["iteration"]["peak_memory_bytes"] * 1.6) + torch.cuda.memory_reserved()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, allowed / total))
+    try:
+        doc = analyze(AnalysisRequest(entry, REPO, device=device, budget=QUICK)).to_dict()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    torch.cuda.empty_cache()
+    after = torch.cuda.memory_allocated()
+    notes = [w for w in doc["warnings"] if "ran out of memory" in w]
+    return {
+        "allowed_bytes": allowed,
+        "measured_batch_sizes": [s["batch_size"] for s in (doc["models"] or {}).get("samples", [])],
+        "out_of_memory_notes": notes,
+        "allocated_before_bytes": baseline,
+        "allocated_after_bytes": after,
+        "passed": bool(notes) and after <= baseline + MiB,
+    }
+
+
+# --- 5. the service on CUDA --------------------------------------------------------------------
+
+
+def service(device: str) -> dict[str, Any]:
+    from rpc import Service
+
+    svc = Service(REPO, device)
+    try:
+        svc.request("initialize", {"protocol_version": 1})
+        analysis_id = svc.request("analyze", {"entry_point": EXAMPLES["cnn"]})["analysis_id"]
+
+        def final(message: list[Any]) -> bool:
+            return (
+                message[0] == 2
+                and message[1] in ("analysis", "analysis_error")
+                and message[2][0].get("analysis_id") == analysis_id
+                and not message[2][0].get("partial")
+            )
+
+        _, message = svc.wait(final, timeout=300)
+        params = message[2][0]
+        time.sleep(5)  # the spare worker starts once the analysis has ended
+        status = svc.request("status", {})
+        spare = status.get("spare_worker_pid")
+        return {
+            "final": message[1],
+            "error": params.get("message") if message[1] == "analysis_error" else None,
+            "samples_per_second": params["document"]["iteration"]["samples_per_second"]
+            if message[1] == "analysis"
+            else None,
+            "spare_worker_pid": spare,
+            "spare_worker_gpu_bytes": _gpu_memory_of(spare) if device != "cpu" else None,
+            "passed": message[1] == "analysis",
+        }
+    finally:
+        svc.close()
+
+
+def _gpu_memory_of(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == pid:
+                return int(process.usedGpuMemory or 0)
+        return 0
+    except Exception:  # noqa: BLE001 - reported as unknown
+        return None
+
+
+# --- 6. accuracy on CUDA -----------------------------------------------------------------------
+
+
+def accuracy(device: str) -> dict[str, Any]:
+    import run
+
+    return {name: run.accuracy_once(run.MODELS[name], device) for name in ("default", "cnn", "transformer")}
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def markdown(report: Report, facts: dict[str, Any]) -> str:
+    lines = [
+        "# GPU check",
+        "",
+        f"{facts['gpu']}; torch {facts['torch']} (CUDA {facts['cuda']}); Python {facts['python']}; "
+        f"{'all passed' if report.passed else 'FAILED'}.",
+        "",
+        "| check | passed | seconds | figures |",
+        "|---|---|---|---|",
+    ]
+    for name, section in report.sections.items():
+        shown = {k: v for k, v in section.items() if k not in ("passed", "seconds", "traceback", "output_tail")}
+        lines.append(f"| {name} | {'yes' if section['passed'] else '**no**'} | {section['seconds']} | "
+                     f"`{json.dumps(shown, default=str)[:1500]}` |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rehearse-on-cpu", action="store_true", help="run every step on the CPU (never a result)")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-gpu")
+    args = parser.parse_args()
+    if not args.rehearse_on_cpu and not torch.cuda.is_available():
+        print(
+            f"gpu_check: no CUDA device is available (torch {torch.__version__}, "
+            f"torch.cuda.is_available() is False): there is nothing to check here.",
+            file=sys.stderr,
+        )
+        return 2
+    device = "cpu" if args.rehearse_on_cpu else "cuda"
+    facts = {
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else "no GPU (rehearsal on the CPU)",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+    }
+    report = Report()
+    for name, check in (
+        ("GPU tests", gpu_tests),
+        ("recorded iterations against torch.profiler", recorded_iterations),
+        ("peak memory four ways", memory),
+        ("a real out-of-memory", out_of_memory),
+        ("skyline serve on the device", service),
+        ("accuracy at held-out batch sizes", accuracy),
+    ):
+        report.run(name, lambda check=check: check(device))
+    output = args.output if device == "cuda" else Path(os.environ.get("TMPDIR", "/tmp")) / "gpu-check-rehearsal"
+    output.with_suffix(".json").write_text(json.dumps({"facts": facts, **report.sections}, indent=2, default=str))
+    table = markdown(report, facts)
+    output.with_suffix(".md").write_text(table)
+    print(table)
+    if device == "cpu":
+        print(f"gpu_check: a rehearsal on the CPU, not a GPU check (written to {output}.md)", file=sys.stderr)
+        return 3
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
