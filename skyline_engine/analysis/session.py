@@ -145,10 +145,12 @@ class _Analysis:
     def _time_together(
         self, runner: IterationRunner, sizes: list[int], users: Sample, memory: dict[int, MemoryProfile]
     ) -> tuple[list[Sample], list[str]]:
-        """Every batch size timed in interleaved rounds, for as long as the budget allows each;
-        once more when the run-time line fits the estimates poorly (noise, rather than a model
-        that bends). A batch size that runs out of memory now is left out (the user's keeps its
-        first timing)."""
+        """Every batch size timed in interleaved rounds until each is precise, for the budget's
+        longest time for one batch size in all (timed together, each needs fewer blocks than
+        alone: a burst of load no longer has to be waited out size by size); as many rounds
+        again when the run-time line fits the estimates poorly (noise, rather than a model that
+        bends). A batch size that runs out of memory now is left out (the user's keeps its first
+        timing)."""
         notes: list[str] = []
         budget = self.request.budget
         while True:
@@ -156,9 +158,9 @@ class _Analysis:
             try:
                 with CpuContention() as contention, runner.at_batch_sizes(sizes) as runs:
                     timing = runner.timing(runs)
-                    timing.measure(budget.max_run_s * len(sizes))
+                    timing.measure(budget.max_run_s)
                     if len(sizes) >= 3 and _poor_fit(timing.stats()):
-                        timing.extend(budget.max_run_s * len(sizes))
+                        timing.extend(budget.max_run_s)
                     runner.check_trained(max(sizes))
                 break
             except OutOfMemoryAtBatchSize as exc:
