@@ -103,12 +103,12 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--max-run-s",
         type=positive_float("--max-run-s"),
         metavar="SECONDS",
-        help="time each batch size at most this long",
+        help="time the batch sizes (together, interleaved) at most this long",
     )
     serve.add_argument(
         "--quick",
         action="store_true",
-        help=f"short timings ({QUICK_MIN_RUN_S}-{QUICK_MAX_RUN_S} s per batch size): fast, less precise",
+        help=f"short timings ({QUICK_MIN_RUN_S}-{QUICK_MAX_RUN_S} s): fast, less precise",
     )
     serve.add_argument("--verbose", action="store_true", help="log more on stderr")
     serve.set_defaults(run=run_serve)

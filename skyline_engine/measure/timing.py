@@ -86,7 +86,8 @@ class TimingBudget:
     `warmup_iterations` run before anything is measured (the first creates an optimizer's state;
     on CUDA, at every batch size). Then stop timing when at least `min_run_s` has been spent on at
     least `min_blocks` blocks of each batch size and each estimate's standard error is within
-    `target_relative_error` of it, or when `max_run_s` is spent per batch size. (A 0.1 s minimum,
+    `target_relative_error` of it, or when `max_run_s` is spent (on all the batch sizes timed
+    together: precision beyond the drift between processes buys nothing). (A 0.1 s minimum,
     down from 0.2 s, kept the held-out time errors of the examples within 4 %, with the malloc
     thresholds pinned.)
     """
