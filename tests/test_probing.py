@@ -7,9 +7,12 @@ failure, the same kind the engine meets when a probe does not fit in device memo
 import textwrap
 
 import pytest
+import torch
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.errors import OutOfMemory
+from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
 from skyline_engine.measure.timing import TimingBudget
 
 QUICK = TimingBudget(warmup_iterations=1, min_run_s=0.02, max_run_s=0.2)
@@ -91,3 +94,32 @@ def test_batch_size_one_still_gets_three_probes(tmp_path):
     write_entry(tmp_path, default_batch_size=1, fits_up_to=1000)
     doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
     assert [s["batch_size"] for s in doc["models"]["samples"]] == [1, 2, 3]
+
+
+def test_the_out_of_memory_error_keeps_no_tensor_of_the_failed_iteration(tmp_path):
+    """The error reporting an out-of-memory must not keep the failed iteration's tensors alive:
+    on CUDA, releasing cached memory while it propagates would free nothing, and the next, smaller
+    probe would find the memory still taken. (The original exception's traceback holds the frames
+    that hold them; an error raised inside its handler would keep it as its context. #14 item 5.)"""
+    entry = write_entry(tmp_path, default_batch_size=32, fits_up_to=40)
+    entry.write_text(
+        entry.read_text()
+        .replace("import torch\n", "import weakref\n\nimport torch\n\nACTIVATIONS = []\n", 1)
+        .replace(
+            "if x.shape[0] >",
+            "activation = x * 2\n        ACTIVATIONS.append(weakref.ref(activation))\n        if x.shape[0] >",
+        )
+    )
+    loaded = load_entry_point(entry, tmp_path)
+    try:
+        with IterationRunner(loaded, torch.device("cpu"), QUICK) as runner:
+            with pytest.raises(OutOfMemoryAtBatchSize) as caught, runner.at_batch_size(64) as run:
+                run()
+            # While the error is held (as it is while it propagates through the cleanup that
+            # releases cached memory), the tensors are gone, by reference counting alone.
+            assert caught.value.batch_size == 64
+            activations = loaded.module.ACTIVATIONS
+            assert len(activations) == 1
+            assert activations[0]() is None
+    finally:
+        loaded.unload()
