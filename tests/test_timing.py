@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from skyline_engine.analysis.session import remeasure_while_poor_fit
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, measure_iteration_time
 from skyline_engine.predict.linear import fit_line
@@ -140,3 +141,42 @@ def test_the_share_of_the_cpus_other_processes_took(tmp_path, monkeypatch):
         time.sleep(0.5)
     assert contention.others_share == pytest.approx(0.5, abs=0.1)
     assert CpuContention(str(tmp_path / "missing")).__enter__().others_share is None
+
+
+class SlowSizeClock(LoadedClock):
+    """Blocks of batch size 16 run 4 times slower while `slow(n)` holds for the n-th block."""
+
+    def __init__(self, slow):
+        super().__init__(lambda n: 1.0)
+        self.slow = slow
+
+    def time_ms(self, run_block) -> float:
+        ms = super().time_ms(run_block)
+        return ms * 4.0 if 16 in self.ran and self.slow(self.blocks - 1) else ms
+
+
+def run_time_line(timing):
+    stats = timing.stats()
+    return fit_line(list(stats), [s.run_time_ms for s in stats.values()])
+
+
+def test_a_line_bent_by_load_is_measured_again_until_it_is_straight():
+    """Load that hit one batch size's blocks at first bends the line; doubling the rounds until
+    it fits lets the lower quartile see that batch size's quiet blocks."""
+    clock = SlowSizeClock(lambda n: n < 40)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    assert run_time_line(timing).r2 < 0.95  # bent: 16 measured only while slowed
+    remeasure_while_poor_fit(timing, max_s=5.0)
+    line = run_time_line(timing)
+    assert (line.slope, line.bias, line.r2) == pytest.approx((SLOPE, BIAS, 1.0))
+
+
+def test_remeasuring_a_line_that_stays_bent_ends_at_its_time_limit():
+    clock = SlowSizeClock(lambda n: True)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    blocks = len(timing.times[32].per_iteration)
+    remeasure_while_poor_fit(timing, max_s=0.2)
+    assert len(timing.times[32].per_iteration) > 3 * blocks  # doubled more than once
+    assert run_time_line(timing).r2 < 0.95
