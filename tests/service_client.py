@@ -300,3 +300,14 @@ def process_gone(pid: int, timeout: float = WAIT_S) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def deeply_nested(depth: int) -> bytes:
+    """[[[…[nil]…]]] as msgpack: `depth` arrays around a nil, one byte each."""
+    return b"\x91" * depth + b"\xc0"
+
+
+def request_with_deep_params(msgid: int, depth: int) -> bytes:
+    """A `status` request whose params hold a value nested `depth` deep."""
+    head = msgpack.packb(0) + msgpack.packb(msgid) + msgpack.packb("status")
+    return b"\x94" + head + b"\x91" + deeply_nested(depth)

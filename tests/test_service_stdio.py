@@ -12,7 +12,14 @@ import signal
 import pytest
 
 import skyline_engine
-from service_client import ServiceProcess, copy_project, marked_line, process_gone
+from service_client import (
+    ServiceProcess,
+    copy_project,
+    deeply_nested,
+    marked_line,
+    process_gone,
+    request_with_deep_params,
+)
 from skyline_engine.predict.batch_models import BatchSizeModels
 
 pytestmark = pytest.mark.timeout(180)
@@ -191,6 +198,20 @@ def test_edited_files_are_picked_up_by_the_next_analysis(client, root):
     finally:
         entry.write_text(entry_text)
         model.write_text(model_text)
+
+
+# 1,000 deep: 1 KB that msgpack decodes, whose repr recursed without end; 5,000 deep: past
+# msgpack's own limit, which broke the stream.
+@pytest.mark.parametrize("depth", [1000, 5000])
+def test_a_frame_nested_too_deep_gets_an_error_and_the_service_stays(client, service, depth):
+    client.send_raw(deeply_nested(depth))
+    # The same inside a request: the answer is a response to its msgid.
+    client.send_raw(request_with_deep_params(8000 + depth, depth))
+    error, _ = client.wait_response(8000 + depth)
+    assert error["code"] == "invalid_message" and "32 deep" in error["message"]
+    assert [p["code"] for m, p in client.notifications if m == "protocol_error"][-1:] == ["invalid_message"]
+    assert service.alive()
+    assert client.request("status")["analysis_id"] is None
 
 
 def test_user_prints_go_to_the_log(service):

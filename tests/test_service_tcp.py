@@ -16,7 +16,13 @@ import time
 import msgpack
 import pytest
 
-from service_client import ServiceProcess, copy_project, process_gone
+from service_client import (
+    ServiceProcess,
+    copy_project,
+    deeply_nested,
+    process_gone,
+    request_with_deep_params,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -190,7 +196,6 @@ def test_a_client_that_disconnects_mid_analysis_takes_its_worker_with_it(connect
         (msgpack.packb("x" * (2 * MAX_FRAME)), "frame_too_large"),
         # Announces a 4 GiB string: refused once the part received passes the limit.
         (b"\xdb\xff\xff\xff\xff" + b"x" * MAX_FRAME, "frame_too_large"),
-        (b"\x91" * 5000, "parse_error"),  # arrays nested deeper than msgpack allows
     ],
 )
 def test_a_broken_stream_gets_an_error_and_a_closed_connection(connect, service, garbage, code):
@@ -201,6 +206,19 @@ def test_a_broken_stream_gets_an_error_and_a_closed_connection(connect, service,
     assert client.wait_closed(30)
     assert [(m, p["code"]) for m, p in client.notifications] == [("protocol_error", code)]
     assert bystander.request("status")["analysis_id"] is None  # unaffected
+
+
+# 4000: deeper than msgpack's own limit, within this service's 4 KiB frames.
+@pytest.mark.parametrize("depth", [1000, 4000])
+def test_a_frame_nested_too_deep_gets_an_error_before_authentication_and_the_connection_lives(connect, service, depth):
+    client = connect()
+    client.send_raw(deeply_nested(depth))
+    client.send_raw(request_with_deep_params(7, depth))
+    error, _ = client.wait_response(7)
+    assert error["code"] == "invalid_message" and "32 deep" in error["message"]
+    assert [(m, p["code"]) for m, p in client.notifications] == [("protocol_error", "invalid_message")]
+    assert client.initialize(token=service.token)["protocol_version"] == 1
+    assert client.request("status")["analysis_id"] is None
 
 
 def test_a_truncated_frame_then_disconnect_leaves_the_service_up(connect, service):

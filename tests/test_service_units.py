@@ -18,10 +18,12 @@ from skyline_engine.service import failures
 from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
 from skyline_engine.service.protocol import (
+    MAX_NESTING_DEPTH,
     FatalFrameError,
     FrameReader,
     InvalidMessage,
     Notification,
+    RejectedFrame,
     Request,
     parse_message,
 )
@@ -53,12 +55,58 @@ def test_a_frame_above_the_limit_is_refused_before_it_completes():
     assert caught.value.error.code == "frame_too_large"
 
 
-@pytest.mark.parametrize("garbage", [b"\xc1", b"\xa1\xff", b"\x91" * 3000])
+@pytest.mark.parametrize("garbage", [b"\xc1", b"\xa1\xff", b"\x92\xc0\xc1"])
 def test_malformed_msgpack_is_fatal(garbage):
     with pytest.raises(FatalFrameError) as caught:
         list(FrameReader(1 << 20).feed(garbage))
     assert caught.value.error.code == "parse_error"
     assert caught.value.error.close
+
+
+def nested(depth):
+    value = None
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING_DEPTH + 1, 1000, 100_000])
+def test_a_frame_nested_too_deep_is_skipped_whole_and_the_stream_goes_on(depth):
+    request = msgpack.packb([0, 1, "status", []])
+    data = b"\x91" * depth + b"\xc0" + request
+    for size in (1, 7, len(data)):
+        reader = FrameReader(1 << 20)
+        got = [obj for start in range(0, len(data), size) for obj in reader.feed(data[start : start + size])]
+        assert len(got) == 2 and got[1] == [0, 1, "status", []]
+        assert isinstance(got[0], RejectedFrame) and got[0].error.code == "invalid_message"
+
+
+def test_nesting_up_to_the_limit_is_decoded():
+    assert list(FrameReader(1024).feed(msgpack.packb(nested(MAX_NESTING_DEPTH)))) == [nested(MAX_NESTING_DEPTH)]
+    assert list(FrameReader(1024).feed(msgpack.packb([{"a": [{}]}]))) == [[{"a": [{}]}]]
+
+
+def test_a_request_too_deep_is_answered_by_its_msgid():
+    frame = msgpack.packb([0, 9, "status", [nested(MAX_NESTING_DEPTH)]])
+    (rejected,) = FrameReader(1 << 20).feed(frame)
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(rejected)
+    assert (caught.value.msgid, caught.value.error.code) == (9, "invalid_message")
+
+
+def test_a_frame_announcing_more_than_the_limit_is_refused_at_its_header():
+    with pytest.raises(FatalFrameError) as caught:
+        list(FrameReader(1024).feed(b"\xdb\xff\xff\xff\xff"))
+    assert caught.value.error.code == "frame_too_large"
+
+
+@pytest.mark.parametrize(
+    "obj", [[nested(5000), 1, "status", []], [0, nested(5000), "status", []], [0, 1, "x", [{(1,) * 5000: 1}]]]
+)
+def test_errors_never_show_an_untrusted_container(obj):
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(obj)
+    assert len(caught.value.error.message) < 200
 
 
 def test_objects_before_a_break_are_still_delivered():

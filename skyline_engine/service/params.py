@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_type
+from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_value
 
 # The largest batch size a request may name; lua/skyline/constants.lua keeps the same (tests/test_parity.py).
 MAX_BATCH_SIZE = (1 << 31) - 1
@@ -37,7 +37,7 @@ def validate(params: dict[str, Any], spec: Sequence[Param]) -> dict[str, Any]:
             values[param.name] = param.check(value)
         except ValueError as exc:
             raise RpcError(
-                INVALID_PARAMS, f"`{param.name}` must be {exc}, not {_shown(value)}", param=param.name
+                INVALID_PARAMS, f"`{param.name}` must be {exc}, not {describe_value(value)}", param=param.name
             ) from None
     return values
 
@@ -77,10 +77,3 @@ def positive_seconds(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e7:
         raise ValueError("a positive number of seconds")
     return float(value)
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        shown = repr(value)
-        return (shown[:60] + "…") if len(shown) > 60 else shown
-    return describe_type(value)
