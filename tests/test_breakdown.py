@@ -57,19 +57,80 @@ def test_each_line_has_forward_and_backward_time(document, project, path, marker
     assert entry["invocations"] >= 1
 
 
-def test_optimizer_step_is_attributed_to_its_line_in_the_iteration(document, project):
+def own_ms(entry):
+    return entry["forward_ms"] + entry["backward_ms"] + entry["step_ms"]
+
+
+def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     entry = line(document, "entry_point.py", "STEP", project)
-    assert entry["forward_ms"] > 0
-    assert entry["backward_ms"] == 0
+    assert entry["step_ms"] > 0
+    assert entry["forward_ms"] == 0 and entry["backward_ms"] == 0
+    assert entry["inclusive"] == {"forward_ms": 0.0, "backward_ms": 0.0, "step_ms": entry["step_ms"]}
+    assert entry["invocations"] == 1
+    # No other line ran inside the step.
+    assert sum(e["step_ms"] for e in document["lines"]) == entry["step_ms"]
 
 
 def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     for entry in document["lines"]:
-        assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0 and entry["memory_bytes"] >= 0
+        assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0 and entry["step_ms"] >= 0
+        assert entry["memory_bytes"] >= 0
     untracked = document["untracked"]
     assert untracked["run_time_ms"] >= 0 and untracked["memory_bytes"] >= 0
-    total = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"]) + untracked["run_time_ms"]
+    total = sum(own_ms(e) for e in document["lines"]) + untracked["run_time_ms"]
     assert total == pytest.approx(document["iteration"]["run_time_ms"], rel=0.10)
+
+
+def test_a_callers_inclusive_time_is_the_own_time_of_the_lines_beneath_it(document, project):
+    # `h = scaled_tanh(h)` runs nothing itself; everything beneath it runs at the helper's line.
+    caller = line(document, "model.py", "HELPER_CALL", project)
+    helper = line(document, "helpers.py", "HELPER", project)
+    assert (caller["forward_ms"], caller["backward_ms"], caller["step_ms"]) == (0, 0, 0)
+    assert caller["invocations"] == 1
+    for phase in ("forward_ms", "backward_ms", "step_ms"):
+        assert caller["inclusive"][phase] == pytest.approx(helper[phase], rel=1e-9, abs=1e-12)
+        assert helper["inclusive"][phase] == pytest.approx(helper[phase], rel=1e-9, abs=1e-12)
+
+
+def test_the_entry_points_model_call_holds_the_models_lines(document, project):
+    call = line(document, "entry_point.py", "MODEL_CALL", project)
+    assert (call["forward_ms"], call["backward_ms"], call["step_ms"]) == (0, 0, 0)
+    assert call["invocations"] == 1  # one call of the model
+    beneath = [e for e in document["lines"] if e["path"] in ("model.py", "helpers.py")]
+    for phase in ("forward_ms", "backward_ms"):
+        assert call["inclusive"][phase] == pytest.approx(sum(e[phase] for e in beneath), rel=1e-9)
+    assert call["inclusive"]["step_ms"] == 0
+    forward_and_backward = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"])
+    assert call["inclusive"]["forward_ms"] + call["inclusive"]["backward_ms"] >= 0.9 * forward_and_backward
+
+
+def test_recursion_counts_each_operation_once_per_line(document, project):
+    recursion = line(document, "helpers.py", "RECURSION", project)
+    caller = line(document, "model.py", "RECURSION_CALL", project)
+    assert recursion["forward_ms"] > 0 and recursion["backward_ms"] > 0
+    assert recursion["invocations"] == 3  # three nested calls ran operations, per iteration
+    for phase in ("forward_ms", "backward_ms"):
+        # Its operations ran one, two and three frames deep in the line: each counts once.
+        assert recursion["inclusive"][phase] == pytest.approx(recursion[phase], rel=1e-9)
+        assert caller["inclusive"][phase] == pytest.approx(recursion[phase], rel=1e-9)
+
+
+def test_every_lines_inclusive_time_is_that_of_the_operations_beneath_it(document):
+    """The operation tree's leaves carry each operation's whole stack: the inclusive time of a line
+    is the time of the leaves whose stack passes through it."""
+    beneath: dict[tuple[str, int], float] = {}
+    for leaf in leaves(document["operations"]):
+        for where in {(c["path"], c["line"]) for c in leaf["contexts"]}:
+            beneath[where] = beneath.get(where, 0.0) + leaf["forward_ms"] + leaf["backward_ms"]
+    for entry in document["lines"]:
+        inclusive = sum(entry["inclusive"].values())
+        assert inclusive == pytest.approx(beneath.get((entry["path"], entry["line"]), 0.0), rel=1e-9, abs=1e-12)
+        assert inclusive >= own_ms(entry) * (1 - 1e-9)
+
+
+def test_lines_are_ordered_by_path_then_line(document):
+    places = [(e["path"], e["line"]) for e in document["lines"]]
+    assert places == sorted(set(places))
 
 
 def test_weights_memory_is_the_parameters_bytes_at_the_line_that_created_them(document, project):
@@ -119,16 +180,17 @@ def test_module_tree_groups_operations_by_module_in_execution_order(document):
     assert model["forward_ms"] == pytest.approx(sum(c["forward_ms"] for c in model["children"]))
 
 
-def test_no_operation_is_counted_twice(document):
-    def leaves(node):
-        if node["kind"] == "operation":
-            yield node
-        for child in node["children"]:
-            yield from leaves(child)
+def leaves(node):
+    if node["kind"] == "operation":
+        yield node
+    for child in node["children"]:
+        yield from leaves(child)
 
+
+def test_no_operation_is_counted_twice(document):
     tree_ms = sum(n["forward_ms"] + n["backward_ms"] for n in leaves(document["operations"]))
     assert tree_ms == pytest.approx(document["attribution"]["operations_ms"], rel=1e-6)
-    lines_ms = sum(e["forward_ms"] + e["backward_ms"] for e in document["lines"])
+    lines_ms = sum(own_ms(e) for e in document["lines"])
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)
 
 

@@ -78,6 +78,18 @@ def skyline_iteration_provider(model):
         model.zero_grad()
     return iteration
 """,
+    "lbfgs_closure": """
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=2)
+    def iteration(x):
+        def closure():
+            optimizer.zero_grad()
+            loss = model(x).square().mean()  # CALL
+            loss.backward()
+            return loss
+        optimizer.step(closure)  # STEP
+    return iteration
+""",
     "threads": """
 def skyline_iteration_provider(model):
     def iteration(x):
@@ -104,7 +116,9 @@ def test_breakdown_is_consistent(tmp_path, case):
     for entry in doc["lines"]:
         assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0
     assert doc["untracked"]["run_time_ms"] >= 0
-    total = sum(e["forward_ms"] + e["backward_ms"] for e in doc["lines"]) + doc["untracked"]["run_time_ms"]
+    total = (
+        sum(e["forward_ms"] + e["backward_ms"] + e["step_ms"] for e in doc["lines"]) + doc["untracked"]["run_time_ms"]
+    )
     assert total == pytest.approx(doc["iteration"]["run_time_ms"], rel=0.10)
     forward = lines[("entry.py", marker(source, "FORWARD"))]
     assert forward["forward_ms"] > 0
@@ -116,6 +130,13 @@ def test_breakdown_is_consistent(tmp_path, case):
     assert call["forward_ms"] > 0
     if case == "outside_tensor":
         assert call["backward_ms"] == 0  # `scale` and `x` need no gradient
+    if case == "lbfgs_closure":
+        # The step's own updates are its step time; the closure it calls runs the model forward,
+        # with gradients: forward work, whose backward still finds the lines that created it.
+        step = lines[("entry.py", marker(source, "STEP"))]
+        assert step["step_ms"] > 0 and step["forward_ms"] == 0
+        assert step["inclusive"]["forward_ms"] >= (call["forward_ms"] + forward["forward_ms"]) * (1 - 1e-9)
+        assert step["inclusive"]["backward_ms"] >= forward["backward_ms"] * (1 - 1e-9) > 0
     if case == "backward_twice":
         # Both backward passes ran; their work lands on the lines that created the nodes.
         assert call["backward_ms"] > 0

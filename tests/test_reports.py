@@ -102,7 +102,12 @@ def test_trace_is_a_chrome_trace_of_one_iteration(project):
     assert result.returncode == 0, result.stderr
     trace = json.loads((project / "trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert {e["tid"] for e in spans} == {1, 2}  # forward and backward tracks
+    assert {e["tid"] for e in spans} == {1, 2, 3}  # forward, backward and optimizer tracks
+    step = marker_line(project / "entry_point.py", "STEP")
+    optimizer = [e for e in spans if e["tid"] == 3]
+    assert optimizer and all(
+        e["cat"] == "optimizer" and e["name"].endswith(f"entry_point.py:{step}") for e in optimizer
+    )
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
     loop = marker_line(project / "model.py", "LOOP")
     assert any(e["name"] == f"addmm · model.py:{loop}" for e in spans)

@@ -1,9 +1,14 @@
 """From a recorded iteration to the breakdown: per line, per module and operation, per weight.
 
 Definitions (also in docs/analysis-document.md):
-- A line's `forward_ms` is the time of the operations it ran itself (the innermost project frame
-  at the operation was at that line), forward or optimizer; its `backward_ms` is the time of the
-  backward operations of autograd nodes its forward operations created.
+- A line's `forward_ms` is the time of the forward operations it ran itself (the innermost project
+  frame at the operation was at that line), its `step_ms` that of the operations it ran itself
+  inside `optimizer.step()`; its `backward_ms` is the time of the backward operations of autograd
+  nodes its forward operations created.
+- A line's `inclusive` times are those of every operation whose stack of project frames passes
+  through it, once per operation even when recursion puts the line in a stack twice: the
+  entry point's `loss = model(x, y)` holds everything the model's lines run beneath it. A backward
+  operation's stack is that of the forward operation that created its node.
 - A line's `memory_bytes` is the activation memory its operations left for backward, plus the
   weights and gradients of the modules it created, plus the optimizer state of an optimizer it
   constructed.
@@ -13,7 +18,7 @@ Definitions (also in docs/analysis-document.md):
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,11 +26,23 @@ import torch
 
 from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
-from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OperationRecord, Recording
+from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
 
 
 def contexts_to_list(stack: Stack) -> list[dict[str, Any]]:
     return [{"path": path, "line": line} for path, line in stack]
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Milliseconds per phase of the iteration: forward, backward, and the optimizer's step."""
+
+    forward_ms: float
+    backward_ms: float
+    step_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"forward_ms": self.forward_ms, "backward_ms": self.backward_ms, "step_ms": self.step_ms}
 
 
 @dataclass(frozen=True)
@@ -34,8 +51,10 @@ class LineCost:
     line: int
     forward_ms: float
     backward_ms: float
+    step_ms: float
     memory_bytes: int
     invocations: int
+    inclusive: PhaseTimes  # of everything that ran beneath the line, itself included
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,8 +62,10 @@ class LineCost:
             "line": self.line,
             "forward_ms": self.forward_ms,
             "backward_ms": self.backward_ms,
+            "step_ms": self.step_ms,
             "memory_bytes": self.memory_bytes,
             "invocations": self.invocations,
+            "inclusive": self.inclusive.to_dict(),
         }
 
 
@@ -191,12 +212,31 @@ class Breakdown:
         return fields
 
 
+def _no_time() -> dict[str, float]:
+    return dict.fromkeys((FORWARD, BACKWARD, OPTIMIZER), 0.0)
+
+
 @dataclass
 class _LineTotals:
-    forward_ms: float = 0.0
-    backward_ms: float = 0.0
+    own_ms: dict[str, float] = field(default_factory=_no_time)  # by phase: operations it ran itself
+    inclusive_ms: dict[str, float] = field(default_factory=_no_time)  # by phase: everything beneath it
     memory_bytes: int = 0
+    # (recorded iteration, invocation) of each call that ran forward or optimizer operations at it
     invocations: set[tuple[Any, ...]] = field(default_factory=set)
+    ran_beneath: bool = False  # a forward or optimizer operation ran beneath it (or at it)
+
+    def cost(self, path: str, number: int, invocations: int) -> LineCost:
+        own, inclusive = self.own_ms, self.inclusive_ms
+        return LineCost(
+            path,
+            number,
+            forward_ms=own[FORWARD],
+            backward_ms=own[BACKWARD],
+            step_ms=own[OPTIMIZER],
+            memory_bytes=self.memory_bytes,
+            invocations=invocations,
+            inclusive=PhaseTimes(inclusive[FORWARD], inclusive[BACKWARD], inclusive[OPTIMIZER]),
+        )
 
 
 def build_breakdown(
@@ -215,17 +255,7 @@ def build_breakdown(
     operations = _per_iteration(recording.operations, iterations)
     recorded_ms = sum(op.duration_ms for op in operations)
     scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
-    lines: dict[Context, _LineTotals] = OrderedDict()
-    for op in operations:
-        if op.context is None:
-            continue
-        line = lines.setdefault(op.context, _LineTotals())
-        if op.phase == FORWARD:
-            line.forward_ms += op.duration_ms
-            line.invocations.add(op.invocation)
-            line.memory_bytes += op.activation_bytes
-        else:
-            line.backward_ms += op.duration_ms
+    lines = _line_totals(operations, _iteration_of_each(recording))
 
     weights = _weights(model, creation)
     optimizer_state = _optimizer_state(creation)
@@ -241,10 +271,11 @@ def build_breakdown(
         + sum(w.size_bytes + w.grad_size_bytes for w in weights)
         + sum(s.size_bytes for s in optimizer_state)
     )
+    module_calls = Counter(call.context for call in recording.module_calls)
     return Breakdown(
         lines=[
-            LineCost(path, number, t.forward_ms, t.backward_ms, t.memory_bytes, len(t.invocations))
-            for (path, number), t in lines.items()
+            totals.cost(path, number, _invocations(totals, module_calls[(path, number)], iterations))
+            for (path, number), totals in sorted(lines.items())
         ],
         operations=_operation_tree(operations, recording),
         weights=weights,
@@ -259,6 +290,47 @@ def build_breakdown(
         ),
         timeline=first_iteration,
     )
+
+
+def _line_totals(operations: list[OperationRecord], iteration_of: list[int]) -> dict[Context, _LineTotals]:
+    """Each line's own and inclusive times, activations and invocations; every line of every
+    operation's stack is one, so that lines that only call into the project appear too."""
+    lines: dict[Context, _LineTotals] = {}
+    for op, iteration in zip(operations, iteration_of):
+        if op.context is None:
+            continue
+        own = lines.setdefault(op.context, _LineTotals())
+        own.own_ms[op.phase] += op.duration_ms
+        if op.phase != BACKWARD:
+            own.invocations.add((iteration, op.invocation))
+            own.memory_bytes += op.activation_bytes
+        for context in set(op.stack):  # a set: once per line, however often recursion repeats it
+            line = lines.setdefault(context, _LineTotals())
+            line.inclusive_ms[op.phase] += op.duration_ms
+            line.ran_beneath = line.ran_beneath or op.phase != BACKWARD
+    return lines
+
+
+def _invocations(totals: _LineTotals, module_calls: int, iterations: int) -> int:
+    """Calls per iteration of a line that ran forward or optimizer operations itself; for a line
+    that only calls into the project, the module calls it made per iteration, at least 1 (a call of
+    a plain function is not seen); 0 for a line beneath which no forward operation ran."""
+    per_iteration = max(iterations, 1)
+    if totals.invocations:
+        return max(1, round(len(totals.invocations) / per_iteration))
+    if totals.ran_beneath:
+        return max(1, round(module_calls / per_iteration))
+    return 0
+
+
+def _iteration_of_each(recording: Recording) -> list[int]:
+    """The recorded iteration each of `recording.operations` belongs to (0 for the first)."""
+    starts = recording.iteration_starts or [0]
+    ends = [*starts[1:], len(recording.operations)]
+    which = [0] * starts[0]
+    for iteration, (start, end) in enumerate(zip(starts, ends)):
+        which += [iteration] * (end - start)
+    return which
 
 
 def _timeline(operations: list[OperationRecord]) -> list[TimelineEntry]:
@@ -313,7 +385,7 @@ def _operation_tree(operations: list[OperationRecord], recording: Recording) -> 
             sites.append(call.context)
     leaves: dict[int, OperationNode] = {}
     for op in operations:
-        if op.phase == FORWARD:
+        if op.phase != BACKWARD:  # forward and optimizer work, both in `forward_ms`
             leaf = _leaf(root, op, call_sites)
             leaf.forward_ms += op.duration_ms
             leaf.activation_bytes += op.activation_bytes

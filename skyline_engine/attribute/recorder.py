@@ -16,7 +16,10 @@ passes through it, forward, backward and optimizer alike. For each it records:
   stack does not). Work of a node no recorded forward operation created (gradient accumulation)
   belongs to the line that called backward, read from the stack of the thread that did;
 - for forward operations, the storage of their outputs, and, through saved-tensor hooks, which of
-  those storages autograd keeps for backward: the operation's activation memory.
+  those storages autograd keeps for backward: the operation's activation memory;
+- whether it ran inside `optimizer.step()` (torch's global optimizer step pre- and post-hooks)
+  without gradients: the phase `optimizer`, the optimizer's work, told apart from the forward
+  pass's (a closure the step calls, as LBFGS's, runs the model with gradients: forward work).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, Protocol
 
 import torch
 from torch._ops import OpOverload
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
@@ -39,6 +43,7 @@ from skyline_engine.measure.memory import MemoryMeter, is_work
 
 FORWARD = "forward"
 BACKWARD = "backward"
+OPTIMIZER = "optimizer"  # inside optimizer.step(): neither forward nor backward
 
 # Sequence number of nodes that have none (AccumulateGrad): their work is attributed by call site.
 _NO_SEQUENCE = (1 << 64) - 1
@@ -47,7 +52,7 @@ _NO_SEQUENCE = (1 << 64) - 1
 @dataclass
 class OperationRecord:
     name: str
-    phase: str
+    phase: str  # FORWARD, BACKWARD or OPTIMIZER
     stack: tuple[Context, ...]  # the project frames at the operation, innermost first
     module: str
     sequence_nr: int | None
@@ -159,6 +164,7 @@ class OperationRecorder(TorchDispatchMode):
         self._producer = WeakIdKeyDictionary()  # storage -> forward OperationRecord that created it
         self._saved = WeakIdKeyDictionary()  # storages already counted as activations
         self._call_stack: list[tuple[str, int]] = []  # (module path, invocation id) of the modules running
+        self._steps_running = 0  # optimizer.step() calls under way (an optimizer may step another)
         self._module_call_count = 0
         self._users_module_types: dict[type, bool] = {}
         self._hooks: list[RemovableHandle] = []
@@ -170,9 +176,12 @@ class OperationRecorder(TorchDispatchMode):
     def __enter__(self) -> OperationRecorder:
         self._iteration_thread = threading.get_ident()
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
+        self._steps_running = 0
         self._hooks = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
+            register_optimizer_step_pre_hook(self._enter_step),
+            register_optimizer_step_post_hook(self._leave_step),
         ]
         self._saved_tensor_hooks.__enter__()
         super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
@@ -208,6 +217,13 @@ class OperationRecorder(TorchDispatchMode):
         if self._call_stack:
             self._call_stack.pop()
 
+    def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._steps_running += 1
+
+    def _leave_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        # A step that raised never calls its post-hook; the next iteration's recorder starts at 0.
+        self._steps_running = max(0, self._steps_running - 1)
+
     def _is_users(self, module: torch.nn.Module) -> bool:
         kind = type(module)
         known = self._users_module_types.get(kind)
@@ -234,6 +250,8 @@ class OperationRecorder(TorchDispatchMode):
         self.timer.assign(record, start, end)
         if self.memory is not None:
             self.memory.after_operation(func.__name__, out)
+        # Not the optimizer's outputs: its in-place updates return the parameters, which the next
+        # recorded iteration saves for backward, and parameters are no activations.
         if record.phase == FORWARD:
             for value in tree_flatten(out)[0]:
                 if isinstance(value, torch.Tensor):
@@ -245,10 +263,15 @@ class OperationRecorder(TorchDispatchMode):
         if node is None:
             stack, frame_id = self.call_sites.stack(skip=2)
             module, call_id = self._call_stack[-1] if self._call_stack else ("", 0)
-            record = OperationRecord(op_name, FORWARD, stack, module, next_sequence - 1, (call_id, frame_id))
+            # An optimizer updates without gradients; a closure it calls (LBFGS) runs the model
+            # with them, and that is forward work.
+            phase = OPTIMIZER if self._steps_running and not torch.is_grad_enabled() else FORWARD
+            record = OperationRecord(op_name, phase, stack, module, next_sequence - 1, (call_id, frame_id))
             # The first operation to see a sequence number is the one whose node it is: later
-            # operations that create no node see the same counter.
-            self._forward_by_sequence.setdefault(next_sequence - 1, record)
+            # operations that create no node see the same counter. The optimizer's run without
+            # gradients and create none.
+            if phase == FORWARD:
+                self._forward_by_sequence.setdefault(next_sequence - 1, record)
         else:
             sequence = node._sequence_nr()
             creator = self._forward_by_sequence.get(sequence) if sequence != _NO_SEQUENCE else None

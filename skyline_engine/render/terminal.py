@@ -13,7 +13,7 @@ SAMPLES = " samples/s"
 
 
 HOTTEST_LINES = 10
-SOURCE_WIDTH = 48
+SOURCE_WIDTH = 40
 
 
 def render_report(document: dict[str, Any]) -> str:
@@ -53,38 +53,70 @@ def _summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _own_ms(line: dict[str, Any]) -> float:
+    return float(line["forward_ms"] + line["backward_ms"] + line["step_ms"])
+
+
+def _inclusive_ms(line: dict[str, Any]) -> float:
+    inclusive = line["inclusive"]
+    return float(inclusive["forward_ms"] + inclusive["backward_ms"] + inclusive["step_ms"])
+
+
 def _hottest_lines(doc: dict[str, Any]) -> str:
-    lines = sorted(doc.get("lines") or [], key=lambda line: -(line["forward_ms"] + line["backward_ms"]))[:HOTTEST_LINES]
-    if not lines:
+    """The lines that cost most themselves, then the entry point's lines that call into the rest
+    (their own cost is next to nothing: what they hold is beneath them)."""
+    records = doc.get("lines") or []
+    hottest = sorted(records, key=lambda line: -_own_ms(line))[:HOTTEST_LINES]
+    callers = [
+        line
+        for line in records
+        if line["path"] == doc["entry_point"] and line not in hottest and _inclusive_ms(line) > _own_ms(line)
+    ]
+    if not hottest:
         return ""
     total = doc["iteration"]["run_time_ms"]
-    rows = [("line", "forward", "backward", "share", "memory", "source")]
-    for line in lines:
-        spent = line["forward_ms"] + line["backward_ms"]
+    rows = [("line", "forward", "backward", "step", "share", "with calls", "memory", "source")]
+    for line in hottest + callers:
+        own, inclusive = _own_ms(line), _inclusive_ms(line)
         rows.append(
             (
                 f"{line['path']}:{line['line']}",
-                format_ms(line["forward_ms"]),
-                format_ms(line["backward_ms"]),
-                f"{spent / total:.1%}" if total else "—",
+                _ms_or_blank(line["forward_ms"]),
+                _ms_or_blank(line["backward_ms"]),
+                _ms_or_blank(line["step_ms"]),
+                _share(own, total),
+                # Only where it says more than the line's own cost: a caller's whole subtree.
+                _share(inclusive, total) if inclusive > own * (1 + 1e-9) else "",
                 format_bytes(line["memory_bytes"]),
                 _source(doc["project_root"], line["path"], line["line"]),
             )
         )
     untracked = doc.get("untracked")
     if untracked:
-        share = untracked["run_time_ms"] / total if total else 0.0
         rows.append(
             (
                 "untracked",
                 format_ms(untracked["run_time_ms"]),
                 "",
-                f"{share:.1%}",
+                "",
+                _share(untracked["run_time_ms"], total),
+                "",
                 format_bytes(untracked["memory_bytes"]),
                 "",
             )
         )
-    return "Hottest lines (one iteration)\n" + _table(rows, right_aligned=(1, 2, 3, 4))
+    return (
+        "Hottest lines (one iteration; share: the line's own operations, with calls: also what runs beneath it)\n"
+        + _table(rows, right_aligned=(1, 2, 3, 4, 5, 6))
+    )
+
+
+def _ms_or_blank(ms: float) -> str:
+    return format_ms(ms) if ms > 0 else ""
+
+
+def _share(ms: float, total: float) -> str:
+    return f"{ms / total:.1%}" if total else "—"
 
 
 def _source(root: str, path: str, number: int) -> str:

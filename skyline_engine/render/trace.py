@@ -1,7 +1,7 @@
 """A Chrome trace event file of the recorded iteration, which Perfetto and chrome://tracing open.
 
-One span per operation, named by the operation and the user's line, on one track for the forward
-pass (and the optimizer) and one for the backward pass.
+One span per operation, named by the operation and the user's line, on one track for each phase:
+the forward pass, the backward pass, the optimizer's step.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from typing import Any
 
 from skyline_engine.render.files import write_text_atomic
 
-_TRACKS = {"forward": 1, "backward": 2}
+_TRACKS = {"forward": 1, "backward": 2, "optimizer": 3}
+_TRACK_NAMES = {"forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
 
 
 def chrome_trace(document: dict[str, Any]) -> dict[str, Any]:
     events = [
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"skyline: {document['entry_point']}"}},
-        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "forward and optimizer"}},
-        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "backward"}},
+    ]
+    events += [
+        {"name": "thread_name", "ph": "M", "pid": 1, "tid": _TRACKS[phase], "args": {"name": name}}
+        for phase, name in _TRACK_NAMES.items()
     ]
     for op in document.get("timeline") or []:
         where = f"{op['path']}:{op['line']}" if op["path"] else "untracked"

@@ -16,7 +16,7 @@ def skyline_iteration_provider(model):
 
     def iteration(x, y):
         optimizer.zero_grad()
-        loss = model(x, y)
+        loss = model(x, y)  # MODEL_CALL
         loss.backward()  # BACKWARD_CALL
         optimizer.step()  # STEP
 
