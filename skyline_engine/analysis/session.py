@@ -25,7 +25,7 @@ from skyline_engine.errors import OutOfMemory, SkylineError
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
-from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.measure.memory import MemoryProfile, address_space_limit
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
@@ -64,6 +64,8 @@ class AnalysisRequest:
     predict: bool = True
     # Plan for a device with this much memory instead of the one measured on (None: its own).
     memory_capacity_bytes: int | None = None
+    # What set this process's address-space limit, named when an allocation fails under it.
+    memory_limit_source: str = "ulimit -v"
 
 
 def analyze(
@@ -194,7 +196,7 @@ class _Analysis:
                 on_first=lambda sample, breakdown: self._send(sample, breakdown, breakdown_notes(breakdown)),
             )
         except OutOfMemoryAtBatchSize as exc:
-            raise _does_not_fit(exc, self.device, self.location, self.entry.relative_path) from None
+            raise _does_not_fit(exc, self.device, self.location, self.request.memory_limit_source, self.entry) from None
 
     def _send(self, sample: Sample, breakdown: Breakdown, notes: list[str]) -> None:
         if self.partial is not None:
@@ -253,14 +255,32 @@ def _check_batch_size(batch_size: int | None) -> None:
 
 
 def _does_not_fit(
-    exc: OutOfMemoryAtBatchSize, device: DeviceInfo, location: BatchSizeLocation | None, entry_path: str
+    exc: OutOfMemoryAtBatchSize,
+    device: DeviceInfo,
+    location: BatchSizeLocation | None,
+    limit_source: str,
+    entry: EntryPoint,
 ) -> OutOfMemory:
-    path = location.path if location else entry_path
-    line = location.line if location else None
+    """The error at the batch size's default (what to change), saying which memory ran out and
+    where in the user's code the allocation failed; at that line when the default is unknown."""
+    path, line = (location.path, location.line) if location else (exc.path or entry.relative_path, exc.line)
+    cause = exc.cause.rstrip(".")
+    failed = f"the allocation at {exc.path}:{exc.line} failed ({cause})" if exc.path and exc.line else cause
     return OutOfMemory(
-        f"batch size {exc.batch_size} does not fit in the memory of {device.name} "
-        f"({device.memory_capacity_bytes / 2**30:.1f} GiB): {exc.cause}",
+        f"batch size {exc.batch_size} does not fit in {_memory_that_ran_out(device, limit_source)}: {failed}.",
         path=path,
         line=line,
         hint="Lower the batch size.",
     )
+
+
+def _memory_that_ran_out(device: DeviceInfo, limit_source: str) -> str:
+    """The device's memory, or this process's address-space limit when that is the smaller: on the
+    CPU, an allocation fails at the limit long before the machine's memory is used up."""
+    capacity = f"{device.memory_capacity_bytes / 2**30:.1f} GiB"
+    limit = address_space_limit()
+    if device.type == "cpu" and limit is not None and limit < device.memory_capacity_bytes:
+        return (
+            f"the memory limit of {limit / 2**30:.1f} GiB ({limit_source}), less than the {capacity} of {device.name}"
+        )
+    return f"the memory of {device.name} ({capacity})"

@@ -78,9 +78,11 @@ class EntryPoint:
 
 
 def resolve_entry_path(entry: str, project_root: Path, base: Path | None = None) -> Path:
-    """The entry point as an absolute path, checked to exist and to lie inside the project root.
+    """The entry point as an absolute path, checked to lie inside the project root and to exist.
 
     A relative `entry` is taken relative to `base` (the CLI's working directory) or else the root.
+    A path outside the root gets the same answer whether or not it exists: the service's clients
+    must not learn which files exist on its machine.
     """
     root = project_root.resolve()
     if not root.is_dir():
@@ -89,10 +91,6 @@ def resolve_entry_path(entry: str, project_root: Path, base: Path | None = None)
     if not path.is_absolute():
         path = (base or root) / path
     path = path.resolve()
-    if not path.exists():
-        raise EntryPointError(f"the entry point {entry!r} does not exist (looked for {path}).")
-    if not path.is_file():
-        raise EntryPointError(f"the entry point {entry!r} is not a file.")
     try:
         path.relative_to(root)
     except ValueError:
@@ -100,6 +98,10 @@ def resolve_entry_path(entry: str, project_root: Path, base: Path | None = None)
             f"the entry point {entry!r} lies outside the project root {root}.",
             hint="Run from the project's folder or pass --project-root.",
         ) from None
+    if not path.exists():
+        raise EntryPointError(f"the entry point {entry!r} does not exist (looked for {path}).")
+    if not path.is_file():
+        raise EntryPointError(f"the entry point {entry!r} is not a file.")
     return path
 
 
@@ -189,7 +191,8 @@ def user_code_error(
     no frame of the user's (calling it with the wrong arguments fails before it runs)."""
     frame = innermost_user_frame(exc.__traceback__, files)
     path, line = (files.relative(frame.filename), frame.lineno) if frame else _definition(fallback, files)
-    message = f"{type(exc).__name__}: {exc} (raised while running {what})."
+    text = str(exc)  # empty for a bare `raise KeyboardInterrupt`
+    message = f"{type(exc).__name__}{': ' + text if text else ''} (raised while running {what})."
     if isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename) and files.contains(exc.filename):
         # A syntax error in a module the entry point imports: the traceback ends at the import
         # statement, but the line to fix is the one the compiler names.

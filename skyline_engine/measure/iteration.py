@@ -46,14 +46,17 @@ Run = Callable[[], None]
 
 
 class OutOfMemoryAtBatchSize(Exception):
-    """The iteration does not fit at `batch_size`. It keeps the cause's text, not the exception:
-    the failed iteration's frames (and the activations they hold) must be freed before a smaller
-    batch size is tried."""
+    """The iteration does not fit at `batch_size`. It keeps the cause's text and the user's line
+    where the allocation failed (`path`, `line`; None when no frame of the user's code was on the
+    stack), not the exception: the failed iteration's frames (and the activations they hold)
+    must be freed before a smaller batch size is tried."""
 
-    def __init__(self, batch_size: int, cause: str) -> None:
-        super().__init__(f"out of memory at batch size {batch_size}: {cause}")
+    def __init__(self, batch_size: int, cause: BaseException, where: tuple[str | None, int | None]) -> None:
+        # A MemoryError (Python's, or torch's under an address-space limit) often has no text.
+        self.cause = str(cause) or type(cause).__name__
+        super().__init__(f"out of memory at batch size {batch_size}: {self.cause}")
         self.batch_size = batch_size
-        self.cause = cause
+        self.path, self.line = where
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,8 @@ class IterationRunner:
                 raise
             # Raised below, outside this handler: raised here it would keep `exc` (and through its
             # traceback the tensors made so far) alive as its __context__.
-            out_of_memory = OutOfMemoryAtBatchSize(batch_size, str(cause))
+            where = (exc.path, exc.line) if isinstance(exc, UserCodeError) else self._user_line(exc)
+            out_of_memory = OutOfMemoryAtBatchSize(batch_size, cause, where)
         raise out_of_memory
 
     def _inputs(self, batch_size: int) -> Sequence[Any]:
@@ -247,10 +251,14 @@ class IterationRunner:
                 raise self._iteration_error(exc, batch_size) from exc
             # Raised below, outside this handler: raised here it would keep `exc`, and through its
             # traceback the failed iteration's tensors, alive (CUDA could free nothing).
-            out_of_memory = OutOfMemoryAtBatchSize(batch_size, str(exc))
+            out_of_memory = OutOfMemoryAtBatchSize(batch_size, exc, self._user_line(exc))
         if out_of_memory is not None:
             raise out_of_memory
         self._ran_once = True
+
+    def _user_line(self, exc: BaseException) -> tuple[str | None, int | None]:
+        frame = innermost_user_frame(exc.__traceback__, self.entry.files)
+        return (self.entry.files.relative(frame.filename), frame.lineno) if frame else (None, None)
 
     def _iteration_error(self, exc: BaseException, batch_size: int) -> UserCodeError:
         where = f"the training iteration at batch size {batch_size}"

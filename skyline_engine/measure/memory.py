@@ -296,6 +296,15 @@ _ALLOCATION_FAILURES = (
 )
 
 
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (RLIMIT_AS: the service's
+    --worker-memory-limit, or `ulimit -v`), or None when it has none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True

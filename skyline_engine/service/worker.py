@@ -80,10 +80,11 @@ def main(argv: list[str] | None = None) -> None:
     if startup_error is not None:
         _finish(channel, {"type": "error", **startup_error.to_dict()})
     try:
-        document = _analyze(job, channel)
+        document = _analyze(job, channel, limited=args.memory_limit is not None)
         message = {"type": "result", "document": document}
     except BaseException as exc:  # noqa: BLE001 - whatever ends the analysis is reported, not raised
-        message = {"type": "error", **describe_failure(exc, "running the analysis").to_dict()}
+        failure = describe_failure(exc, "running the analysis", project_root=job.get("project_root"))
+        message = {"type": "error", **failure.to_dict()}
     _finish(channel, message)
 
 
@@ -177,7 +178,7 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
-def _analyze(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
+def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> dict[str, Any]:
     from skyline_engine.analysis.document import AnalysisDocument
     from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.measure.timing import TimingBudget
@@ -189,6 +190,7 @@ def _analyze(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         memory_capacity_bytes=job.get("memory_capacity_bytes"),
         device=job.get("device", "auto"),
         budget=dataclasses.replace(TimingBudget(), **job.get("budget", {})),
+        memory_limit_source="--worker-memory-limit" if limited else "inherited by the worker",
     )
 
     def progress(phase: str, fraction: float) -> None:
@@ -200,8 +202,9 @@ def _analyze(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     return analyze(request, progress=progress, partial=partial).to_dict()
 
 
-def describe_failure(exc: BaseException, doing: str) -> Failure:
-    """What an exception that ended the work means for the user."""
+def describe_failure(exc: BaseException, doing: str, project_root: str | None = None) -> Failure:
+    """What an exception that ended the work means for the user; `project_root` tells the user's
+    frames from the engine's."""
     from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
 
     if isinstance(exc, SkylineError):
@@ -217,9 +220,11 @@ def describe_failure(exc: BaseException, doing: str) -> Failure:
             kind = "user_code"
         else:
             kind = "error"
-        if kind == "out_of_memory":
+        if kind == "out_of_memory" and "--worker-memory-limit" not in message:
             message += _memory_limit_note()
         return Failure(kind, message, exc.path, exc.line)
+    if isinstance(exc, KeyboardInterrupt):
+        return _interrupted_by_user_code(exc, project_root)
     if isinstance(exc, MemoryError):
         return Failure("out_of_memory", f"out of memory (MemoryError) while {doing}." + _memory_limit_note())
     if isinstance(exc, SystemExit):
@@ -229,6 +234,18 @@ def describe_failure(exc: BaseException, doing: str) -> Failure:
         f"internal error while {doing}: {type(exc).__name__}: {exc}",
         details="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     )
+
+
+def _interrupted_by_user_code(exc: KeyboardInterrupt, project_root: str | None) -> Failure:
+    """A KeyboardInterrupt here is raised by the user's code (or a library it calls), not by a
+    terminal: the worker runs in a session of its own, which no Ctrl-C reaches."""
+    from skyline_engine.entry.loader import user_code_error
+    from skyline_engine.entry.user_frames import ProjectFiles
+
+    if project_root is None:
+        return Failure("user_code", f"the code raised {type(exc).__name__}.")
+    error = user_code_error(ProjectFiles(project_root), "the analysis", exc)
+    return Failure("user_code", error.format(), error.path, error.line)
 
 
 def _with_prefix(exc: SkylineError, prefix: str) -> str:
