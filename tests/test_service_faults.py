@@ -14,6 +14,7 @@ import signal
 import pytest
 
 from service_client import ServiceProcess, copy_project, marked_line, process_gone
+from skyline_engine.service.failures import MAX_DETAILS_CHARS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -98,6 +99,17 @@ def test_an_entry_point_that_segfaults(client, root):
     assert "segmentation fault" in error["message"]
     assert error["path"] == "crashes/entry_point.py"  # from faulthandler's dump
     assert error["line"] == marked_line(root / "crashes/entry_point.py")
+    assert_a_normal_analysis_succeeds(client)
+
+
+def test_what_the_service_keeps_of_a_workers_output_is_bounded(client, service):
+    _, method, error = client.analyze("noisy/entry_point.py")
+    assert (method, error["kind"], error["exit_status"]) == ("analysis_error", "crashed", 1)
+    # The end of what the worker said, not all of its 24 MiB.
+    assert error["details"].endswith("the last words")
+    assert len(error["details"]) <= MAX_DETAILS_CHARS
+    assert "the rest of this line is not logged" in service.log()
+    assert len(service.log()) < 1 << 20
     assert_a_normal_analysis_succeeds(client)
 
 

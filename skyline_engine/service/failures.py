@@ -18,6 +18,11 @@ from typing import Any
 
 from skyline_engine.entry.user_frames import ProjectFiles
 
+# What an `analysis_error` may carry at most, whatever the worker (the user's code) printed or
+# raised: the start of the message, the end of the details (the last words are the telling ones).
+MAX_MESSAGE_CHARS = 8 << 10
+MAX_DETAILS_CHARS = 16 << 10
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -39,10 +44,19 @@ class Failure:
         return replace(self, path=path, line=line, message=f"{path}:{line}: {self.message}")
 
     def to_dict(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"kind": self.kind, "message": self.message, "path": self.path, "line": self.line}
-        for name in ("signal", "exit_status", "details"):
-            if getattr(self, name) is not None:
-                fields[name] = getattr(self, name)
+        """The wire form, its texts capped (MAX_MESSAGE_CHARS, MAX_DETAILS_CHARS)."""
+        fields: dict[str, Any] = {
+            "kind": self.kind,
+            "message": _keep_start(self.message, MAX_MESSAGE_CHARS),
+            "path": self.path,
+            "line": self.line,
+        }
+        if self.signal is not None:
+            fields["signal"] = self.signal
+        if self.exit_status is not None:
+            fields["exit_status"] = self.exit_status
+        if self.details is not None:
+            fields["details"] = _keep_end(self.details, MAX_DETAILS_CHARS)
         return fields
 
     @classmethod
@@ -67,6 +81,14 @@ class Failure:
             exit_status=integer("exit_status"),
             details=text("details"),
         )
+
+
+def _keep_start(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _keep_end(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
 
 
 _SIGNAL_MEANINGS: dict[int, str] = {

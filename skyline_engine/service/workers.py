@@ -2,7 +2,9 @@
 
 - `WorkerProcess` starts `python -m skyline_engine.service.worker` and turns its message stream
   into a queue; it forwards the worker's stderr to the service's log, keeping the tail for crash
-  reports.
+  reports. Whatever the user's code prints, and however long its lines, what the service holds of
+  it is bounded: stderr is read in chunks, the log gets each line cut at MAX_LOG_LINE_BYTES, and
+  the tail is the last STDERR_TAIL_BYTES bytes.
 - `WorkerPool` keeps one *spare* worker, started ahead with torch imported, so an analysis begins
   at once. The spare is started only while no analysis runs: importing torch next to a measurement
   would slow the measurement down.
@@ -16,7 +18,6 @@ imported) and what lets the service survive anything the code does.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
@@ -42,7 +43,14 @@ log = logging.getLogger("skyline.service")
 
 # The worker's messages carry whole analysis documents; anything larger means a broken stream.
 MAX_WORKER_MESSAGE_BYTES = 256 << 20
-STDERR_TAIL_LINES = 400
+# The end of a worker's stderr kept for its crash report: room for faulthandler's stacks of a
+# few dozen threads. Bytes, not lines: one line may be gigabytes long.
+STDERR_TAIL_BYTES = 64 << 10
+STDERR_READ_BYTES = 64 << 10
+# A line of the worker's output longer than this is cut in the service's log.
+MAX_LOG_LINE_BYTES = 16 << 10
+# How many of the tail's last lines a crash report carries (`details`; Failure caps its size).
+DETAILS_LINES = 60
 # After asking a worker past its time limit for its stacks, how long to let it write them.
 STACK_DUMP_GRACE_S = 1.0
 # How long a worker that has sent its last message may take to exit on its own.
@@ -85,7 +93,7 @@ class WorkerProcess:
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.ready_message: dict[str, Any] | None = None
         self.ready = threading.Event()  # set on `ready`, or when the worker ends before it
-        self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._tail = StderrTail(STDERR_TAIL_BYTES)
         self._stderr_thread = threading.Thread(
             target=self._forward_stderr, name=f"worker-{self.pid}-stderr", daemon=True
         )
@@ -126,7 +134,7 @@ class WorkerProcess:
 
     def stderr_tail(self, settle_s: float = 1.0) -> list[str]:
         self._stderr_thread.join(settle_s)
-        return list(self._tail)
+        return self._tail.lines()
 
     def close(self) -> None:
         self.kill()
@@ -162,18 +170,95 @@ class WorkerProcess:
         self.messages.put(message)
 
     def _forward_stderr(self) -> None:
-        prefix = f"[worker {self.pid}] "
+        log_lines = LogLines(f"[worker {self.pid}] ", _write_log)
+        fd = self._stderr.fileno()
         try:
-            for raw in iter(self._stderr.readline, b""):
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                self._tail.append(line)
+            while True:
                 try:
-                    sys.stderr.write(prefix + line + "\n")
-                    sys.stderr.flush()
-                except (OSError, ValueError):
-                    pass
+                    data = os.read(fd, STDERR_READ_BYTES)
+                except OSError:
+                    break
+                if not data:
+                    break
+                self._tail.add(data)
+                log_lines.add(data)
+            log_lines.flush()
         finally:
             self._stderr.close()
+
+
+class StderrTail:
+    """The last `limit` bytes of a stream, kept as it arrives."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._data = bytearray()
+        self._cut = False  # bytes before the kept ones were dropped
+        self._lock = threading.Lock()
+
+    def add(self, data: bytes) -> None:
+        with self._lock:
+            self._data += data[-self.limit :]
+            if len(self._data) > self.limit:
+                del self._data[: len(self._data) - self.limit]
+                self._cut = True
+            elif len(data) > self.limit:
+                self._cut = True
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            data, cut = bytes(self._data), self._cut
+        lines = data.decode("utf-8", "replace").split("\n")
+        if cut:
+            lines[0] = "…" + lines[0]  # the end of a line whose start was dropped
+        if lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+
+class LogLines:
+    """Output written to the log a line at a time, each with a prefix; a line longer than
+    MAX_LOG_LINE_BYTES is cut there (the rest of it is skipped), so no line is held whole."""
+
+    def __init__(self, prefix: str, write: Callable[[str], None]) -> None:
+        self._prefix = prefix
+        self._write = write
+        self._line = bytearray()
+        self._cut = False
+
+    def add(self, data: bytes) -> None:
+        pieces = data.split(b"\n")
+        for piece in pieces[:-1]:
+            self._extend(piece)
+            self._end_line()
+        self._extend(pieces[-1])
+
+    def flush(self) -> None:
+        if self._line or self._cut:
+            self._end_line()
+
+    def _extend(self, piece: bytes) -> None:
+        room = MAX_LOG_LINE_BYTES - len(self._line)
+        if len(piece) > room:
+            self._cut = True
+        if room > 0:
+            self._line += piece[:room]
+
+    def _end_line(self) -> None:
+        text = self._line.decode("utf-8", "replace")
+        if self._cut:
+            text += f" [… the rest of this line is not logged: it is longer than {MAX_LOG_LINE_BYTES} bytes]"
+        self._write(self._prefix + text + "\n")
+        self._line.clear()
+        self._cut = False
+
+
+def _write_log(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class WorkerPool:
@@ -399,4 +484,4 @@ class Job:
         path, line = failures.innermost_user_frame(tail, str(self.pool.config.project_root))
         if path is not None and line is not None:
             error = error.at(path, line)
-        return replace(error, details="\n".join(tail[-60:]) or None)
+        return replace(error, details="\n".join(tail[-DETAILS_LINES:]) or None)
