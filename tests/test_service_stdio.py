@@ -251,6 +251,34 @@ def test_shutdown_answers_then_ends_the_service(root):
         service.stop()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["shutdown", "SIGTERM"])
+def test_stopping_the_service_mid_analysis_sends_its_one_final_notification(root, how):
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+        analysis_id = client.request("analyze", {"entry_point": SLOW})["analysis_id"]
+        client.wait_notification(
+            lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model"
+        )
+        worker = client.request("status")["worker_pid"]
+        if how == "shutdown":
+            assert client.request("shutdown") == {}
+            # Already there when the answer came: it was sent before.
+            assert [m for m, p in client.about(analysis_id) if m != "progress"] == ["analysis_error"]
+        else:
+            service.proc.send_signal(signal.SIGTERM)
+        assert service.proc.wait(60) == 0
+        assert client.wait_closed(30)
+        finals = [(m, p) for m, p in client.about(analysis_id) if m != "progress"]
+        assert [(m, p["kind"]) for m, p in finals] == [("analysis_error", "cancelled")]
+        assert "shutting down" in finals[0][1]["message"]
+        assert process_gone(worker)
+    finally:
+        service.stop()
+
+
 @pytest.mark.timeout(60)
 def test_malformed_msgpack_on_stdio_closes_the_stream(root):
     service = ServiceProcess(root, "--quick")

@@ -341,9 +341,18 @@ def test_shutdown_stops_the_tcp_service_and_removes_its_token(root, tmp_path):
         client, bystander = service.tcp_client(), service.tcp_client()
         client.initialize(token=service.token)
         bystander.initialize(token=service.token)
+        # The bystander's analysis runs when another client stops the service.
+        analysis_id = bystander.request("analyze", {"entry_point": SLOW})["analysis_id"]
+        bystander.wait_notification(
+            lambda m, p: p.get("analysis_id") == analysis_id and p.get("phase") == "building the model"
+        )
+        worker = bystander.request("status")["worker_pid"]
         assert client.request("shutdown") == {}
         assert service.proc.wait(60) == 0
         assert bystander.wait_closed(30)
+        finals = [(m, p["kind"]) for m, p in bystander.about(analysis_id) if m != "progress"]
+        assert finals == [("analysis_error", "cancelled")]
+        assert process_gone(worker)
         assert not token_file.exists()
     finally:
         service.stop()

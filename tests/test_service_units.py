@@ -337,6 +337,19 @@ def test_shutdown_answers_then_stops_the_engine():
     assert engine.shutdown_requested
 
 
+def test_shutdown_ends_the_running_analysis_before_answering():
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    d.handle([0, 3, "shutdown", []])
+    job = engine.jobs[0]
+    assert job.stopped
+    ended = [m for m in sent.sent if (m[0] == 1 and m[1] == 3) or (m[0] == 2 and m[1] == "analysis_error")]
+    assert [m[0] for m in ended] == [2, 1]  # the final notification, then the answer
+    assert ended[0][2][0]["kind"] == "cancelled"
+    job.listener.on_error(job, Failure("crashed", "killed"))  # what its worker's death would say
+    assert len(sent.notifications("analysis_error")) == 1
+
+
 def test_closing_the_connection_stops_its_analysis_silently():
     d, engine, sent = initialized()
     d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])

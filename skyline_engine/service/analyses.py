@@ -4,7 +4,10 @@ Every message about an analysis passes through one gate (`_deliver`), under one 
 only while that analysis is the client's current one and has not ended. So once a new `analyze`
 has superseded an analysis, or `cancel` has ended it, nothing more of it reaches the client, even
 messages its worker had already written. Each analysis ends with exactly one final notification:
-`analysis` with `partial: false`, or `analysis_error` (kind `superseded` or `cancelled` included).
+`analysis` with `partial: false`, or `analysis_error` (kind `superseded` or `cancelled` included),
+as long as the client is there to receive it: when the service stops (`shutdown`, a signal), the
+running analysis ends with `cancelled`; when the client disconnects, its analysis is stopped and
+nothing is sent (no one is left to send it to).
 """
 
 from __future__ import annotations
@@ -68,6 +71,14 @@ class ClientAnalyses:
     def running(self) -> Job | None:
         with self._lock:
             return self._current if self._open else None
+
+    def end_for_shutdown(self) -> None:
+        """The service stops: the running analysis ends with `analysis_error` kind `cancelled`, and
+        no new one starts."""
+        with self._lock:
+            self._closed = True
+            if self._open and self._current is not None:
+                self._end(self._current, "cancelled", "cancelled: the service is shutting down")
 
     def close(self) -> None:
         """The client is gone: stop its analysis without telling anyone."""

@@ -74,7 +74,7 @@ class Dispatcher:
         self.initialized = False
         self.analyses: ClientAnalyses | None = None
         self._closed = False
-        self._unregister = engine.on_close(self.close)
+        self._unregister = engine.on_close(self._service_stopping)
         self._methods: dict[str, Handler] = {
             "initialize": self._initialize,
             "analyze": self._analyze,
@@ -98,8 +98,14 @@ class Dispatcher:
             return self._call(message.method, message.params, None)
         return self._call(message.method, message.params, message.msgid)
 
+    def _service_stopping(self) -> None:
+        """The service stops: this client's running analysis ends with its final notification."""
+        if self.analyses is not None:
+            self.analyses.end_for_shutdown()
+        self.close()
+
     def close(self) -> None:
-        """The connection is gone (or the service stops): end this client's analysis."""
+        """The connection is gone: end this client's analysis, silently."""
         if self._closed:
             return
         self._closed = True
@@ -246,6 +252,9 @@ class Dispatcher:
         }
 
     def _shutdown(self, params: dict[str, Any], respond: Respond) -> _Responded:
+        # This client's running analysis gets its final notification before the answer; the
+        # other clients' get theirs as the service closes (EngineService.close).
+        self._analyses().end_for_shutdown()
         respond({})
         self.engine.request_shutdown()
         return RESPONDED

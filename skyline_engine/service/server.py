@@ -89,7 +89,8 @@ def run_stdio(engine: EngineService) -> int:
         try:
             serve_client(lambda: _read(0), connection, dispatcher, engine.config.max_frame_bytes)
         finally:
-            engine.request_shutdown()  # stdin closed: the editor has quit
+            dispatcher.close()  # stdin closed: the editor has quit, taking its analysis with it
+            engine.request_shutdown()
 
     engine.start()
     threading.Thread(target=read_stdin, name="stdio", daemon=True).start()
@@ -145,11 +146,13 @@ class TcpServer:
         self.engine.request_shutdown()
         with contextlib.suppress(OSError):
             self.listener.close()
+        # Ends every client's analysis, each with its final notification, while the clients are
+        # still connected to receive it; then they are disconnected.
+        self.engine.close()
         with self._lock:
             clients = list(self._clients)
         for sock in clients:
             _shutdown(sock)
-        self.engine.close()
 
     def _accept(self) -> None:
         self.listener.settimeout(0.5)
