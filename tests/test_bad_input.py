@@ -414,6 +414,55 @@ def test_entry_point_that_is_not_utf8(tmp_path, extra_args):
     assert (tmp_path / "entry_point.py").read_bytes() == source
 
 
+BOM = b"\xef\xbb\xbf"
+WITH_OPTIMIZER = """
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # <- HERE
+
+    def iteration(x):
+        optimizer.zero_grad()
+        model(x).backward()
+        optimizer.step()
+
+    return iteration
+"""
+LATIN_1_DECLARED = "# -*- coding: latin-1 -*-\n"
+
+
+@pytest.mark.parametrize(
+    "header, encoding, input_provider",
+    [
+        pytest.param(BOM, "utf-8", INPUT_PROVIDER, id="bom"),
+        pytest.param(
+            b"",
+            "latin-1",
+            INPUT_PROVIDER.replace("(batch_size=8)", "(label='Modèle', batch_size=8)"),
+            id="latin-1-declared",
+        ),
+    ],
+)
+def test_entry_point_read_as_python_reads_it(tmp_path, header, encoding, input_provider):
+    """Python runs a file that starts with a UTF-8 BOM (Windows editors write one), or that
+    declares its encoding (PEP 263); so does Skyline, and --set-batch-size keeps the BOM and the
+    encoding. The location's columns count the UTF-8 bytes of the text, as the editor's buffer
+    holds it."""
+    imports = (LATIN_1_DECLARED if encoding == "latin-1" else "") + IMPORTS.lstrip("\n")
+    source = entry_source(imports=imports, input_provider=input_provider, iteration_provider=WITH_OPTIMIZER)
+    project = write_project(tmp_path, {**valid_files(), "entry_point.py": header + source.encode(encoding)})
+    result = run_skyline(project, "--set-batch-size", "4", "--json", "out.json")
+    assert result.returncode == 0, result.stderr
+    rewritten = source.replace("batch_size=8)", "batch_size=4)")
+    assert (project / "entry_point.py").read_bytes() == header + rewritten.encode(encoding)
+    document = json.loads((project / "out.json").read_text(encoding="utf-8"))
+    location = document["batch_size_location"]
+    line = rewritten.split("\n")[location["line"] - 1].encode("utf-8")
+    assert line[location["col_start"] : location["col_end"]] == b"4"
+    assert document["batch_size"] == 4
+    # The optimizer's line is found by parsing the entry point as well.
+    (optimizer,) = document["optimizer_state"]
+    assert optimizer["contexts"] == [{"path": "entry_point.py", "line": line_of(rewritten)}]
+
+
 def test_set_batch_size_on_a_syntax_error_leaves_the_file_alone(tmp_path):
     files = with_entry(
         input_provider="""

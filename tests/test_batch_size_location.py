@@ -9,6 +9,7 @@ from skyline_engine.entry.batch_size import (
     find_batch_size_location,
     rewrite_batch_size,
 )
+from skyline_engine.entry.loader import read_source
 from skyline_engine.errors import EntryPointError
 
 PATH = "entry.py"
@@ -252,3 +253,34 @@ def test_rewrite_rejects_missing_location():
         rewrite_batch_size("def skyline_input_provider(batch_size):\n    pass\n", 64, PATH)
     assert caught.value.path == PATH
     assert "skyline_input_provider" in caught.value.message
+
+
+# --- the columns as the editor counts them ---------------------------------------------------
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(BOM + b"def skyline_input_provider(batch_size=32):\n    pass\n", id="bom"),
+        pytest.param(
+            "# -*- coding: latin-1 -*-\ndef skyline_input_provider(label='é', batch_size=32):\n    pass\n".encode(
+                "latin-1"
+            ),
+            id="latin-1-declared",
+        ),
+    ],
+)
+def test_columns_are_those_of_the_text_neovim_holds(nvim, tmp_path, data):
+    """Read as Python reads it, the file's text is the buffer's: Neovim keeps a BOM out of the
+    buffer ('bomb') and holds a Latin-1 file as UTF-8, so the byte columns point at the literal
+    in the buffer, on the first line too."""
+    path = tmp_path / PATH
+    path.write_bytes(data)
+    source = read_source(path, PATH)
+    location = find(source)
+    nvim.command(f"edit {path}")
+    line = nvim.current.buffer[location.line - 1].encode("utf-8")
+    assert line[location.col_start : location.col_end] == b"32"
+    assert nvim.eval("&bomb") == (1 if data.startswith(BOM) else 0)

@@ -90,8 +90,8 @@ def _construction_line(class_name: str, entry_path: str, files: ProjectFiles) ->
 
 def _first_call(root: str, path: str, class_name: str) -> int | None:
     try:
-        with open(f"{root}/{path}", encoding="utf-8") as f:
-            tree = ast.parse(f.read())
+        with open(f"{root}/{path}", "rb") as f:
+            tree = ast.parse(f.read())  # bytes: decoded as Python does (a BOM, an encoding declaration)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
     lines = []

@@ -192,20 +192,10 @@ def _check_output_path(path: str, option: str) -> None:
 
 
 def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int) -> None:
-    from skyline_engine.entry.batch_size import rewrite_batch_size
-    from skyline_engine.entry.loader import read_source, resolve_entry_path
-    from skyline_engine.entry.user_frames import ProjectFiles
-    from skyline_engine.render.files import write_text_atomic
+    from skyline_engine.entry.loader import resolve_entry_path
+    from skyline_engine.entry.rewrite import set_batch_size_default
 
-    path = resolve_entry_path(entry, root, cwd)
-    relative = ProjectFiles(root).relative(str(path))
-    source = read_source(path, relative)  # line endings kept, as the rewrite must
-    try:
-        rewritten = rewrite_batch_size(source, batch_size, relative)
-    except SyntaxError as exc:
-        raise SkylineError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
-    if rewritten != source:
-        write_text_atomic(path, rewritten)
+    set_batch_size_default(resolve_entry_path(entry, root, cwd), root.resolve(), batch_size)
 
 
 class StderrProgress:

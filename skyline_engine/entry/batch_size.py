@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER
+from skyline_engine.errors import EntryPointError
 
 _HINT = "Write the default as an integer literal, e.g. `def skyline_input_provider(batch_size=32):`."
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -64,21 +65,24 @@ def find_batch_size_location(source: str, path: str) -> BatchSizeLocation | None
 
 
 def rewrite_batch_size(source: str, new_batch_size: int, path: str = "<entry point>") -> str:
-    """`source` with the `batch_size` literal replaced by `new_batch_size`; every other byte unchanged."""
+    """`source` with the `batch_size` literal replaced by `new_batch_size`; every other character unchanged."""
+    start, end = literal_span(source, new_batch_size, path)
+    return source[:start] + str(new_batch_size) + source[end:]
+
+
+def literal_span(source: str, new_batch_size: int, path: str) -> tuple[int, int]:
+    """Where in `source` (character indices, end exclusive) the literal to replace by
+    `new_batch_size` lies; an EntryPointError when there is none or it is not one integer literal."""
     if isinstance(new_batch_size, bool) or not isinstance(new_batch_size, int) or new_batch_size <= 0:
         raise ValueError(f"The new batch size must be an integer greater than 0, not {new_batch_size!r}.")
     location = find_batch_size_location(source, path)
     if location is None:
-        from skyline_engine.errors import EntryPointError
-
         raise EntryPointError(
             f"Found no `{INPUT_PROVIDER}` with a `{BATCH_SIZE_PARAMETER}` default to rewrite.",
             path=path,
             hint=_HINT,
         )
     if not location.editable:
-        from skyline_engine.errors import EntryPointError
-
         raise EntryPointError(
             f"Cannot rewrite the batch size: {location.reason}.",
             path=path,
@@ -86,11 +90,9 @@ def rewrite_batch_size(source: str, new_batch_size: int, path: str = "<entry poi
             hint=_HINT,
         )
     lines = _split_lines(source)
-    index = location.line - 1
-    raw = lines[index].encode("utf-8")
-    new_raw = raw[: location.col_start] + str(new_batch_size).encode("ascii") + raw[location.col_end :]
-    lines[index] = new_raw.decode("utf-8")
-    return "".join(lines)
+    line = lines[location.line - 1].encode("utf-8")
+    start = sum(map(len, lines[: location.line - 1])) + len(line[: location.col_start].decode("utf-8"))
+    return start, start + len(line[location.col_start : location.col_end].decode("utf-8"))
 
 
 def _split_lines(source: str) -> list[str]:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
 import linecache
 import os
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -35,6 +37,9 @@ from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame,
 from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
 
 _MODULE_NAME = "skyline_entry_point"
+
+_ENCODING_HINT = "Python reads a source file as UTF-8 unless its first two lines declare another encoding."
+
 
 T = TypeVar("T")
 
@@ -139,18 +144,36 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
 
 
 def read_source(path: Path, relative: str) -> str:
-    """The file's text, with its line endings as they are; an `EntryPointError` at the offending
-    line (not a UnicodeDecodeError traceback) when it is not UTF-8, the encoding the editor uses."""
-    data = path.read_bytes()
+    """The file's text, decoded as Python decodes it (a UTF-8 BOM, or an encoding declaration on
+    its first two lines; else UTF-8), with its line endings as they are; an `EntryPointError` at
+    the offending line (not a traceback) when it cannot be decoded."""
+    return decode_source(path.read_bytes(), relative)
+
+
+def decode_source(data: bytes, relative: str) -> str:
+    """`data` decoded as Python decodes a source file. A BOM is not part of the text: Neovim keeps
+    it out of the buffer too (the 'bomb' option), so the columns of both agree."""
+    encoding = source_encoding(data, relative)
     try:
-        return data.decode("utf-8")
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
+        declared = encoding not in ("utf-8", "utf-8-sig")
         raise EntryPointError(
-            f"the file is not UTF-8 text (byte {data[exc.start]:#04x} cannot be decoded).",
+            f"the file is not {'valid ' + encoding if declared else 'UTF-8'} text "
+            f"(byte {data[exc.start]:#04x} cannot be decoded).",
             path=relative,
             line=data[: exc.start].count(b"\n") + 1,
-            hint="Save it as UTF-8.",
+            hint="Fix its encoding declaration, or save it as UTF-8." if declared else "Save it as UTF-8.",
         ) from None
+
+
+def source_encoding(data: bytes, relative: str) -> str:
+    """The codec that decodes `data` as Python would: `utf-8-sig` for a BOM (which it removes)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:  # an unknown codec, or a BOM with another declared encoding
+        raise EntryPointError(f"{exc.msg.rstrip('.')}.", path=relative, line=exc.lineno, hint=_ENCODING_HINT) from None
+    return encoding
 
 
 class ImportScope:
