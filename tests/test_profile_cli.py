@@ -1,7 +1,15 @@
 """End-to-end: `skyline profile` on the bundled examples, on the CPU, through the real CLI."""
 
+import fcntl
 import json
+import os
+import pty
+import select
 import shutil
+import struct
+import subprocess
+import sys
+import termios
 
 import pytest
 
@@ -123,18 +131,83 @@ def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
     name, doc, result = profiled
     report = result.stdout
     assert f"examples/{name}/entry_point.py" in report
-    assert "Throughput" in report and "samples/s" in report
-    assert "Peak memory" in report
+    first = report.splitlines()[2:5]  # after the header and a blank line: the answers
+    assert [line.split("  ")[0] for line in first] == ["Speed", "Memory", "Batch size"], report
+    assert "samples/s" in first[0] and "peak of" in first[1]
     assert f"{doc['models']['max_batch_size']:,}" in report
     assert "largest that fits" in report
     assert "measuring batch size" in result.stderr  # progress while it works
+
+
+def test_progress_off_a_terminal_is_plain_lines(profiled):
+    _, _, result = profiled
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) >= 4 and all(line.startswith("skyline: [") for line in lines), result.stderr
+    assert lines[-1].startswith("skyline: [100%] done · ")
+
+
+def run_in_terminal(*args, columns=160, timeout=240):
+    """The real CLI with stdout and stderr on one pseudo-terminal, as in a user's shell: its exit
+    status and the bytes the terminal received (output post-processing off, so that a newline
+    arrives as written, not as CR LF)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    attributes = termios.tcgetattr(slave)
+    attributes[1] &= ~termios.OPOST
+    termios.tcsetattr(slave, termios.TCSANOW, attributes)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skyline_engine", *map(str, args)],
+        cwd=REPO,
+        env=dict(os.environ, TERM="xterm"),
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    received = bytearray()
+    try:
+        while select.select([master], [], [], timeout)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal has closed it
+                break
+            if not chunk:
+                break
+            received += chunk
+    finally:
+        os.close(master)
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return code, received.decode()
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten_in_place():
+    code, output = run_in_terminal("profile", "examples/default/entry_point.py", "--device", "cpu")
+    assert code == 0, output
+    progress, report = output[: output.index("Skyline · ")], output[output.index("Skyline · ") :]
+    # One line: redrawn after each carriage return, ended by one newline before the report.
+    assert progress.endswith("\n") and progress.count("\n") == 1, progress
+    states = progress[:-1].split("\r")
+    assert states[0] == "" and len(states) >= 4, states
+    for state in states[1:]:
+        assert state.startswith("skyline: [") and state.endswith("\x1b[K"), state
+        assert len(state) - len("\x1b[K") < 160  # cut to the terminal's width: no wrapping
+    shown = "".join(states)
+    assert "measuring batch size 128" in shown and "timing batch sizes" in shown
+    assert states[-1].startswith("skyline: [100%] done · ")
+    assert "\r" not in report and report.startswith("Skyline · examples/default/entry_point.py")
 
 
 def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
     from skyline_engine.render.units import format_ms
 
     _, doc, result = profiled
-    rows = [line.split() for line in result.stdout.splitlines() if line.rstrip().endswith("measured")]
+    table = result.stdout.split("Batch sizes, measured and predicted\n")[1].split("\n\n")[0]
+    rows = [line.split() for line in table.splitlines() if line.rstrip().endswith("measured")]
     samples = {s["batch_size"]: s for s in doc["models"]["samples"]}
     assert len(rows) == len(samples)
     for row in rows:

@@ -102,7 +102,10 @@ class Probing:
             self.memory_only[batch_size] = self.measure_memory(batch_size)
             return True
         except OutOfMemoryAtBatchSize:
-            self.notes.append(f"Batch size {batch_size} ran out of memory; the memory model stops short of it.")
+            self.notes.append(
+                f"Batch size {batch_size} ran out of memory; the memory model stops short of it: stay below it on "
+                "this device."
+            )
             return False
 
     def _try(self, batch_size: int) -> bool:
@@ -112,7 +115,10 @@ class Probing:
             self._measure(batch_size)
             return True
         except OutOfMemoryAtBatchSize:
-            self.notes.append(f"Batch size {batch_size} ran out of memory; it is left out of the models.")
+            self.notes.append(
+                f"Batch size {batch_size} ran out of memory; it is left out of the models: stay below it on this "
+                "device."
+            )
             return False
 
     def _try_larger(self, batch_size: int) -> bool:
@@ -126,7 +132,10 @@ class Probing:
                 self._measure(candidate)
                 return True
             except OutOfMemoryAtBatchSize:
-                self.notes.append(f"Batch size {candidate} ran out of memory; probing a smaller one instead.")
+                self.notes.append(
+                    f"Batch size {candidate} ran out of memory; probing a smaller one instead: stay below it on this "
+                    "device."
+                )
                 candidate = (self.user_batch_size + candidate) // 2
         return False
 

@@ -8,12 +8,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from skyline_engine import __version__
 from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_int
+from skyline_engine.cli.progress import Progress
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure.openmp import settle_openmp
+
+if TYPE_CHECKING:  # torch is imported only once an analysis starts (a second or two)
+    from skyline_engine.analysis.session import AnalysisRequest
 
 BATCH_SIZE = positive_int("the batch size")
 
@@ -152,12 +156,31 @@ def _analyze(
 ) -> dict[str, Any]:
     """Run the analysis, then write each (path, option, writer) output whose path was given.
     Paths are checked first: an error after a long analysis would waste it."""
-    from skyline_engine.analysis.session import AnalysisRequest, analyze
-
     wanted = [(path, option, write) for path, option, write in outputs if path]
     for path, option, _ in wanted:
         _check_output_path(path, option)
-    request = AnalysisRequest(
+    progress = Progress(sys.stderr, enabled=not args.quiet)
+    try:
+        progress("loading PyTorch", 0.0)  # a second or two on a cold start: say so at once
+        from skyline_engine.analysis.session import analyze
+
+        document = analyze(_request(args, cwd, batch_size, predict, timeline), progress).to_dict()
+    finally:
+        progress.finish()
+    for path, option, write in wanted:
+        try:
+            write(path, document)
+        except OSError as exc:
+            raise SkylineError(f"cannot write {option} {path!r}: {exc.strerror or exc}.") from None
+    return document
+
+
+def _request(
+    args: argparse.Namespace, cwd: Path, batch_size: int | None, predict: bool, timeline: bool
+) -> AnalysisRequest:
+    from skyline_engine.analysis.session import AnalysisRequest
+
+    return AnalysisRequest(
         args.entry_point,
         _project_root(args, cwd),
         batch_size=batch_size,
@@ -167,17 +190,6 @@ def _analyze(
         timeline=timeline,
         memory_capacity_bytes=getattr(args, "memory_capacity", None),
     )
-    progress = StderrProgress(enabled=not args.quiet)
-    try:
-        document = analyze(request, progress).to_dict()
-    finally:
-        progress.finish()
-    for path, option, write in wanted:
-        try:
-            write(path, document)
-        except OSError as exc:
-            raise SkylineError(f"cannot write {option} {path!r}: {exc.strerror or exc}.") from None
-    return document
 
 
 def _check_output_path(path: str, option: str) -> None:
@@ -196,30 +208,3 @@ def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int) -> None:
     from skyline_engine.entry.rewrite import set_batch_size_default
 
     set_batch_size_default(resolve_entry_path(entry, root, cwd), root.resolve(), batch_size)
-
-
-class StderrProgress:
-    """Progress on stderr: one line rewritten in place on a terminal, plain lines otherwise."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.interactive = enabled and sys.stderr.isatty()
-        self._last: str | None = None
-        self._width = 0
-
-    def __call__(self, phase: str, fraction: float) -> None:
-        if not self.enabled or phase == self._last:
-            return
-        self._last = phase
-        text = f"skyline: [{fraction:4.0%}] {phase}"
-        if self.interactive:
-            sys.stderr.write("\r" + text.ljust(self._width))
-            self._width = len(text)
-        else:
-            sys.stderr.write(text + os.linesep)
-        sys.stderr.flush()
-
-    def finish(self) -> None:
-        if self.interactive and self._width:
-            sys.stderr.write("\r" + " " * self._width + "\r")
-            sys.stderr.flush()

@@ -191,22 +191,26 @@ class BatchSizeModels:
         r2 = self.run_time.r2
         if r2 is None:
             notes.append(
-                f"The run-time model rests on {self.run_time.points} batch sizes only, so its fit cannot be checked."
+                f"The run-time model rests on {self.run_time.points} batch sizes only, so its fit cannot be checked: "
+                "treat predicted times as rough, or lower the batch size (--batch-size) so that three batch "
+                "sizes can be measured."
             )
         if self.run_time.slope <= 0:
             notes.append(
                 "Iteration time did not grow with the batch size over the measured range, so no time or "
-                "throughput is predicted at other batch sizes."
+                "throughput is predicted at other batch sizes: re-run on a quiet machine, or profile a larger "
+                "batch size (--batch-size) if the model is too small to keep the device busy."
             )
         elif r2 is not None and r2 < POOR_FIT_R2:
             notes.append(
                 f"The run-time model fits the measurements poorly (R² = {r2:.2f}), even after timing them again: "
-                "no time or throughput is predicted at other batch sizes."
+                "no time or throughput is predicted at other batch sizes. Re-run on a quiet machine."
             )
         elif self.run_time.bias < 0:
             notes.append(
                 "Iteration time grows faster than the batch size over the measured range (the run-time "
-                "line has a negative intercept), so throughput is predicted to fall at larger batch sizes."
+                "line has a negative intercept), so throughput is predicted to fall at larger batch sizes: "
+                "prefer the smallest measured batch size, and re-run on a quiet machine to confirm it."
             )
         if self.max_batch_size_extrapolated():
             largest, measured = self.max_batch_size() or 0, self.memory_batch_sizes[-1]

@@ -1,9 +1,17 @@
-"""The terminal report of an analysis document."""
+"""The terminal report of an analysis document.
+
+Its first lines answer what a deep-learning engineer acts on: how fast (samples/s and time per
+iteration at the batch size), how much memory (the peak against the capacity, and which phase of
+the iteration sets it), what batch size to use (the throughput knee, within what fits and what was
+measured, or why none can be recommended); then the warnings, each saying what to do; then the
+detail: the hottest lines, the batch sizes measured and predicted, the fitted models.
+"""
 
 from __future__ import annotations
 
 import linecache
 import os
+import textwrap
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -11,19 +19,35 @@ from skyline_engine.render.units import bar, format_bytes, format_ms, format_rat
 
 SAMPLES = " samples/s"
 
-
 HOTTEST_LINES = 10
 SOURCE_WIDTH = 40
+WARNING_WIDTH = 100
+LABEL = "{:<13}"  # the summary's labels, and the indent of its continuation lines
+
+# Where the capacity comes from (device.memory_capacity_source), as the memory line says it.
+CAPACITY_SOURCES = {
+    "user": "planned for",
+    "cuda": "free on the GPU",
+    "nvml": "on the GPU",
+    "system_available": "available",
+    "cgroup": "left under the memory limit",
+    "physical_memory": "of physical memory",
+}
+PEAK_PHASES = {
+    "forward_backward": "the forward and backward pass",
+    "optimizer": "the optimizer step",
+    "other": "neither pass nor the step (zero_grad, your own code)",
+}
 
 
 def render_report(document: dict[str, Any]) -> str:
     sections = [
         _header(document),
         _summary(document),
+        _warnings(document),
         _hottest_lines(document),
         _predictions(document),
         _models(document),
-        _warnings(document),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
@@ -31,26 +55,115 @@ def render_report(document: dict[str, Any]) -> str:
 def _header(doc: dict[str, Any]) -> str:
     device = doc["device"]
     return (
-        f"Skyline · {doc['entry_point']} · batch size {doc['batch_size']}\n"
-        f"on {device['type'].upper()} ({device['name']}), torch {doc['torch_version']}"
+        f"Skyline · {doc['entry_point']} · batch size {doc['batch_size']:,} · "
+        f"{device['type'].upper()} ({device['name']}), torch {doc['torch_version']}"
     )
 
 
 def _summary(doc: dict[str, Any]) -> str:
-    it = doc["iteration"]
-    capacity = doc["device"]["memory_capacity_bytes"]
-    share = it["peak_memory_bytes"] / capacity if capacity else 0.0
-    lines = [
-        f"Throughput     {format_rate(it['samples_per_second'], SAMPLES)} "
-        f"(one iteration {format_ms(it['run_time_ms'])}, IQR {format_ms(it['run_time_iqr_ms'])}, "
-        f"{it['repetitions']} repetitions)",
-        f"Peak memory    {format_bytes(it['peak_memory_bytes'])} of {format_bytes(capacity)} {bar(share)} {share:.1%}",
-    ]
+    lines = [("Speed", _speed(doc)), ("Memory", _memory(doc)), ("Batch size", _advice(doc))]
     models = doc.get("models")
     if models:
-        lines.append("Knee           " + _knee(models))
-        lines.append("Largest fit    " + _largest_fit(models))
-    return "\n".join(lines)
+        lines.append(("Largest fit", _largest_fit(models)))
+    continuation = "\n" + LABEL.format("")
+    return "\n".join(LABEL.format(label) + text.replace("\n", continuation) for label, text in lines)
+
+
+def _speed(doc: dict[str, Any]) -> str:
+    it = doc["iteration"]
+    if it["repetitions"] > 1:
+        timed = f"lower quartile of {it['repetitions']:,} timed, IQR {format_ms(it['run_time_iqr_ms'])}"
+    else:
+        timed = "one iteration, not yet timed"
+    return (
+        f"{format_rate(it['samples_per_second'], SAMPLES)} at batch size {doc['batch_size']:,}: "
+        f"{format_ms(it['run_time_ms'])} per iteration ({timed})"
+    )
+
+
+def _memory(doc: dict[str, Any]) -> str:
+    it, device = doc["iteration"], doc["device"]
+    capacity = device["memory_capacity_bytes"]
+    share = it["peak_memory_bytes"] / capacity if capacity else 0.0
+    source = CAPACITY_SOURCES.get(device["memory_capacity_source"], "")
+    phase = PEAK_PHASES.get(it["peak_memory_phase"], it["peak_memory_phase"])
+    return (
+        f"{format_bytes(it['peak_memory_bytes'])} peak of {format_bytes(capacity)} {source} "
+        f"{bar(share, 20)} {share:.1%}, reached in {phase}"
+    )
+
+
+def _advice(doc: dict[str, Any]) -> str:
+    """The batch size to use and why, or why none can be recommended."""
+    models = doc.get("models")
+    if not models:
+        return f"none to recommend: only batch size {doc['batch_size']:,} could be measured (see the warnings)"
+    largest = models["max_batch_size"]
+    if largest == 0:
+        return (
+            "none fits: not even batch size 1 is predicted to fit in the memory planned for\n"
+            "plan for a larger device (--memory-capacity) or make the model smaller"
+        )
+    best = models["best_batch_size"]
+    if best is None:
+        return (
+            "none to recommend: the iteration time did not follow the batch size (see the warnings)\n"
+            "re-run on a quiet machine"
+        )
+    knee = models["throughput_knee_batch_size"]
+    if knee is None:  # throughput does not rise with the batch size
+        return _use(
+            doc, best, "throughput does not rise with the batch size: the smallest measured is fastest per sample"
+        )
+    low, high = models["trusted_range"]
+    ceiling = high if largest is None else min(largest, high)
+    approached = f"the {format_rate(models['asymptotic_samples_per_second'], SAMPLES)} this model approaches"
+    if knee <= ceiling:
+        return _use(
+            doc, max(knee, low), f"it reaches 90% of {approached}: larger batch sizes buy little speed for their memory"
+        )
+    if largest is not None and largest <= high:
+        return _use(doc, largest, "the largest predicted to fit: memory runs out before throughput levels off")
+    return _use(
+        doc,
+        high,
+        f"the largest within the measured range; throughput still rises beyond it (90% of {approached} at "
+        f"{knee:,}):\nprofile with --batch-size {high} to measure further",
+    )
+
+
+def _use(doc: dict[str, Any], batch_size: int, why: str) -> str:
+    """`use N for R samples/s (predicted), X% faster than yours (M)`, and why on the next line."""
+    yours = doc["batch_size"]
+    rate, how = _throughput_at(doc, batch_size)
+    text = f"{'keep' if batch_size == yours else 'use'} {batch_size:,}"
+    if rate is not None:
+        text += f" for {format_rate(rate, SAMPLES)} ({how})"
+        mine = doc["iteration"]["samples_per_second"]
+        if batch_size != yours and mine:
+            text += f", {_compared(rate / mine)} yours ({yours:,})"
+    return text + "\n" + why
+
+
+def _compared(ratio: float) -> str:
+    if ratio >= 2:
+        return f"{ratio:.1f}×"
+    return f"{abs(ratio - 1):.0%} {'faster' if ratio >= 1 else 'slower'} than"
+
+
+def _throughput_at(doc: dict[str, Any], batch_size: int) -> tuple[float | None, str]:
+    """One figure per batch size, as every other part of the report shows it: the measurement
+    where the batch size was measured, else the models' prediction."""
+    models = doc["models"]
+    for sample in models["samples"]:
+        if sample["batch_size"] == batch_size:
+            return sample["samples_per_second"], "measured"
+    for row in doc.get("predictions") or []:
+        if row["batch_size"] == batch_size:
+            return row["samples_per_second"], "predicted"
+    line = models["run_time_ms"]
+    run_time = line["slope"] * batch_size + line["bias"]
+    return (batch_size / run_time * 1000 if run_time > 0 else None), "predicted"
 
 
 def _own_ms(line: dict[str, Any]) -> float:
@@ -122,20 +235,6 @@ def _share(ms: float, total: float) -> str:
 def _source(root: str, path: str, number: int) -> str:
     text = linecache.getline(os.path.join(root, path), number).strip()
     return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
-
-
-def _knee(models: dict[str, Any]) -> str:
-    """Where more samples stop buying throughput, rather than the largest batch size's throughput."""
-    knee = models["throughput_knee_batch_size"]
-    if knee is None:
-        return "— (the run-time model predicts no throughput limit; see the warnings)"
-    rate = format_rate(models["throughput_knee_samples_per_second"], SAMPLES)
-    limit = format_rate(models["asymptotic_samples_per_second"], SAMPLES)
-    where = f"{rate} at batch size {knee:,} (90% of the {limit} it approaches)"
-    low, high = models["trusted_range"]
-    if not low <= knee <= high:
-        where += f"; outside the measured range ({low:,}-{high:,}): an extrapolation"
-    return where
 
 
 def _largest_fit(models: dict[str, Any]) -> str:
@@ -220,7 +319,11 @@ def _warnings(doc: dict[str, Any]) -> str:
     warnings = doc.get("warnings") or []
     if not warnings:
         return ""
-    return "Warnings\n" + "\n".join(f"  ! {w}" for w in warnings)
+    wrapped = [
+        textwrap.fill(w, WARNING_WIDTH, initial_indent="  ! ", subsequent_indent="    ", break_on_hyphens=False)
+        for w in warnings
+    ]
+    return "Warnings\n" + "\n".join(wrapped)
 
 
 def _table(rows: Sequence[tuple[str, ...]], right_aligned: tuple[int, ...] = ()) -> str:

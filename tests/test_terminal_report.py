@@ -1,0 +1,161 @@
+"""The terminal report's first lines answer how fast, how much memory and what batch size to use.
+
+The measurements are written here (no timing: the numbers must be exact), the document and its
+models are the engine's, and the report is the one `skyline profile` prints.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from skyline_engine.analysis.document import build_document
+from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
+from skyline_engine.measure.device import DeviceInfo
+from skyline_engine.measure.iteration import Sample
+from skyline_engine.measure.memory import FORWARD_BACKWARD, MemoryProfile
+from skyline_engine.measure.timing import TimingStats
+from skyline_engine.predict.batch_models import BatchSizeModels
+
+MEASURED = (64, 128, 256)
+GiB = 1 << 30
+
+
+def run_time(slope_ms: float, bias_ms: float) -> tuple[float, ...]:
+    return tuple(slope_ms * b + bias_ms for b in MEASURED)
+
+
+def document(times, capacity=GiB, batch_size=128, with_models=True):
+    """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
+    forward and backward pass."""
+    samples = [
+        Sample(
+            b,
+            TimingStats(t, 0.1, 20, 1),
+            MemoryProfile(0, (1000 * b + 8_000_000,), ("addmm",), ((0, FORWARD_BACKWARD),)),
+        )
+        for b, t in zip(MEASURED, times)
+    ]
+    models = BatchSizeModels.fit(
+        [s.batch_size for s in samples],
+        [s.run_time_ms for s in samples],
+        {s.batch_size: s.memory for s in samples},
+        capacity,
+    )
+    breakdown = Breakdown(
+        [], OperationNode("iteration", "", "module"), [], [], Untracked(0.0, 0), Attribution(1, 0.0, 0.0, None, 1.0)
+    )
+    return build_document(
+        project_root="/nowhere",
+        entry_point="entry_point.py",
+        torch_version=torch.__version__,
+        device=DeviceInfo(torch.device("cpu"), "a CPU", capacity, "user"),
+        batch_size=batch_size,
+        samples=samples if with_models else [s for s in samples if s.batch_size == batch_size],
+        breakdown=breakdown,
+        models=models if with_models else None,
+        batch_size_location=None,
+        warnings=models.warnings(),
+    ).to_dict()
+
+
+def summary(doc) -> list[str]:
+    from skyline_engine.render.terminal import render_report
+
+    report = render_report(doc)
+    header, rest = report.split("\n\n", 1)
+    assert header.startswith(f"Skyline · entry_point.py · batch size {doc['batch_size']} · CPU (a CPU), torch ")
+    return rest.split("\n\n", 1)[0].splitlines()
+
+
+def predicted_rate(b: int, slope_ms: float, bias_ms: float) -> str:
+    return f"{b / (slope_ms * b + bias_ms) * 1000:,.0f} samples/s (predicted)"
+
+
+def test_the_first_lines_say_how_fast_how_much_memory_and_the_knee():
+    # 1/64 ms a sample + 0.75 ms: 46,545 samples/s at 128, approaching 64,000 samples/s.
+    doc = document(run_time(1 / 64, 0.75))
+    knee = doc["models"]["throughput_knee_batch_size"]
+    assert knee in (432, 433)  # 9 × 0.75 × 64, give or take the fit's last bit
+    assert summary(doc) == [
+        "Speed        46,545 samples/s at batch size 128: 2.75 ms per iteration (lower quartile of 20 timed, "
+        "IQR 0.10 ms)",
+        "Memory       7.8 MiB peak of 1.0 GiB planned for █░░░░░░░░░░░░░░░░░░░ 0.8%, reached in the forward and "
+        "backward pass",
+        f"Batch size   use {knee} for 57,6{'00' if knee == 432 else '13'} samples/s (predicted), 24% faster than "
+        "yours (128)",
+        "             it reaches 90% of the 64,000 samples/s this model approaches: larger batch sizes buy little "
+        "speed for their memory",
+        f"Largest fit  more than 1,024: the memory model says {doc['models']['max_batch_size']:,}, far beyond the "
+        "measurements (10% of memory kept free)",
+    ]
+
+
+def test_when_memory_runs_out_before_the_knee_the_largest_that_fits_is_advised():
+    doc = document(run_time(1 / 64, 0.5), capacity=9_120_000)
+    largest = doc["models"]["max_batch_size"]
+    assert 128 < largest < doc["models"]["throughput_knee_batch_size"]
+    (row,) = [p for p in doc["predictions"] if p["batch_size"] == largest]  # the chart's figure
+    advice = [line for line in summary(doc) if line.startswith("Batch size")]
+    rate = f"{row['samples_per_second']:,.0f} samples/s (predicted)"
+    assert advice == [f"Batch size   use {largest:,} for {rate}, 8% faster than yours (128)"]
+    assert "the largest predicted to fit: memory runs out before throughput levels off" in summary(doc)[3]
+
+
+def test_a_knee_beyond_the_measurements_is_not_advised_as_if_measured():
+    # 1/64 ms a sample + 8 ms: the knee lies at 4,608, beyond 4 × 256.
+    doc = document(run_time(1 / 64, 8.0))
+    lines = summary(doc)
+    assert lines[2] == (f"Batch size   use 1,024 for {predicted_rate(1024, 1 / 64, 8.0)}, 3.3× yours (128)")
+    knee = doc["models"]["throughput_knee_batch_size"]
+    assert lines[3] == (
+        "             the largest within the measured range; throughput still rises beyond it "
+        f"(90% of the 64,000 samples/s this model approaches at {knee:,}):"
+    )
+    assert lines[4] == "             profile with --batch-size 1024 to measure further"
+
+
+def test_the_users_measured_batch_size_keeps_its_measured_figure():
+    # The knee falls below the smallest measured: throughput has levelled off by then.
+    doc = document(run_time(1.0, 0.5), batch_size=64)
+    assert doc["models"]["throughput_knee_batch_size"] < 64
+    lines = summary(doc)
+    assert lines[2] == f"Batch size   keep 64 for {64 / 64.5 * 1000:,.0f} samples/s (measured)"
+
+
+def test_no_batch_size_is_advised_when_time_does_not_follow_it():
+    doc = document((30.0, 20.0, 10.0))
+    lines = summary(doc)
+    assert lines[2:4] == [
+        "Batch size   none to recommend: the iteration time did not follow the batch size (see the warnings)",
+        "             re-run on a quiet machine",
+    ]
+
+
+def test_no_batch_size_is_advised_from_one_measurement():
+    doc = document(run_time(1 / 64, 0.5), with_models=False)
+    lines = summary(doc)
+    assert lines[2] == "Batch size   none to recommend: only batch size 128 could be measured (see the warnings)"
+    assert len(lines) == 3
+
+
+ACTION = re.compile(r"(?i)re-run|--batch-size|--memory-capacity|prefer|stay below|move|lower the")
+
+
+@pytest.mark.parametrize(
+    "times",
+    [(30.0, 20.0, 10.0), (10.0, 40.0, 22.0), (2.0, 10.0, 26.0), run_time(1 / 64, 0.5)],
+    ids=["falling", "noise", "crossing_zero", "extrapolated_memory"],
+)
+def test_each_warning_says_what_to_do(times):
+    from skyline_engine.render.terminal import render_report
+
+    doc = document(times)
+    assert doc["warnings"]
+    for warning in doc["warnings"]:
+        assert ACTION.search(warning), warning
+    report = render_report(doc)
+    # Right after the answers, before the detail.
+    assert report.split("\n\n")[2].startswith("Warnings\n")
