@@ -6,7 +6,9 @@ arguments, and reading faulthandler's stacks.
 from __future__ import annotations
 
 import argparse
+import io
 import stat
+from unittest.mock import ANY
 
 import msgpack
 import pytest
@@ -19,14 +21,17 @@ from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
 from skyline_engine.service.protocol import (
     MAX_NESTING_DEPTH,
+    PENDING_MAX_FRAME_BYTES,
     FatalFrameError,
     FrameReader,
     InvalidMessage,
     Notification,
     RejectedFrame,
     Request,
+    RpcError,
     parse_message,
 )
+from skyline_engine.service.server import Admission, Connection, Seat, serve_client
 from skyline_engine.service.tokens import token_matches, write_token_file
 
 # --- framing --------------------------------------------------------------------------------
@@ -456,3 +461,55 @@ def test_deaths_say_which():
     assert killed.kind == "crashed" and "SIGKILL" in killed.message
     exited = failures.death_error(3, oom_killed=False, last_phase=None)
     assert exited.exit_status == 3 and "status 3" in exited.message
+
+
+# --- TCP admission ----------------------------------------------------------------------------
+
+
+def test_the_oldest_unauthenticated_connection_makes_room():
+    admission = Admission(max_clients=2, max_pending=3, max_pending_per_peer=2)
+    a, b, c = Seat(None, "10.0.0.1"), Seat(None, "10.0.0.2"), Seat(None, "10.0.0.3")
+    assert [admission.arrive(seat) for seat in (a, b, c)] == [None, None, None]
+    d = Seat(None, "10.0.0.4")
+    assert admission.arrive(d) is a and "initialize" in a.evicted  # the budget in all
+    e = Seat(None, "10.0.0.4")
+    assert admission.arrive(e) is b
+    f = Seat(None, "10.0.0.4")
+    assert admission.arrive(f) is d and "10.0.0.4" in d.evicted  # that address's own budget
+    with pytest.raises(RpcError) as caught:
+        admission.authenticate(a)
+    assert caught.value.code == "too_many_connections" and caught.value.close
+
+
+def test_authenticated_connections_are_never_closed_for_room():
+    admission = Admission(max_clients=1, max_pending=1, max_pending_per_peer=1)
+    user, other = Seat(None, "::1"), Seat(None, "::1")
+    admission.arrive(user)
+    admission.authenticate(user)
+    assert admission.arrive(other) is None  # the user's seat no longer counts as pending
+    assert admission.arrive(Seat(None, "::1")) is other and user.evicted is None
+    late = Seat(None, "::2")
+    admission.arrive(late)
+    with pytest.raises(RpcError) as caught:
+        admission.authenticate(late)
+    assert "1 clients are connected already" in caught.value.message
+    admission.leave(user)
+    admission.arrive(spare := Seat(None, "::3"))
+    admission.authenticate(spare)
+
+
+def test_before_initialize_frames_are_limited_to_the_pending_size():
+    def run(frames):
+        d, _, _ = dispatcher(token="secret")
+        out = bytearray()
+        connection = Connection(out.extend)
+        d._send = connection.send
+        chunks = iter([*frames, b""])
+        serve_client(lambda: next(chunks), connection, d, 1 << 20)
+        return list(msgpack.Unpacker(io.BytesIO(bytes(out)), raw=False))
+
+    big = msgpack.packb([0, 2, "status", [{"padding": "x" * PENDING_MAX_FRAME_BYTES}]])
+    assert run([big]) == [[2, "protocol_error", [{"code": "frame_too_large", "message": ANY}]]]
+    initialize = msgpack.packb([0, 1, "initialize", [{"protocol_version": 1, "token": "secret"}]])
+    answers = run([initialize, big])
+    assert [(m[1], m[2]) for m in answers] == [(1, None), (2, None)]

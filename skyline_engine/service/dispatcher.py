@@ -67,10 +67,15 @@ RESPONDED = _Responded()
 
 
 class Dispatcher:
-    def __init__(self, engine: EngineService, send: Send, token: str | None = None) -> None:
+    def __init__(
+        self, engine: EngineService, send: Send, token: str | None = None, admit: Callable[[], None] = lambda: None
+    ) -> None:
         self.engine = engine
         self._send = send
         self._token = token  # None: no token needed (stdio: the editor started us)
+        # Called once the token is right, before anything is served: raises RpcError (closing)
+        # when the transport has no room for another authenticated client (server.Admission).
+        self._admit = admit
         self.initialized = False
         self.analyses: ClientAnalyses | None = None
         self._closed = False
@@ -184,6 +189,7 @@ class Dispatcher:
                 f"this engine speaks protocol version {PROTOCOL_VERSION}, not {args['protocol_version']}",
                 param="protocol_version",
             )
+        self._admit()
         mapper = PathMapper(self.engine.server_root, args["client_root"])
         self.analyses = ClientAnalyses(self.engine, self._notify, mapper)
         self.initialized = True

@@ -37,6 +37,9 @@ NOTIFICATION = 2
 # The remote plugin (rplugin/.../connection.py) keeps the same values (tests/test_parity.py).
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME_BYTES = 1 << 20  # requests are small; documents only travel the other way
+# Before `initialize` succeeds, frames are smaller still: `initialize` needs a few KiB, and an
+# unauthenticated client gets no say in how much the service reads and skims for it.
+PENDING_MAX_FRAME_BYTES = 64 << 10
 MAX_MSGID = (1 << 32) - 1
 # The deepest nesting of arrays and maps a frame may have. A request nests 3 levels
 # ([0, id, "m", [{"k": v}]]); the room above is for parameters that are themselves arrays or maps.
@@ -53,6 +56,7 @@ ALREADY_INITIALIZED = "already_initialized"
 UNSUPPORTED_VERSION = "unsupported_protocol_version"
 UNAUTHORIZED = "unauthorized"
 HANDSHAKE_TIMEOUT = "handshake_timeout"
+TOO_MANY_CONNECTIONS = "too_many_connections"
 NO_MODELS = "no_models"
 SHUTTING_DOWN = "shutting_down"
 INTERNAL = "internal"
