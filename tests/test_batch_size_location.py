@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import CodeType
+
 import pytest
 
 from skyline_engine.entry.batch_size import (
@@ -9,16 +11,39 @@ from skyline_engine.entry.batch_size import (
     find_batch_size_location,
     rewrite_batch_size,
 )
+from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import read_source
 from skyline_engine.errors import EntryPointError
 
 PATH = "entry.py"
 
 
-def find(source: str) -> BatchSizeLocation:
-    location = find_batch_size_location(source, PATH)
+def provider_codes(source: str, name: str = INPUT_PROVIDER) -> list[CodeType]:
+    """The code objects the compiler makes of `source`'s functions called `name`, in source order
+    (compiled, not run: the sources below need not import)."""
+    found = []
+    pending = [compile(source, PATH, "exec")]
+    while pending:
+        code = pending.pop()
+        found += [code] if code.co_name == name else []
+        pending += [const for const in code.co_consts if isinstance(const, CodeType)]
+    return sorted(found, key=lambda code: code.co_firstlineno)
+
+
+def provider_code(source: str) -> CodeType:
+    """The code of the one input provider of `source`."""
+    (code,) = provider_codes(source)
+    return code
+
+
+def find(source: str, code: CodeType | None = None) -> BatchSizeLocation:
+    location = find_batch_size_location(source, PATH, code or provider_code(source))
     assert location is not None
     return location
+
+
+def rewrite(source: str, new_batch_size, path: str = PATH) -> str:
+    return rewrite_batch_size(source, new_batch_size, path, provider_code(source))
 
 
 def literal_bytes(source: str, location: BatchSizeLocation) -> bytes:
@@ -74,12 +99,15 @@ def test_decorated_function():
     assert (location.line, location.value) == (5, 12)
 
 
-def test_last_top_level_definition_wins():
+def test_each_definition_is_found_by_its_code():
+    """Which `def` ran is the loaded module's business (tests/test_rewrite_safety.py): each one's
+    code leads to its own default, not to the last in the file."""
     source = (
         "def skyline_input_provider(batch_size=8):\n    pass\n\ndef skyline_input_provider(batch_size=48):\n    pass\n"
     )
-    location = find(source)
-    assert (location.line, location.value) == (4, 48)
+    first, last = provider_codes(source)
+    assert (find(source, first).line, find(source, first).value) == (1, 8)
+    assert (find(source, last).line, find(source, last).value) == (4, 48)
 
 
 def test_definition_inside_module_level_if_counts():
@@ -87,28 +115,32 @@ def test_definition_inside_module_level_if_counts():
     assert find(source).value == 24
 
 
-def test_nested_function_and_method_of_the_same_name_are_ignored():
+def test_nested_functions_and_methods_are_found_by_their_code_too():
     source = (
         "def skyline_input_provider(batch_size=32):\n"
         "    def skyline_input_provider(batch_size=99):\n        pass\n\n"
         "class Provider:\n"
         "    def skyline_input_provider(self, batch_size=77):\n        pass\n"
     )
-    location = find(source)
-    assert (location.line, location.value) == (1, 32)
+    assert [find(source, code).value for code in provider_codes(source)] == [32, 99, 77]
 
 
-def test_only_nested_definitions_give_none():
-    source = "class P:\n    def skyline_input_provider(self, batch_size=77):\n        pass\n"
-    assert find_batch_size_location(source, PATH) is None
+def test_a_function_of_another_name_is_found_by_its_code():
+    # `skyline_input_provider = make_inputs`: the module holds make_inputs' code.
+    source = "def make_inputs(batch_size=12):\n    pass\n\nskyline_input_provider = make_inputs\n"
+    (code,) = provider_codes(source, "make_inputs")
+    assert (find(source, code).line, find(source, code).value) == (1, 12)
 
 
-def test_missing_function_gives_none():
-    assert find_batch_size_location("def provider(batch_size=32):\n    pass\n", PATH) is None
+def test_code_of_another_text_gives_none():
+    # The file changed since the code was compiled: its `def` is no longer at that line.
+    code = provider_code("\n\ndef skyline_input_provider(batch_size=32):\n    pass\n")
+    assert find_batch_size_location("def skyline_input_provider(batch_size=32):\n    pass\n", PATH, code) is None
 
 
 def test_missing_parameter_gives_none():
-    assert find_batch_size_location("def skyline_input_provider(size=32):\n    pass\n", PATH) is None
+    source = "def skyline_input_provider(size=32):\n    pass\n"
+    assert find_batch_size_location(source, PATH, provider_code(source)) is None
 
 
 @pytest.mark.parametrize(
@@ -116,12 +148,14 @@ def test_missing_parameter_gives_none():
     ["(batch_size)", "(batch_size, other=3)", "(*, batch_size)", "(*, batch_size, other=3)"],
 )
 def test_missing_default_gives_none(signature):
-    assert find_batch_size_location(f"def skyline_input_provider{signature}:\n    pass\n", PATH) is None
+    source = f"def skyline_input_provider{signature}:\n    pass\n"
+    assert find_batch_size_location(source, PATH, provider_code(source)) is None
 
 
 def test_syntax_error_is_raised():
+    code = provider_code("def skyline_input_provider(batch_size=32):\n    pass\n")
     with pytest.raises(SyntaxError):
-        find_batch_size_location("def skyline_input_provider(batch_size=32:\n", PATH)
+        find_batch_size_location("def skyline_input_provider(batch_size=32:\n", PATH, code)
 
 
 @pytest.mark.parametrize(
@@ -197,7 +231,7 @@ def test_rewrite_preserves_every_other_byte():
         "\r\n"
         "# end without newline   "
     )
-    rewritten = rewrite_batch_size(source, 64, PATH)
+    rewritten = rewrite(source, 64)
     expected = source.replace(
         "def skyline_input_provider(batch_size=32):", "def skyline_input_provider(batch_size=64):"
     )
@@ -208,22 +242,22 @@ def test_rewrite_preserves_every_other_byte():
 @pytest.mark.parametrize("old, new", [(8, 1024), (1024, 8), (32, 32)])
 def test_rewrite_grows_and_shrinks_digits(old, new):
     source = f"def skyline_input_provider(x=1, batch_size={old}, y=2):\n    pass"
-    assert rewrite_batch_size(source, new) == f"def skyline_input_provider(x=1, batch_size={new}, y=2):\n    pass"
+    assert rewrite(source, new) == f"def skyline_input_provider(x=1, batch_size={new}, y=2):\n    pass"
 
 
 def test_rewrite_with_non_ascii_before_the_literal():
     source = "def skyline_input_provider(name='ä✓', batch_size=32):\r\n    pass\r\n"
-    assert rewrite_batch_size(source, 256) == source.replace("=32", "=256")
+    assert rewrite(source, 256) == source.replace("=32", "=256")
 
 
 def test_rewrite_underscore_literal():
     source = "def skyline_input_provider(batch_size=1_024):\n    pass\n"
-    assert rewrite_batch_size(source, 16) == "def skyline_input_provider(batch_size=16):\n    pass\n"
+    assert rewrite(source, 16) == "def skyline_input_provider(batch_size=16):\n    pass\n"
 
 
 def test_round_trip():
     source = "import torch\r\ndef skyline_input_provider(é='ü', *, batch_size=8):  # keep\r\n    pass"
-    rewritten = rewrite_batch_size(source, 1024, PATH)
+    rewritten = rewrite(source, 1024)
     before, after = find(source), find(rewritten)
     assert after.value == 1024 and after.editable
     assert (after.line, after.col_start) == (before.line, before.col_start)
@@ -234,13 +268,13 @@ def test_round_trip():
 @pytest.mark.parametrize("bad", [0, -1, True, False, 2.0, "64", None])
 def test_rewrite_rejects_bad_batch_sizes(bad):
     with pytest.raises(ValueError, match="greater than 0"):
-        rewrite_batch_size("def skyline_input_provider(batch_size=32):\n    pass\n", bad)
+        rewrite("def skyline_input_provider(batch_size=32):\n    pass\n", bad)
 
 
 def test_rewrite_rejects_non_editable_default_and_names_the_line():
     source = "BATCH = 16\n\ndef skyline_input_provider(batch_size=BATCH * 2):\n    pass\n"
     with pytest.raises(EntryPointError) as caught:
-        rewrite_batch_size(source, 64, PATH)
+        rewrite(source, 64)
     error = caught.value
     assert (error.path, error.line) == (PATH, 3)
     assert "`BATCH * 2`" in error.message
@@ -250,7 +284,7 @@ def test_rewrite_rejects_non_editable_default_and_names_the_line():
 
 def test_rewrite_rejects_missing_location():
     with pytest.raises(EntryPointError) as caught:
-        rewrite_batch_size("def skyline_input_provider(batch_size):\n    pass\n", 64, PATH)
+        rewrite("def skyline_input_provider(batch_size):\n    pass\n", 64)
     assert caught.value.path == PATH
     assert "skyline_input_provider" in caught.value.message
 

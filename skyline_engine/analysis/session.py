@@ -21,7 +21,7 @@ from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
-from skyline_engine.errors import OutOfMemory, SkylineError
+from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
@@ -110,8 +110,7 @@ class _Analysis:
         self.progress = progress
         self.partial = partial
         self.batch_size = request.batch_size or entry.default_batch_size
-        # The text that was imported: reading the file again could see a later edit.
-        self.location = find_batch_size_location(entry.source, entry.relative_path)
+        self.location = _batch_size_location(entry)
         self.document = functools.partial(
             build_document,
             project_root=str(entry.files.root),
@@ -245,6 +244,16 @@ def _fit_models(samples: list[Sample], memory: dict[int, MemoryProfile], device:
     return BatchSizeModels.fit(
         [s.batch_size for s in samples], [s.run_time_ms for s in samples], memory, device.memory_capacity_bytes
     )
+
+
+def _batch_size_location(entry: EntryPoint) -> BatchSizeLocation | None:
+    """Where the default of the input provider that ran lies in the text that was imported (reading
+    the file again could see a later edit); None when that cannot be known."""
+    try:
+        code = entry.input_provider_code()
+    except EntryPointError:
+        return None  # the batch size is not the editor's to change; the analysis goes on
+    return find_batch_size_location(entry.source, entry.relative_path, code)
 
 
 def _check_batch_size(batch_size: int | None) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER
@@ -51,11 +51,14 @@ class BatchSizeLocation:
         }
 
 
-def find_batch_size_location(source: str, path: str) -> BatchSizeLocation | None:
-    """The location of the `batch_size` default, or None when there is no provider,
-    no `batch_size` parameter, or no default. Raises SyntaxError when `source` does not parse."""
+def find_batch_size_location(source: str, path: str, code: CodeType) -> BatchSizeLocation | None:
+    """The location of the `batch_size` default of the definition whose code is `code` (the input
+    provider the loaded module holds: with several definitions, in `if`/`else` or `try`/`except` or
+    one replacing another, the one that ran), or None when `source` has no such definition (it
+    changed since it was loaded), it takes no `batch_size` parameter, or that has no default.
+    Raises SyntaxError when `source` does not parse."""
     tree = ast.parse(source, filename=path)
-    provider = _last_module_level_provider(tree)
+    provider = _definition_of(tree, code)
     if provider is None:
         return None
     default = _batch_size_default(provider.args)
@@ -64,18 +67,19 @@ def find_batch_size_location(source: str, path: str) -> BatchSizeLocation | None
     return _locate(default, _split_lines(source), path)
 
 
-def rewrite_batch_size(source: str, new_batch_size: int, path: str = "<entry point>") -> str:
-    """`source` with the `batch_size` literal replaced by `new_batch_size`; every other character unchanged."""
-    start, end = literal_span(source, new_batch_size, path)
+def rewrite_batch_size(source: str, new_batch_size: int, path: str, code: CodeType) -> str:
+    """`source` with the `batch_size` literal of `code`'s definition replaced by `new_batch_size`;
+    every other character unchanged."""
+    start, end = literal_span(source, new_batch_size, path, code)
     return source[:start] + str(new_batch_size) + source[end:]
 
 
-def literal_span(source: str, new_batch_size: int, path: str) -> tuple[int, int]:
+def literal_span(source: str, new_batch_size: int, path: str, code: CodeType) -> tuple[int, int]:
     """Where in `source` (character indices, end exclusive) the literal to replace by
     `new_batch_size` lies; an EntryPointError when there is none or it is not one integer literal."""
     if isinstance(new_batch_size, bool) or not isinstance(new_batch_size, int) or new_batch_size <= 0:
         raise ValueError(f"The new batch size must be an integer greater than 0, not {new_batch_size!r}.")
-    location = find_batch_size_location(source, path)
+    location = find_batch_size_location(source, path, code)
     if location is None:
         raise EntryPointError(
             f"Found no `{INPUT_PROVIDER}` with a `{BATCH_SIZE_PARAMETER}` default to rewrite.",
@@ -107,25 +111,15 @@ def _split_lines(source: str) -> list[str]:
     return lines
 
 
-def _module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Statements run at module level, in source order: also those inside module-level
-    `if`/`try`/`with`/loops, but not inside functions or classes."""
-    for statement in body:
-        yield statement
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for field in ("body", "orelse", "finalbody"):
-            yield from _module_level_statements(getattr(statement, field, []))
-        for handler in getattr(statement, "handlers", []):
-            yield from _module_level_statements(handler.body)
-
-
-def _last_module_level_provider(tree: ast.Module) -> ast.FunctionDef | None:
-    found = None
-    for statement in _module_level_statements(tree.body):
-        if isinstance(statement, ast.FunctionDef) and statement.name == INPUT_PROVIDER:
-            found = statement
-    return found
+def _definition_of(tree: ast.Module, code: CodeType) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The `def` compiled into `code`: of its name, and starting at its first line (a decorated
+    function's code starts at its first decorator)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first_line = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+            if first_line == code.co_firstlineno:
+                return node
+    return None
 
 
 def _batch_size_default(arguments: ast.arguments) -> ast.expr | None:

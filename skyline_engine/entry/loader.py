@@ -40,7 +40,6 @@ _MODULE_NAME = "skyline_entry_point"
 
 _ENCODING_HINT = "Python reads a source file as UTF-8 unless its first two lines declare another encoding."
 
-
 T = TypeVar("T")
 
 _EXAMPLES = {
@@ -76,6 +75,25 @@ class EntryPoint:
 
     def line_of(self, fn: Callable[..., Any]) -> int | None:
         return _line(fn)
+
+    def input_provider_code(self) -> CodeType:
+        """The code of the input provider this module holds, compiled from the entry point's text:
+        it tells which `def` ran where the file defines the provider more than once. An
+        `EntryPointError` naming the file says why when it cannot be known."""
+        provider = inspect.unwrap(self.input_provider)
+        code = getattr(provider, "__code__", None)
+        if not isinstance(code, CodeType):
+            why = f"it is a {type(provider).__name__}, not a function defined with `def`"
+        elif code.co_filename != str(self.path):
+            where = self.files.relative(code.co_filename) if self.files.contains(code.co_filename) else None
+            why = f"it is defined in {where or code.co_filename}, not in this file"
+        else:
+            return code
+        raise EntryPointError(
+            f"cannot tell which definition of `{INPUT_PROVIDER}` holds the batch size: {why}.",
+            path=self.relative_path,
+            hint=f"Define `{INPUT_PROVIDER}` with `def` in the entry point, with `batch_size` as an integer literal.",
+        )
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run user code; an exception becomes a `UserCodeError` at the user's innermost frame."""
