@@ -81,6 +81,19 @@ def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     assert total == pytest.approx(document["iteration"]["run_time_ms"], rel=0.10)
 
 
+def test_lines_and_untracked_add_up_to_the_iteration_as_timed_last(project):
+    """With predictions, the user's batch size is timed again beside the others after it was
+    broken down (on a busy machine the two times differ by tens of percent): the lines still add
+    up to the document's iteration, and no line holds more than all of it."""
+    doc = analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK)).to_dict()
+    run_time = doc["iteration"]["run_time_ms"]
+    total = sum(own_ms(e) for e in doc["lines"]) + doc["untracked"]["run_time_ms"]
+    assert total == pytest.approx(run_time, rel=1e-9)
+    for entry in doc["lines"]:
+        assert sum(entry["inclusive"].values()) <= run_time * (1 + 1e-9)
+    assert doc["attribution"]["user_lines_fraction"] <= 1 + 1e-9
+
+
 def test_a_callers_inclusive_time_is_the_own_time_of_the_lines_beneath_it(document, project):
     # `h = scaled_tanh(h)` runs nothing itself; everything beneath it runs at the helper's line.
     caller = line(document, "model.py", "HELPER_CALL", project)

@@ -107,7 +107,7 @@ def build_document(
         device=device,
         batch_size=batch_size,
         iteration=measured[batch_size],
-        breakdown=breakdown,
+        breakdown=breakdown.fitted_to(measured[batch_size].run_time_ms),
         batch_size_location=batch_size_location,
         warnings=list(warnings),
         samples=sorted(samples, key=lambda s: s.batch_size),

@@ -44,6 +44,9 @@ class PhaseTimes:
     def to_dict(self) -> dict[str, Any]:
         return {"forward_ms": self.forward_ms, "backward_ms": self.backward_ms, "step_ms": self.step_ms}
 
+    def scaled(self, factor: float) -> PhaseTimes:
+        return PhaseTimes(self.forward_ms * factor, self.backward_ms * factor, self.step_ms * factor)
+
 
 @dataclass(frozen=True)
 class LineCost:
@@ -67,6 +70,16 @@ class LineCost:
             "invocations": self.invocations,
             "inclusive": self.inclusive.to_dict(),
         }
+
+    def scaled(self, factor: float) -> LineCost:
+        """Its times multiplied by `factor`."""
+        return replace(
+            self,
+            forward_ms=self.forward_ms * factor,
+            backward_ms=self.backward_ms * factor,
+            step_ms=self.step_ms * factor,
+            inclusive=self.inclusive.scaled(factor),
+        )
 
 
 @dataclass
@@ -97,6 +110,17 @@ class OperationNode:
             self.forward_ms = sum(c.forward_ms for c in self.children.values())
             self.backward_ms = sum(c.backward_ms for c in self.children.values())
             self.activation_bytes = sum(c.activation_bytes for c in self.children.values())
+
+    def scaled(self, factor: float) -> OperationNode:
+        """A copy of the subtree with its times multiplied by `factor`."""
+        children = OrderedDict((key, child.scaled(factor)) for key, child in self.children.items())
+        return replace(
+            self,
+            forward_ms=self.forward_ms * factor,
+            backward_ms=self.backward_ms * factor,
+            contexts=list(self.contexts),
+            children=children,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -210,6 +234,29 @@ class Breakdown:
         if self.timeline is not None:
             fields["timeline"] = [entry.to_dict() for entry in self.timeline]
         return fields
+
+    def fitted_to(self, run_time_ms: float) -> Breakdown:
+        """This breakdown against the iteration as timed last: the user's batch size is timed again
+        beside the others after it was broken down, and a busy machine can make the two times
+        differ by tens of percent. As when it was built, the operations are scaled down when they
+        exceed the iteration, and `untracked` is what remains of it, so that the lines and
+        `untracked` add up to the document's iteration (no line's share above 100 %)."""
+        recorded_ms = self.attribution.operations_ms
+        scale = run_time_ms / recorded_ms if recorded_ms > run_time_ms > 0 else 1.0
+        attributed_ms = self.attribution.user_lines_ms * scale
+        return replace(
+            self,
+            lines=[line.scaled(scale) for line in self.lines],
+            operations=self.operations.scaled(scale),
+            untracked=Untracked(max(0.0, run_time_ms - attributed_ms), self.untracked.memory_bytes),
+            attribution=Attribution(
+                recorded_iterations=self.attribution.recorded_iterations,
+                operations_ms=recorded_ms * scale,
+                user_lines_ms=attributed_ms,
+                user_lines_fraction=attributed_ms / run_time_ms if run_time_ms > 0 else None,
+                scaled_by=self.attribution.scaled_by * scale,
+            ),
+        )
 
 
 def _no_time() -> dict[str, float]:
