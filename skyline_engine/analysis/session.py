@@ -33,7 +33,10 @@ from skyline_engine.predict.linear import fit_line
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
 
-ONE_SAMPLE = "Only one batch size could be measured, so nothing is predicted."
+ONE_SAMPLE = (
+    "Only one batch size could be measured, so nothing is predicted: lower the batch size (--batch-size) so "
+    "that half and twice it can be measured too."
+)
 
 # Below this, the recorded operations ran notably slower than the measured iteration.
 NOTABLE_SCALING = 0.8
@@ -166,7 +169,8 @@ class _Analysis:
                 break
             except OutOfMemoryAtBatchSize as exc:
                 notes.append(
-                    f"Batch size {exc.batch_size} ran out of memory while timing; it is left out of the models."
+                    f"Batch size {exc.batch_size} ran out of memory while timing; it is left out of the models: "
+                    "stay below it on this device (another process may hold some of its memory)."
                 )
                 sizes = [b for b in sizes if b != exc.batch_size]
                 if sizes == [users.batch_size]:
@@ -179,7 +183,8 @@ class _Analysis:
             notes.append(
                 f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were "
                 "timed: iterations ran slower than on a quiet machine and vary more. The batch sizes were timed "
-                "side by side, so the comparison between them holds better than the times themselves."
+                "side by side, so the comparison between them holds better than the times themselves; re-run on "
+                "a quiet machine for times to quote."
             )
         return sorted(samples, key=lambda s: s.batch_size), notes
 
@@ -210,14 +215,16 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
         notes.append(
             f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
             "(recording adds work around each operation, a busy machine more); the per-line times "
-            "were scaled down to the measured iteration."
+            "were scaled down to the measured iteration: compare lines by their shares, and re-run on a "
+            "quiet machine for their times."
         )
     share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:
         notes.append(
             f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; the "
             "rest (untracked) is Python work between operations, or work on other threads, which "
-            "the breakdown does not see."
+            "the breakdown does not see: move data preparation into the input provider (it is not "
+            "timed), or use a larger batch size (--batch-size) to spread that work over more samples."
         )
     return notes
 
