@@ -159,3 +159,15 @@ def test_each_warning_says_what_to_do(times):
     report = render_report(doc)
     # Right after the answers, before the detail.
     assert report.split("\n\n")[2].startswith("Warnings\n")
+
+
+def test_the_breakdowns_warnings_say_what_to_do():
+    from skyline_engine.analysis.session import ONE_SAMPLE, breakdown_notes
+
+    distorted = Breakdown(
+        [], OperationNode("iteration", "", "module"), [], [], Untracked(7.0, 0), Attribution(3, 3.0, 3.0, 0.3, 0.5)
+    )
+    notes = breakdown_notes(distorted)
+    assert len(notes) == 2  # slowed down while recorded, and little of the iteration on the user's lines
+    for note in [*notes, ONE_SAMPLE]:
+        assert ACTION.search(note), note
