@@ -1,13 +1,18 @@
-"""`skyline profile --set-batch-size N` and the user's file (#12 item 9): the default rewritten
-is that of the definition that ran.
+"""`skyline profile --set-batch-size N` and the user's file (#12 items 9 and 10): the default
+rewritten is that of the definition that ran, a file changed meanwhile is never overwritten with
+a stale copy, and the file stays the same file (hard links, permissions).
 
 The tests call the function the command line runs before its analysis, on real files, with the
-real loader importing the entry point.
+real loader importing the entry point; a second process appends to the file concurrently.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +186,85 @@ def test_a_definition_that_cannot_be_known_is_refused_naming_the_file(tmp_path, 
     assert says in error.message
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
     assert path.read_bytes() == before[ENTRY]
+
+
+# --- concurrent edits and the file itself (item 10) ------------------------------------------
+
+INPUT_PROVIDER = """
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 2),)
+"""
+
+# Appends numbered lines to the file, opening it for each, as a tool or an editor saving would.
+APPENDER = """
+import sys
+import time
+
+path, count = sys.argv[1], int(sys.argv[2])
+for number in range(count):
+    with open(path, "a") as f:
+        f.write(f"# appended line {number}\\n")
+    time.sleep(0.001)
+"""
+
+APPENDED_LINES = 1000
+
+
+def test_lines_appended_while_rewrites_run_are_never_lost(tmp_path):
+    path = write_entry(tmp_path, INPUT_PROVIDER)
+    appender = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(APPENDED_LINES)])
+    outcomes = []
+    try:
+        # Longer and shorter literals alternately: the rest of the file moves each time.
+        for batch_size in itertools.cycle([1024, 8]):
+            if appender.poll() is not None:
+                break
+            try:
+                set_batch_size(tmp_path, batch_size)
+                outcomes.append("written")
+            except SkylineError as exc:
+                assert "changed" in exc.message and "nothing was written" in exc.message, exc.message
+                outcomes.append("refused")
+    finally:
+        appender.wait()
+    assert appender.returncode == 0
+    assert outcomes  # rewrites ran while the lines were appended
+    appended = [line for line in path.read_text().splitlines() if line.startswith("# appended line")]
+    assert appended == [f"# appended line {number}" for number in range(APPENDED_LINES)]
+    set_batch_size(tmp_path, 512)  # once the file is left alone, the rewrite goes through
+    assert defaults(path) == ["512"]
+    assert path.read_text().startswith(HEAD)
+
+
+def test_a_file_that_changes_on_every_import_is_refused_and_keeps_every_change(tmp_path):
+    """The entry point appends to itself when imported: the file changes between the read and the
+    write each time, so the rewrite is retried, then refused; no appended line is lost."""
+    path = write_entry(tmp_path, INPUT_PROVIDER + '\nwith open(__file__, "a") as f:\n    f.write("# imported\\n")\n')
+    with pytest.raises(SkylineError) as caught:
+        set_batch_size(tmp_path, 64)
+    assert caught.value.path == ENTRY
+    assert "the file changed" in caught.value.message and "nothing was written" in caught.value.message
+    text = path.read_text()
+    assert defaults(path) == ["8"]
+    assert text.count("# imported\n") >= 1
+    assert text.endswith("# imported\n" * text.count("# imported\n"))
+
+
+def test_a_hard_linked_file_keeps_its_link_and_permissions(tmp_path):
+    path = write_entry(tmp_path, INPUT_PROVIDER)
+    link = tmp_path / "linked_elsewhere.py"
+    os.link(path, link)
+    path.chmod(0o640)
+    before = path.stat()
+    for batch_size in (1024, 8, 16):  # longer, shorter, the same length
+        set_batch_size(tmp_path, batch_size)
+        after = path.stat()
+        assert (after.st_ino, after.st_nlink, after.st_mode, after.st_uid, after.st_gid) == (
+            before.st_ino,
+            2,
+            before.st_mode,
+            before.st_uid,
+            before.st_gid,
+        )
+        assert link.read_bytes() == path.read_bytes()
+        assert defaults(link) == [str(batch_size)]

@@ -1,10 +1,17 @@
 """Rewriting the `batch_size` default in the entry point file (`skyline profile --set-batch-size`).
 
-The default rewritten is that of the definition that ran: the entry point is imported first, and
-the `skyline_input_provider` its module holds (`EntryPoint.input_provider_code`) says which `def`
-it is, not the last one in the file. The literal is replaced in the file's bytes, not in its
-decoded text written back: a BOM and the encoding the file declares (PEP 263) stay as they are,
-and so does every other byte. The file is written in place, from the literal on.
+Three things make it safe for the user's file:
+
+- The definition that ran: the entry point is imported first, and the default rewritten is that
+  of the `skyline_input_provider` its module holds (`EntryPoint.input_provider_code`), not the
+  last one in the file.
+- The file as it was imported: the bytes are read again and decoded right before the write, and
+  the write happens only when they are still the text that was imported; a file changed meanwhile
+  (an editor saving it, a tool appending) is imported again, up to ATTEMPTS times, and then left
+  alone with a message, rather than overwritten with a stale copy that loses the other change.
+- The file itself: it is written in place, from the literal on, never replaced by a new file, so
+  hard links, owner, permissions and anything watching the inode stay as they were. Only the
+  bytes from the literal to the end are written (the literal alone when the length is the same).
 """
 
 from __future__ import annotations
@@ -16,31 +23,53 @@ from skyline_engine.entry.batch_size import literal_span, rewrite_batch_size
 from skyline_engine.entry.loader import decode_source, load_entry_point, source_encoding
 from skyline_engine.errors import SkylineError
 
+ATTEMPTS = 3
+
+
+class FileChanged(SkylineError):
+    """The file changed between the read and the write; nothing was written."""
+
 
 def set_batch_size_default(path: Path, project_root: Path, batch_size: int) -> None:
     """Rewrite the `batch_size` default of the input provider that `path`'s module holds."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            _rewrite_once(path, project_root, batch_size)
+            return
+        except FileChanged:
+            if attempt == ATTEMPTS:
+                raise
+
+
+def _rewrite_once(path: Path, project_root: Path, batch_size: int) -> None:
     entry = load_entry_point(path, project_root)  # which definition runs is known only by running it
     try:
         code = entry.input_provider_code()
     finally:
         entry.unload()
-    relative, source = entry.relative_path, entry.source
-    with open(path, "r+b") as f:
-        data = f.read()
-        first, last = literal_span(source, batch_size, relative, code)
-        start = _byte_offset(data, source, first, relative)
-        end = _byte_offset(data, source, last, relative)
-        rewritten = data[:start] + str(batch_size).encode("ascii") + data[end:]
-        if decode_source(rewritten, relative) != rewrite_batch_size(source, batch_size, relative, code):
-            # The file changed since it was imported, or (not expected: digits are ASCII bytes in
-            # every encoding Python reads source in) the literal's bytes are not where they should be.
+    relative = entry.relative_path
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as exc:
+        raise SkylineError(
+            f"cannot write the batch size into the entry point: {exc.strerror}.", path=relative
+        ) from None
+    try:
+        data = _read_all(fd)
+        if decode_source(data, relative) != entry.source:
+            raise _changed(relative, "while Skyline imported it")
+        first, last = literal_span(entry.source, batch_size, relative, code)
+        start = _byte_offset(data, entry.source, first, relative)
+        end = _byte_offset(data, entry.source, last, relative)
+        literal = str(batch_size).encode("ascii")
+        rewritten = data[:start] + literal + data[end:]
+        if decode_source(rewritten, relative) != rewrite_batch_size(entry.source, batch_size, relative, code):
+            # Not expected: digits are ASCII bytes in every encoding Python reads source in.
             raise SkylineError("cannot find the batch size's digits among the file's bytes.", path=relative)
         if rewritten != data:
-            f.seek(start)
-            f.write(rewritten[start:])
-            f.truncate()
-            f.flush()
-            os.fsync(f.fileno())
+            _write_in_place(fd, data, rewritten, start, start + len(literal), relative)
+    finally:
+        os.close(fd)
 
 
 def _byte_offset(data: bytes, text: str, index: int, relative: str) -> int:
@@ -50,3 +79,45 @@ def _byte_offset(data: bytes, text: str, index: int, relative: str) -> int:
     if encoding == "utf-8-sig":
         return len(b"\xef\xbb\xbf") + len(text[:index].encode("utf-8"))
     return len(text[:index].encode(encoding))
+
+
+def _write_in_place(fd: int, expected: bytes, rewritten: bytes, start: int, end: int, relative: str) -> None:
+    """Write `rewritten` over the file, which must still hold `expected`. They differ from `start`
+    on: only the new literal (`start` to `end`) is written when the length is the same, else
+    everything from it on, and the file is cut where `rewritten` ends when that is shorter.
+
+    A change by another program is looked for right before (nothing is written then) and right
+    after (the message says to check the file). Between the check and the write lie a few system
+    calls: bytes appended in that instant to a file whose literal changes length can still be
+    overwritten (longer) or cut (shorter); an equal length writes the literal's bytes alone."""
+    if _read_all(fd) != expected:
+        raise _changed(relative, "while Skyline rewrote its batch size")
+    if len(rewritten) == len(expected):
+        os.pwrite(fd, rewritten[start:end], start)
+    else:
+        os.pwrite(fd, rewritten[start:], start)
+        if len(rewritten) < len(expected):
+            os.ftruncate(fd, len(rewritten))
+    os.fsync(fd)
+    if not _read_all(fd).startswith(rewritten):
+        raise SkylineError(
+            "another program wrote to the entry point while Skyline rewrote its batch size; check the file.",
+            path=relative,
+        )
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _changed(relative: str, when: str) -> FileChanged:
+    return FileChanged(
+        f"the file changed {when} (another program wrote to it); nothing was written.",
+        path=relative,
+        hint="Run the command again.",
+    )
