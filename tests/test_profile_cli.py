@@ -103,10 +103,14 @@ def test_predictions_follow_the_models_and_respect_capacity(profiled):
     largest = models["max_batch_size"]
     assert peak(mem, largest) <= usable < peak(mem, largest + 1)
     low, high = models["trusted_range"]
+    # A busy machine can leave a line that fits poorly even after re-timing: it predicts no time.
+    fits_well = rt["r2"] is None or rt["r2"] >= 0.95
+    if not fits_well:
+        assert any("fits the measurements poorly" in w for w in doc["warnings"])
     for p in doc["predictions"]:
         b = p["batch_size"]
         line = rt["slope"] * b + rt["bias"]
-        if rt["slope"] > 0 and line > 0:
+        if rt["slope"] > 0 and line > 0 and fits_well:
             assert p["run_time_ms"] == pytest.approx(line)
             assert p["samples_per_second"] == pytest.approx(b / line * 1000)
         else:  # noisy times can give a line that crosses zero, or does not grow: no number then
