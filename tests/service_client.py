@@ -311,3 +311,16 @@ def request_with_deep_params(msgid: int, depth: int) -> bytes:
     """A `status` request whose params hold a value nested `depth` deep."""
     head = msgpack.packb(0) + msgpack.packb(msgid) + msgpack.packb("status")
     return b"\x94" + head + b"\x91" + deeply_nested(depth)
+
+
+def zombie_children(pid: int) -> list[int]:
+    """Children of `pid` that have ended and not been reaped."""
+    zombies = []
+    for child in children_of(pid):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    zombies.append(child)
+        except OSError:
+            continue
+    return zombies

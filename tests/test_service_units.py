@@ -33,6 +33,7 @@ from skyline_engine.service.protocol import (
 )
 from skyline_engine.service.server import Admission, Connection, Seat, serve_client
 from skyline_engine.service.tokens import token_matches, write_token_file
+from skyline_engine.service.worker_messages import WorkerProtocolError, check_message
 
 # --- framing --------------------------------------------------------------------------------
 
@@ -513,3 +514,54 @@ def test_before_initialize_frames_are_limited_to_the_pending_size():
     initialize = msgpack.packb([0, 1, "initialize", [{"protocol_version": 1, "token": "secret"}]])
     answers = run([initialize, big])
     assert [(m[1], m[2]) for m in answers] == [(1, None), (2, None)]
+
+
+# --- messages from workers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "ready", "pid": 5, "device": DEVICE, "error": None},
+        {"type": "ready", "pid": 5, "device": None, "error": {"kind": "worker_start", "message": "no torch"}},
+        {"type": "started", "pid": 5},
+        {"type": "progress", "phase": "measuring", "fraction": 0.5},
+        {"type": "progress", "phase": "done", "fraction": 1},
+        {"type": "partial", "document": document(models=False)},
+        {"type": "result", "document": document()},
+        {"type": "result", "document": document(models=False)},
+        {"type": "error", "kind": "user_code", "message": "model.py:3: boom", "path": "model.py", "line": 3},
+    ],
+)
+def test_well_formed_worker_messages_pass(message):
+    assert check_message(message) is message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        [1, 2],
+        {"type": 3},
+        {"type": "surprise"},
+        {"type": "ready", "pid": "5", "device": None, "error": None},
+        {"type": "ready", "pid": 5, "device": [], "error": None},
+        {"type": "progress", "phase": 5, "fraction": 0.5},
+        {"type": "progress", "phase": "x" * 10_000, "fraction": 0.5},
+        {"type": "progress", "phase": "x", "fraction": float("nan")},
+        {"type": "progress", "phase": "x", "fraction": True},
+        {"type": "partial", "document": "a document"},
+        {"type": "partial", "document": {"a": nested(40)}},
+        {"type": "result", "document": [1]},
+        {"type": "result", "document": {**document(), "models": {"run_time_ms": {}}}},
+        {"type": "result", "document": {**document(), "device": {"memory_capacity_bytes": "big"}}},
+        {"type": "result", "document": {**document(), "warnings": [3]}},
+        {"type": "error", "kind": "cancelled", "message": "x"},
+        {"type": "error", "kind": "user_code", "message": None},
+        {"type": "error", "kind": "user_code", "message": "x", "line": "3"},
+        {"type": "error", "kind": "user_code", "message": "x", "details": [1]},
+    ],
+)
+def test_malformed_worker_messages_are_refused_with_a_reason(message):
+    with pytest.raises(WorkerProtocolError) as caught:
+        check_message(message)
+    assert 0 < len(str(caught.value)) < 200

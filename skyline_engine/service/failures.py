@@ -183,7 +183,11 @@ def start_timeout_error(limit_s: float) -> Failure:
 
 
 def garbled_error(detail: str) -> Failure:
-    return Failure("crashed", f"the analysis worker sent malformed messages ({detail}) and was stopped.")
+    return Failure(
+        "worker_protocol",
+        f"the analysis worker sent a malformed message ({detail}) and was stopped. Does the code write "
+        "to a file descriptor it did not open (the worker's message channel)?",
+    )
 
 
 def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> tuple[str | None, int | None]:

@@ -1,10 +1,11 @@
 """Worker processes: where the user's code runs, one analysis per process.
 
 - `WorkerProcess` starts `python -m skyline_engine.service.worker` and turns its message stream
-  into a queue; it forwards the worker's stderr to the service's log, keeping the tail for crash
-  reports. Whatever the user's code prints, and however long its lines, what the service holds of
-  it is bounded: stderr is read in chunks, the log gets each line cut at MAX_LOG_LINE_BYTES, and
-  the tail is the last STDERR_TAIL_BYTES bytes.
+  into a queue of checked messages (worker_messages.py: the user's code can write to that stream);
+  it forwards the worker's stderr to the service's log, keeping the tail for crash reports.
+  Whatever the user's code prints, and however long its lines, what the service holds of it is
+  bounded: stderr is read in chunks, the log gets each line cut at MAX_LOG_LINE_BYTES, and the
+  tail is the last STDERR_TAIL_BYTES bytes.
 - `WorkerPool` keeps one *spare* worker, started ahead with torch imported, so an analysis begins
   at once. The spare is started only while no analysis runs: importing torch next to a measurement
   would slow the measurement down.
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Callable, Protocol
 
@@ -38,6 +39,7 @@ from skyline_engine.measure.openmp import settle_openmp
 from skyline_engine.service import failures
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.failures import Failure
+from skyline_engine.service.worker_messages import WorkerProtocolError, check_message
 
 log = logging.getLogger("skyline.service")
 
@@ -90,7 +92,7 @@ class WorkerProcess:
         self._stdout: IO[bytes] = stdout
         self._stderr: IO[bytes] = stderr
         self.pid = self.popen.pid
-        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.messages: queue.Queue[dict[str, Any] | Garbled | None] = queue.Queue()
         self.ready_message: dict[str, Any] | None = None
         self.ready = threading.Event()  # set on `ready`, or when the worker ends before it
         self._tail = StderrTail(STDERR_TAIL_BYTES)
@@ -151,18 +153,22 @@ class WorkerProcess:
                     break
                 unpacker.feed(data)
                 for message in unpacker:
-                    self._accept(message)
-        except Exception as exc:  # noqa: BLE001 - a garbled stream: nothing more from it can be trusted
-            self.messages.put({"type": "garbled", "detail": f"{type(exc).__name__}: {exc}"})
-            self.kill()
+                    self._accept(check_message(message))
+        except WorkerProtocolError as exc:
+            self._garbled(str(exc))
+        except Exception as exc:  # noqa: BLE001 - undecodable: nothing more from the stream can be trusted
+            self._garbled(f"the message stream cannot be decoded: {type(exc).__name__}")
         finally:
             self.ready.set()
             self.messages.put(None)
             self._stdout.close()
 
-    def _accept(self, message: object) -> None:
-        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-            raise ValueError(f"not a message: {message!r:.80}")
+    def _garbled(self, detail: str) -> None:
+        log.warning("worker %d sent a malformed message (%s): stopping it", self.pid, detail)
+        self.messages.put(Garbled(detail))
+        self.kill()
+
+    def _accept(self, message: dict[str, Any]) -> None:
         if message["type"] == "ready":
             self.ready_message = message
             self.ready.set()
@@ -259,6 +265,13 @@ def _write_log(text: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+@dataclass(frozen=True)
+class Garbled:
+    """In a worker's message queue: its stream broke the rules (worker_messages.py); it is stopped."""
+
+    detail: str
 
 
 class WorkerPool:
@@ -396,9 +409,11 @@ class Job:
     def _run(self) -> None:
         try:
             self._follow()
-        except Exception:  # a bug here must not leave the worker running or the pool short
+        except Exception:  # a bug here must not leave the worker running (or a zombie) or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
             self.worker.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.worker.wait(EXIT_GRACE_S)
             self.listener.on_error(self, Failure("internal", "internal error in the engine service; see its log."))
         finally:
             self.worker.close()
@@ -417,7 +432,7 @@ class Job:
         if not (self._finished or self.stopped):
             self.listener.on_error(self, self._death(returncode, oom_kills_before))
 
-    def _next_message(self) -> dict[str, Any] | None:
+    def _next_message(self) -> dict[str, Any] | Garbled | None:
         """The worker's next message (None once it has ended), keeping the deadlines meanwhile."""
         while True:
             remaining = self._deadline - time.monotonic()
@@ -438,14 +453,18 @@ class Job:
             self.worker.kill()
             self._deadline = float("inf")
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: dict[str, Any] | Garbled) -> None:
+        """Act on a message (checked by worker_messages.check_message) or a broken stream."""
+        if isinstance(message, Garbled):
+            self._garbled = message.detail
+            return
         kind = message["type"]
         if kind == "started":
             self._started = True
             self._deadline = time.monotonic() + self.time_limit_s
         elif kind == "progress":
-            self.last_phase = str(message.get("phase"))
-            self.listener.on_progress(self, self.last_phase, float(message.get("fraction", 0.0)))
+            self.last_phase = message["phase"]
+            self.listener.on_progress(self, message["phase"], float(message["fraction"]))
         elif kind == "partial":
             self.listener.on_partial(self, message["document"])
         elif kind in ("result", "error"):
@@ -455,8 +474,6 @@ class Job:
                 self.listener.on_result(self, message["document"])
             else:
                 self.listener.on_error(self, Failure.from_dict(message))
-        elif kind == "garbled":
-            self._garbled = str(message.get("detail"))
 
     def _reap(self) -> int:
         try:

@@ -1,0 +1,79 @@
+"""A worker's messages are untrusted input: any code running in the worker can write to its message
+channel. Each malformed message ends its analysis with `analysis_error` kind `worker_protocol`,
+leaves no zombie behind, and leaves the client's latest complete analysis (what `predict` answers
+from) as it was.
+
+The real service (stdio); the `forges` entry point writes the bytes the test gives it to the
+worker's channel, as user code can.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from service_client import ServiceProcess, copy_project, zombie_children
+
+pytestmark = pytest.mark.timeout(180)
+
+TINY = "tiny/entry_point.py"
+FORGES = "forges/entry_point.py"
+
+
+def nested(depth):
+    value = None
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+FORGED = {
+    "a result whose document is not a map": msgpack.packb({"type": "result", "document": [1, 2]}),
+    "a result whose models predict cannot read": msgpack.packb(
+        {"type": "result", "document": {"models": {"run_time_ms": 5}, "device": {"memory_capacity_bytes": 1 << 30}}}
+    ),
+    "a progress of the wrong types": msgpack.packb({"type": "progress", "phase": ["x"], "fraction": "half"}),
+    "a progress past 1": msgpack.packb({"type": "progress", "phase": "measuring", "fraction": 7.5}),
+    "a partial nested too deep": msgpack.packb({"type": "partial", "document": {"a": nested(100)}}),
+    "an error of a kind only the service tells": msgpack.packb(
+        {"type": "error", "kind": "superseded", "message": "x", "path": None, "line": None}
+    ),
+    "an error whose message is not a string": msgpack.packb({"type": "error", "kind": "user_code", "message": 5}),
+    "an unknown type": msgpack.packb({"type": "surprise"}),
+    "not a map": msgpack.packb([1, 2, 3]),
+    "bytes that are no msgpack": b"\xc1\xc1\xc1",
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return copy_project(tmp_path_factory.mktemp("worker-messages"))
+
+
+@pytest.fixture(scope="module")
+def service(root):
+    service = ServiceProcess(root, "--quick")
+    service.client = service.stdio_client()
+    service.client.initialize()
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def complete(service):
+    analysis_id, method, final = service.client.analyze(TINY)
+    assert method == "analysis", final
+    return analysis_id
+
+
+@pytest.mark.parametrize("forged", list(FORGED), ids=list(FORGED))
+def test_a_malformed_worker_message_ends_that_analysis_only(service, client, root, complete, forged):
+    (root / "forges" / "message.msgpack").write_bytes(FORGED[forged])
+    analysis_id, method, error = client.analyze(FORGES)
+    assert (method, error["kind"]) == ("analysis_error", "worker_protocol"), error
+    assert "malformed message" in error["message"]
+    assert [m for m, _ in client.about(analysis_id) if m != "progress"] == ["analysis_error"]
+    # Its worker was reaped before the error was sent.
+    assert zombie_children(service.proc.pid) == []
+    # predict still answers from the last good analysis.
+    assert client.request("predict", {"batch_size": 8})["analysis_id"] == complete
