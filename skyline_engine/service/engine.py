@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable
 
 from skyline_engine.service.config import ServiceConfig
+from skyline_engine.service.processes import become_subreaper
 from skyline_engine.service.workers import Job, JobListener, WorkerPool
 
 log = logging.getLogger("skyline.service")
@@ -32,6 +33,8 @@ class EngineService:
 
     def start(self) -> None:
         """Warm up the first spare worker, so the first analysis does not wait for torch."""
+        # Processes a worker leaves behind when it dies come to the service, to be ended (workers.end_orphans).
+        become_subreaper()
         self.pool.start_spare()
 
     def device(self) -> tuple[dict[str, Any] | None, str | None]:

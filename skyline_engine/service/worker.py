@@ -7,7 +7,11 @@ Run by the service as `python -m skyline_engine.service.worker` (never by people
 2. wait    read one job (a msgpack map) from stdin.
 3. run     send `started`, then `progress` and `partial` messages, then `result` or `error`.
 4. exit    `os._exit` straight after the last message, so threads the user's code started cannot
-           keep the process alive.
+           keep the process alive; before it, every process the code started is killed.
+
+The worker is a child subreaper (processes.py): processes the user's code starts stay below it,
+even in a session of their own or once their parent has ended, so they can all be found and
+ended with the analysis (here, or by the service when it kills the worker).
 
 Everything the user's code does happens here and nowhere else: when it crashes, loops or eats the
 memory, the service sees this process end (or kills it) and reports why.
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from skyline_engine.service.failures import Failure
+from skyline_engine.service.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:
     from skyline_engine.errors import SkylineError
@@ -58,6 +63,7 @@ class Channel:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    become_subreaper()  # before any code of the user's runs
     channel = Channel()
     faulthandler.enable(file=sys.stderr)  # a segfault prints the Python stacks to the log
     # The service sends SIGUSR1 before stopping a worker past its time limit: the stacks say
@@ -118,6 +124,12 @@ def _finish(channel: Channel, message: dict[str, Any]) -> None:
             {"type": "error", **Failure("out_of_memory", "out of memory while sending the results.").to_dict()}
         )
     sys.stderr.flush()
+    _exit()
+
+
+def _exit() -> None:
+    """End the worker and every process the user's code started."""
+    kill_descendants(os.getpid())
     os._exit(0)
 
 
@@ -173,7 +185,7 @@ def _exit_when_stdin_closes() -> None:
                     break
             except OSError:
                 break
-        os._exit(0)
+        _exit()
 
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 

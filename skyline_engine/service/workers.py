@@ -36,7 +36,7 @@ import msgpack
 
 import skyline_engine
 from skyline_engine.measure.openmp import settle_openmp
-from skyline_engine.service import failures
+from skyline_engine.service import failures, processes
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.failures import Failure
 from skyline_engine.service.worker_messages import WorkerProtocolError, check_message
@@ -76,16 +76,19 @@ class WorkerProcess:
         if config.worker_memory_limit_bytes is not None:
             command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
         self._on_ready = on_ready
-        self.popen = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=str(config.project_root),
-            env=_worker_environment(),
-            # Its own process group: stopping the worker also stops what the user's code started.
-            start_new_session=True,
-        )
+        with _workers_lock:  # end_orphans must never take a worker being started for an orphan
+            self.popen = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=str(config.project_root),
+                env=_worker_environment(),
+                # Its own process group: stopping the worker also stops what the user's code started
+                # in it (processes.py finds those that left it).
+                start_new_session=True,
+            )
+            _worker_pids.add(self.popen.pid)
         stdin, stdout, stderr = self.popen.stdin, self.popen.stdout, self.popen.stderr
         assert stdin is not None and stdout is not None and stderr is not None  # all three are PIPE above
         self._stdin: IO[bytes] = stdin
@@ -118,7 +121,11 @@ class WorkerProcess:
         self._signal(signal.SIGUSR1)
 
     def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+        """Kill the worker and every process below it, those in sessions of their own included."""
+        if self.popen.poll() is not None:
+            return  # reaped: its pid may belong to someone else by now
+        processes.kill_tree(self.pid)
+        self._signal(signal.SIGKILL)  # its process group
 
     def _signal(self, number: int) -> None:
         if self.popen.poll() is not None:
@@ -127,7 +134,10 @@ class WorkerProcess:
             os.killpg(self.pid, number)
 
     def wait(self, timeout: float | None = None) -> int:
-        return self.popen.wait(timeout)
+        returncode = self.popen.wait(timeout)
+        with _workers_lock:
+            _worker_pids.discard(self.pid)
+        return returncode
 
     def kill_leftovers(self) -> None:
         """Right after the worker is reaped: end processes the user's code left in its group."""
@@ -265,6 +275,20 @@ def _write_log(text: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+# Workers started and not yet reaped: the service's children that are not orphans.
+_workers_lock = threading.Lock()
+_worker_pids: set[int] = set()
+
+
+def end_orphans() -> None:
+    """End the processes re-parented to the service (a subreaper) because the worker above them
+    died without ending them: a crash, the out-of-memory killer."""
+    with _workers_lock:
+        ended = processes.end_orphans(keep=_worker_pids)
+    if ended:
+        log.info("ended %d processes a worker left behind: %s", len(ended), ", ".join(map(str, ended)))
 
 
 @dataclass(frozen=True)
@@ -482,6 +506,7 @@ class Job:
             self.worker.kill()
             returncode = self.worker.wait()
         self.worker.kill_leftovers()
+        end_orphans()
         return returncode
 
     def _death(self, returncode: int, oom_kills_before: int | None) -> Failure:

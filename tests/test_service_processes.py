@@ -1,0 +1,98 @@
+"""Processes the user's code starts end with its analysis, even those that leave the worker's
+process group: one in a session of its own (`start_new_session=True`), and an orphan whose parent
+exited at once, as daemons do. Whether the analysis completes, is cancelled, its worker dies on
+its own, or the service itself is killed.
+
+The real service (stdio); the `escapes` entry point starts `sleep 1000` both ways and writes their
+process ids next to itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import pytest
+
+from service_client import WAIT_S, ServiceProcess, copy_project, process_gone
+
+pytestmark = pytest.mark.timeout(180)
+
+ESCAPES = "escapes/entry_point.py"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return copy_project(tmp_path_factory.mktemp("processes"))
+
+
+@pytest.fixture(scope="module")
+def service(root):
+    service = ServiceProcess(root, "--quick")
+    service.client = service.stdio_client()
+    service.client.initialize()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def escapes(root):
+    """The entry point's folder, cleared; whatever it started is killed after the test."""
+    folder = root / "escapes"
+    for name in ("pids", "hold", "crash"):
+        (folder / name).unlink(missing_ok=True)
+    yield folder
+    if (folder / "pids").exists():
+        for pid in started(folder):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def started(folder) -> list[int]:
+    deadline = time.monotonic() + WAIT_S
+    while not (folder / "pids").exists():
+        assert time.monotonic() < deadline, "the entry point started nothing"
+        time.sleep(0.05)
+    pids = [int(pid) for pid in (folder / "pids").read_text().split()]
+    assert len(pids) == 2
+    return pids
+
+
+def test_they_end_with_a_complete_analysis(client, escapes):
+    _, method, final = client.analyze(ESCAPES)
+    assert method == "analysis", final
+    assert all(process_gone(pid, 30) for pid in started(escapes))
+
+
+def test_they_end_with_a_cancelled_analysis(client, escapes):
+    (escapes / "hold").touch()
+    analysis_id = client.request("analyze", {"entry_point": ESCAPES})["analysis_id"]
+    pids = started(escapes)
+    assert all(not process_gone(pid, 0) for pid in pids)  # running while the analysis runs
+    assert client.request("cancel", {"analysis_id": analysis_id}) == {"cancelled": True}
+    assert client.wait_final(analysis_id)[1]["kind"] == "cancelled"
+    assert all(process_gone(pid, 30) for pid in pids)
+
+
+def test_they_end_when_their_worker_dies_on_its_own(client, escapes):
+    (escapes / "crash").touch()
+    _, method, error = client.analyze(ESCAPES)
+    assert (method, error["signal"]) == ("analysis_error", "SIGKILL")
+    assert all(process_gone(pid, 30) for pid in started(escapes))
+
+
+@pytest.mark.timeout(120)
+def test_they_end_when_the_service_is_killed(root, escapes):
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+        (escapes / "hold").touch()
+        client.request("analyze", {"entry_point": ESCAPES})
+        pids = started(escapes)
+        service.proc.kill()  # no chance to clean up: its workers see their stdin close
+        assert all(process_gone(pid, 30) for pid in pids)
+    finally:
+        service.stop()
