@@ -115,6 +115,12 @@ def test_errors_never_show_an_untrusted_container(obj):
     assert len(caught.value.error.message) < 200
 
 
+def test_an_unknown_method_is_named_in_at_most_60_characters():
+    d, _, sent = dispatcher()
+    error = call(d, sent, "x" * 100_000)[0]
+    assert error["code"] == "method_not_found" and len(error["message"]) < 200
+
+
 def test_objects_before_a_break_are_still_delivered():
     reader = FrameReader(1024)
     got = []

@@ -31,6 +31,7 @@ from skyline_engine.service.protocol import (
     InvalidMessage,
     Notification,
     RpcError,
+    describe_value,
     notification,
     parse_message,
     response,
@@ -150,7 +151,10 @@ class Dispatcher:
     def _handler(self, method: str) -> Handler:
         handler = self._methods.get(method)
         if handler is None:
-            raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}; the methods are: {', '.join(self._methods)}")
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                f"unknown method {describe_value(method)}; the methods are: {', '.join(self._methods)}",
+            )
         if method == "initialize":
             if self.initialized:
                 raise RpcError(ALREADY_INITIALIZED, "`initialize` was already called on this connection")
