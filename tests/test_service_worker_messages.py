@@ -39,6 +39,10 @@ FORGED = {
         {"type": "error", "kind": "superseded", "message": "x", "path": None, "line": None}
     ),
     "an error whose message is not a string": msgpack.packb({"type": "error", "kind": "user_code", "message": 5}),
+    "a second started, which would restart the time limit": msgpack.packb({"type": "started", "pid": 1}),
+    "a second ready, which would change the device clients are told of": msgpack.packb(
+        {"type": "ready", "pid": 1, "device": {"type": "cuda", "name": "forged"}, "error": None}
+    ),
     "an unknown type": msgpack.packb({"type": "surprise"}),
     "not a map": msgpack.packb([1, 2, 3]),
     "bytes that are no msgpack": b"\xc1\xc1\xc1",

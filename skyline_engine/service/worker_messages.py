@@ -12,6 +12,9 @@ reaches the client, and the client's latest complete analysis stays what it was.
     partial   {document: map}
     result    {document: map whose `models` (when not nil) `predict` can read}
     error     the fields of a Failure, `kind` one a worker reports
+
+Their order is checked too, by WorkerProcess: `ready` first and once, then `started` once, then
+the rest.
 """
 
 from __future__ import annotations

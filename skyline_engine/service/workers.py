@@ -97,6 +97,7 @@ class WorkerProcess:
         self.pid = self.popen.pid
         self.messages: queue.Queue[dict[str, Any] | Garbled | None] = queue.Queue()
         self.ready_message: dict[str, Any] | None = None
+        self._started = False  # it has sent `started`
         self.ready = threading.Event()  # set on `ready`, or when the worker ends before it
         self._tail = StderrTail(STDERR_TAIL_BYTES)
         self._stderr_thread = threading.Thread(
@@ -179,11 +180,28 @@ class WorkerProcess:
         self.kill()
 
     def _accept(self, message: dict[str, Any]) -> None:
+        self._check_order(message["type"])
         if message["type"] == "ready":
             self.ready_message = message
             self.ready.set()
             self._on_ready(self, message)
         self.messages.put(message)
+
+    def _check_order(self, kind: str) -> None:
+        """The order is part of the protocol: `ready` first and once, then `started` once, then the
+        rest. A forged `ready` would change the device every client is told of; a forged `started`
+        would restart the time limit."""
+        if kind == "ready" or self.ready_message is None:
+            if kind != "ready":
+                raise WorkerProtocolError(f"`{kind}` before `ready`")
+            if self.ready_message is not None:
+                raise WorkerProtocolError("a second `ready`")
+        elif kind == "started":
+            if self._started:
+                raise WorkerProtocolError("a second `started`")
+            self._started = True
+        elif not self._started:
+            raise WorkerProtocolError(f"`{kind}` before `started`")
 
     def _forward_stderr(self) -> None:
         log_lines = LogLines(f"[worker {self.pid}] ", _write_log)
