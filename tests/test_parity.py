@@ -250,11 +250,20 @@ ENTRY_POINTS = {
 }
 
 
+def engine_location(source: str):
+    """What the engine locates in `source`, run as the worker runs it: the default of the input
+    provider that the module holds once executed (None without one)."""
+    namespace: dict = {}
+    exec(compile(source, "entry_point.py", "exec"), namespace)
+    provider = namespace.get("skyline_input_provider")
+    return find_batch_size_location(source, "entry_point.py", provider.__code__) if provider else None
+
+
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_the_literal_locator_matches_the_engine(nvim, name):
     source = ENTRY_POINTS[name]
     ast.parse(source)  # each is a valid entry point's text
-    location = find_batch_size_location(source, "entry_point.py")
+    location = engine_location(source)
     found, why = nvim.exec_lua(
         "local found, why = require('skyline.literal').find(...)\nreturn {found or vim.NIL, why or vim.NIL}",
         source.split("\n"),
@@ -280,7 +289,7 @@ def test_forms_only_the_engine_locates(nvim):
         "def skyline_input_provider(batch_size=(128)):\n    pass\n",
         "def skyline_input_provider(batch_size=(\n    128\n)):\n    pass\n",
     ):
-        assert find_batch_size_location(source, "entry_point.py").editable
+        assert engine_location(source).editable
         found, why = nvim.exec_lua(
             "local found, why = require('skyline.literal').find(...)\nreturn {found or vim.NIL, why or vim.NIL}",
             source.split("\n"),
