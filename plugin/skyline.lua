@@ -31,6 +31,7 @@ command('SkylineStop', 'stop', { nargs = 0, desc = 'skyline: stop the running pr
 command('SkylineBreakdown', 'breakdown', { nargs = 0, desc = 'skyline: toggle the breakdown float' })
 command('SkylineBatchSize', 'batch_size', {
   nargs = 1,
+  bang = true,
   complete = completion('complete_batch_size'),
   desc = 'skyline: set the batch size (N, +N, -N or max)',
 })
@@ -40,13 +41,15 @@ command('SkylineConnect', 'connect', {
   desc = 'skyline: use the engine at HOST:PORT (or local)',
 })
 command('SkylineClear', 'clear', { nargs = 0, desc = 'skyline: remove all results' })
+command('SkylineToggle', 'toggle', { nargs = 0, desc = "skyline: hide or show this buffer's costs" })
 
+-- Expression maps that become an operator, so that `.` repeats a batch-size change.
 vim.keymap.set('n', '<Plug>(skyline-batch-inc)', function()
-  require('skyline.batch').step(1, vim.v.count1)
-end, { desc = 'skyline: larger batch size' })
+  return require('skyline.batch').repeatable(1)
+end, { expr = true, desc = 'skyline: larger batch size' })
 vim.keymap.set('n', '<Plug>(skyline-batch-dec)', function()
-  require('skyline.batch').step(-1, vim.v.count1)
-end, { desc = 'skyline: smaller batch size' })
+  return require('skyline.batch').repeatable(-1)
+end, { expr = true, desc = 'skyline: smaller batch size' })
 vim.keymap.set('n', '<Plug>(skyline-profile)', '<Cmd>SkylineProfile<CR>', { desc = 'skyline: profile' })
 vim.keymap.set('n', '<Plug>(skyline-breakdown)', '<Cmd>SkylineBreakdown<CR>', {
   desc = 'skyline: toggle the breakdown',

@@ -214,11 +214,24 @@ def format_bytes(value: float) -> str:
 
 
 def expected_annotation(record: dict, iteration: dict) -> str:
+    """The default (`costs = 'both'`) text of a line, as doc/skyline.txt describes it: its own
+    forward + backward time, its step time, their share, what it costs with its calls where that
+    is more, its memory."""
     parts = []
-    time_ms = record["forward_ms"] + record["backward_ms"]
-    if time_ms > 0:
-        parts.append(f"fwd {record['forward_ms']:.2f} + bwd {record['backward_ms']:.2f} ms")
-        parts.append(f"{time_ms / iteration['run_time_ms'] * 100:.1f}%")
+    run_time = iteration["run_time_ms"]
+    forward, backward, step = record["forward_ms"], record["backward_ms"], record.get("step_ms", 0.0)
+    times = []
+    if forward > 0 or backward > 0:
+        times.append(f"fwd {forward:.2f} + bwd {backward:.2f} ms")
+    if step > 0:
+        times.append(f"step {step:.2f} ms")
+    own = forward + backward + step
+    if own > 0:
+        parts += [" · ".join(times), f"{own / run_time * 100:.1f}%"]
+    inclusive = record.get("inclusive")
+    total = sum(inclusive.values()) if inclusive else own
+    if total > own + 0.005:
+        parts.append(f"with calls {total:.2f} ms ({total / run_time * 100:.1f}%)")
     if record["memory_bytes"] > 0:
         parts.append(format_bytes(record["memory_bytes"]))
     return " · ".join(parts)

@@ -187,13 +187,54 @@ local function changed_to(value)
   reprofile.call(config.get().reprofile_delay_ms, state.request.entry)
 end
 
--- Writes `value` over the literal's digits, and nothing else: one undo step.
-local function apply(found, value)
+-- On a CPU, a batch size predicted to take more than this share of the memory the analysis saw
+-- available is profiled only once the user says so: it could fill the machine's memory.
+local CONFIRM_MEMORY_SHARE = 0.5
+
+-- Whether profiling batch size `value` is fine, and whether the user was asked: asks when it is
+-- predicted to take much of a CPU machine's memory (`force`, :SkylineBatchSize!, skips the
+-- question). Nothing is said after a question: a message then would pile onto the prompt's lines
+-- into a hit-enter prompt.
+local function confirmed(value, force, note)
+  local document = state.document
+  local device = document and document.device
+  local prediction = models.predict(state.models, value)
+  if force or not (device and device.type == 'cpu' and prediction) then
+    return true, false
+  end
+  local available = device.memory_capacity_bytes
+  if prediction.peak_memory_bytes <= CONFIRM_MEMORY_SHARE * available then
+    return true, false
+  end
+  local question = string.format(
+    'Batch size %s is predicted to need %s, more than half of the %s this machine had available. Set it and profile it?',
+    format.integer(value),
+    format.bytes(prediction.peak_memory_bytes),
+    format.bytes(available)
+  )
+  return vim.fn.confirm((note and (note .. '.\n') or '') .. question, '&Yes\n&No', 2) == 1, true
+end
+
+-- Writes `value` over the literal's digits, and nothing else: one undo step. `note`: what the
+-- user should know about the value, said once (in the question, when there is one).
+local function apply(found, value, force, note)
   if value == found.value then
     util.notify(string.format('the batch size is already %d', value))
     return
   end
+  local yes, asked = confirmed(value, force, note)
+  if not yes then
+    return -- the answer was no: nothing changes, nothing more to say
+  end
+  if note and not asked then
+    util.notify(note)
+  end
   local digits = tostring(value)
+  -- A new undo step, also when the press comes from another buffer (Neovim closes undo steps of
+  -- the current buffer only): setting 'undolevels' ends the one before.
+  vim.api.nvim_buf_call(found.buf, function()
+    vim.cmd('let &l:undolevels = &l:undolevels')
+  end)
   vim.api.nvim_buf_set_text(found.buf, found.row, found.col_start, found.row, found.col_end, { digits })
   written = {
     buf = found.buf,
@@ -214,7 +255,23 @@ local function stepped(value, direction, count)
   return value + direction * step * count
 end
 
---- The <Plug>(skyline-batch-inc/dec) maps: `count` steps up (direction 1) or down (-1).
+-- The direction of the last key press, for the operator that dot-repeats it.
+local repeated_direction = 1
+
+--- The <Plug>(skyline-batch-inc/dec) maps (expression maps): the key press becomes an operator
+--- (`g@l`), so that `.` repeats it, with its count or a new one.
+function M.repeatable(direction)
+  repeated_direction = direction
+  vim.go.operatorfunc = "v:lua.require'skyline.batch'.operator"
+  return 'g@l'
+end
+
+--- The operator of the batch-size keys: v:count is the press's (or the repeat's) count.
+function M.operator()
+  M.step(repeated_direction, vim.v.count1)
+end
+
+--- `count` steps up (direction 1) or down (-1).
 function M.step(direction, count)
   local found, why = target()
   if not found then
@@ -225,7 +282,7 @@ function M.step(direction, count)
   apply(found, math.max(1, math.min(constants.MAX_BATCH_SIZE, value)))
 end
 
---- :SkylineBatchSize {N|+N|-N|max}: the new value from `arg`, or nil and why not.
+--- :SkylineBatchSize {N|+N|-N|max}: the new value from `arg` (and a note on it), or nil and why not.
 local function parse(arg, current)
   if arg == 'max' then
     local max = state.models.max_batch_size
@@ -233,6 +290,16 @@ local function parse(arg, current)
       return nil, 'memory does not grow with the batch size, so no batch size is the largest that fits'
     elseif max == 0 then
       return nil, 'not even batch size 1 is predicted to fit in memory'
+    end
+    local high = state.models.trusted_range[2]
+    if max > high then
+      local note = string.format(
+        'the largest batch size predicted to fit is %s, beyond the measured range (up to %s): using %s',
+        format.integer(max),
+        format.integer(high),
+        format.integer(high)
+      )
+      return high, nil, note
     end
     return math.min(max, constants.MAX_BATCH_SIZE)
   end
@@ -252,18 +319,19 @@ local function parse(arg, current)
   return value
 end
 
-function M.set(arg)
+--- :SkylineBatchSize[!] {N|+N|-N|max}; `force` (the !) profiles without asking.
+function M.set(arg, force)
   local found, why = target()
   if not found then
     util.error(why)
     return
   end
-  local value, problem = parse(vim.trim(arg), found.value)
+  local value, problem, note = parse(vim.trim(arg), found.value)
   if not value then
     util.error(problem)
     return
   end
-  apply(found, value)
+  apply(found, value, force, note)
 end
 
 local KEYMAPS = {
@@ -271,8 +339,9 @@ local KEYMAPS = {
   { 'batch_dec', '<Plug>(skyline-batch-dec)', 'skyline: smaller batch size' },
 }
 
--- The default buffer-local maps, unless switched off or the user mapped the <Plug> already.
-local function set_keymaps(buf)
+--- The default buffer-local maps in `buf` (any buffer of the profiled project: they edit the
+--- entry point's literal), unless switched off or the user mapped the <Plug> already.
+function M.set_keymaps(buf)
   local keymaps = config.get().keymaps
   if keymaps == false then
     return
@@ -304,7 +373,6 @@ function M.attach(buf)
     return
   end
   vim.b[buf].skyline_attached = true
-  set_keymaps(buf)
   vim.api.nvim_buf_attach(buf, false, {
     on_lines = function()
       vim.schedule(function()

@@ -30,11 +30,16 @@ end
 
 --- :SkylineBatchSize {N|+N|-N|max}
 function M.batch_size(args)
-  batch.set(args.args)
+  batch.set(args.args, args.bang)
 end
 
 function M.clear()
   profile.clear()
+end
+
+--- :SkylineToggle: hides the current buffer's costs, or shows them again.
+function M.toggle()
+  profile.toggle_buffer(vim.api.nvim_get_current_buf())
 end
 
 local function read_token(path)

@@ -110,6 +110,19 @@ M.schema = {
     description = "Where the per-line costs go: 'eol_right_align', 'eol' or 'right_align'.",
   },
   {
+    name = 'costs',
+    default = 'both',
+    validator = one_of('both', 'self', 'inclusive'),
+    description = "Per-line times: 'self' (the line's own operations), 'inclusive' (with everything it calls), 'both'.",
+  },
+  {
+    name = 'priorities',
+    default = { virt_text = 4096, signs = 10 },
+    validator = 'table',
+    fields = { virt_text = non_negative_integer, signs = non_negative_integer },
+    description = 'Extmark priority of the per-line costs, and sign priority of the error diagnostics.',
+  },
+  {
     name = 'cost_thresholds',
     default = { mid = 0.05, high = 0.20 },
     validator = 'table',

@@ -1,7 +1,8 @@
--- The breakdown float: throughput (measured, the knee), memory against the device's
--- capacity, throughput and memory at the batch sizes of the analysis (measured ones showing the
--- measurement) and at the current one, and the operation tree with forward and backward bars.
--- <CR> on a row that names a line jumps there; q and <Esc> close.
+-- The breakdown float: throughput (measured, the knee), memory against the device's capacity
+-- (its parts, and the phase that sets the peak), throughput and memory at the batch sizes of the
+-- analysis (measured ones showing the measurement) and at the current one, the operation tree
+-- with forward and backward bars, and the warnings. Laid out for the editor's width, again on
+-- VimResized. <CR> on a row that names a line jumps there; q and <Esc> close.
 local config = require('skyline.config')
 local format = require('skyline.format')
 local models = require('skyline.models')
@@ -13,10 +14,13 @@ local M = {}
 
 local ns = vim.api.nvim_create_namespace('skyline.float')
 local BAR = 12
-local NAME_WIDTH = 30
-local PLACE_WIDTH = 22
 local MAX_DEPTH = 8
 local MAX_TREE_ROWS = 200
+-- The tree's columns: the operation's name and the place (path:line), between these widths.
+local NAME_WIDTH = { min = 16, max = 40 }
+local PLACE_WIDTH = { min = 14, max = 60 }
+local TREE_NUMBERS = 2 * (BAR + 11) -- two bars with their times
+local MIN_WIDTH = 60
 
 -- The open float: {win, buf, origin (the window to jump in), targets = {[row] = {path, line}}}.
 local open_float = nil
@@ -60,7 +64,65 @@ local function lpad(text, width)
   return missing > 0 and string.rep(' ', missing) .. text or text
 end
 
-local LABEL = 12 -- width of the section labels
+--- `path:line` in at most `width` cells: the middle of the path gives way first, so that the
+--- file name and the line number always show ("examples/c…/model.py:19").
+function M.shorten_place(path, line, width)
+  local suffix = ':' .. line
+  local text = path .. suffix
+  if vim.fn.strdisplaywidth(text) <= width then
+    return text
+  end
+  local name = vim.fs.basename(path)
+  local head = path:sub(1, #path - #name)
+  local room = width - vim.fn.strdisplaywidth(name .. suffix) - 2 -- 2: '…/'
+  if room >= 1 and head ~= '' then
+    return vim.fn.strcharpart(head, 0, room) .. '…/' .. name .. suffix
+  end
+  return '…' .. vim.fn.strcharpart(name .. suffix, vim.fn.strchars(name .. suffix) - width + 1)
+end
+
+--- `text` wrapped at word boundaries into lines of at most `width` cells (a word longer than a
+--- line is cut), the lines after the first starting with `indent`.
+function M.wrap(text, width, indent)
+  local lines, current = {}, ''
+  for word in text:gmatch('%S+') do
+    local candidate = current == '' and word or (current .. ' ' .. word)
+    if current ~= '' and vim.fn.strdisplaywidth(candidate) > width then
+      table.insert(lines, current)
+      candidate = indent .. word
+    end
+    while vim.fn.strdisplaywidth(candidate) > width do
+      table.insert(lines, vim.fn.strcharpart(candidate, 0, width))
+      candidate = indent .. vim.fn.strcharpart(candidate, width)
+    end
+    current = candidate
+  end
+  if current ~= '' then
+    table.insert(lines, current)
+  end
+  return lines
+end
+
+local LABEL = 14 -- width of the section labels
+
+-- A throughput that can be shown: positive and finite, else nil (shown as —).
+local function sane(samples_per_second)
+  if samples_per_second and samples_per_second > 0 and samples_per_second < math.huge then
+    return samples_per_second
+  end
+  return nil
+end
+
+-- The fastest throughput any measurement of the document reached.
+local function best_measured(document)
+  local best = document.iteration.samples_per_second or 0
+  for _, p in ipairs(state.predictions or {}) do
+    if p.measured then
+      best = math.max(best, p.measured.samples_per_second or 0)
+    end
+  end
+  return best
+end
 
 local function add_throughput(sheet, document)
   local measured = state.measured
@@ -71,7 +133,9 @@ local function add_throughput(sheet, document)
   })
   local fitted = state.models
   local knee = fitted and fitted.throughput_knee_batch_size
-  if knee then
+  -- A limit below what was measured contradicts the measurements: not shown.
+  local consistent = fitted and (fitted.asymptotic_samples_per_second or 0) >= best_measured(document)
+  if knee and consistent then
     -- Where more samples stop buying throughput: 90% of what the model says it approaches.
     local low, high = unpack(fitted.trusted_range)
     local text = string.format(
@@ -88,7 +152,7 @@ local function add_throughput(sheet, document)
     local text = string.format(
       'predicted at batch size %d: %s, %s',
       p.batch_size,
-      format.throughput(p.samples_per_second),
+      format.throughput(sane(p.samples_per_second)),
       format.bytes(p.peak_memory_bytes)
     )
     sheet:add({
@@ -99,37 +163,77 @@ local function add_throughput(sheet, document)
   end
 end
 
+local PHASES = {
+  forward_backward = 'forward and backward',
+  optimizer = 'the optimizer step',
+  other = 'outside forward, backward and the step',
+}
+
+local function sum(list, field)
+  local total = 0
+  for _, item in ipairs(list or {}) do
+    total = total + (item[field] or 0)
+  end
+  return total
+end
+
+-- Peak memory against the device's capacity, the phase that reaches it, and its parts.
 local function add_memory(sheet, document)
   local device = document.device
   local capacity = device.memory_capacity_bytes
-  local peak = document.iteration.peak_memory_bytes
+  local iteration = document.iteration
+  local peak = iteration.peak_memory_bytes
+  local phase = PHASES[iteration.peak_memory_phase]
   sheet:add({
     { pad('Memory', LABEL), 'SkylineFloatHeader' },
     { format.bar(peak / capacity, 2 * BAR), 'SkylineFloatMemory' },
     { string.format(' %s of %s (%s, %s)', format.bytes(peak), format.bytes(capacity), device.type, device.name) },
   })
+  if phase then
+    sheet:add({ { pad('', LABEL) }, { 'peak reached in ' .. phase, 'SkylineFloatMuted' } })
+  end
+  local parts = {
+    { 'weights', sum(document.weights, 'size_bytes') },
+    { 'gradients', sum(document.weights, 'grad_size_bytes') },
+    { 'optimizer', sum(document.optimizer_state, 'size_bytes') },
+    { 'activations', document.operations and document.operations.activation_bytes or 0 },
+    { 'untracked', document.untracked and document.untracked.memory_bytes or 0 },
+  }
+  for _, part in ipairs(parts) do
+    sheet:add({
+      { pad('  ' .. part[1], LABEL), 'SkylineFloatMuted' },
+      { format.bar(part[2] / capacity, 2 * BAR), 'SkylineFloatMemory' },
+      { ' ' .. format.bytes(part[2]) },
+    })
+  end
 end
 
 -- The rows of the chart: the document's predictions, a measured batch size showing its
 -- measurement, one outside the trusted range marked as an extrapolation; the current batch size,
 -- when the document has no row for it, predicted with the models' formula. Sorted by batch size.
-local function chart_rows()
+local function chart_rows(document)
   local rows, current = {}, state.batch_size
   local has_current = false
   for _, p in ipairs(state.predictions or {}) do
     local shown = p.measured or p
+    if p.batch_size == document.batch_size then
+      shown = state.measured -- one figure per batch size: the latest measurement of it
+    end
     table.insert(rows, {
       batch_size = p.batch_size,
-      samples_per_second = shown.samples_per_second,
+      samples_per_second = sane(shown.samples_per_second),
       peak_memory_bytes = shown.peak_memory_bytes,
-      fits = p.fits,
-      measured = p.measured ~= nil,
-      extrapolated = p.extrapolated and p.measured == nil,
+      fits = shown ~= p or p.fits, -- a measured batch size ran: it fits
+      measured = shown ~= p,
+      extrapolated = p.extrapolated and shown == p,
     })
     has_current = has_current or p.batch_size == current
   end
   if current and not has_current then
-    table.insert(rows, models.predict(state.models, current))
+    local row = current == document.batch_size and vim.tbl_extend('force', state.measured, { measured = true })
+      or models.predict(state.models, current)
+    row.samples_per_second = sane(row.samples_per_second)
+    table.insert(rows, row)
   end
   table.sort(rows, function(a, b)
     return a.batch_size < b.batch_size
@@ -138,14 +242,14 @@ local function chart_rows()
 end
 
 -- Throughput and peak memory over the batch sizes of the analysis, and the current one.
-local function add_chart(sheet)
+local function add_chart(sheet, document)
   if not state.models then
     return
   end
-  local rows, top_speed, top_memory = chart_rows(), 0, 0
+  local rows, top_speed, top_memory = chart_rows(document), 0, 0
   for _, row in ipairs(rows) do
     top_speed = math.max(top_speed, row.samples_per_second or 0)
-    top_memory = math.max(top_memory, row.peak_memory_bytes)
+    top_memory = math.max(top_memory, row.peak_memory_bytes or 0)
   end
   sheet:add({})
   local header = pad('Batch size', 14) .. pad('samples/s', 2 * BAR + 2) .. 'peak memory'
@@ -154,16 +258,16 @@ local function add_chart(sheet)
     local is_current = row.batch_size == state.batch_size
     local speed = row.samples_per_second
     local memory = ' ' .. format.bytes(row.peak_memory_bytes)
-    local noted = row.measured or row.extrapolated or not row.fits
+    local noted = row.measured or row.extrapolated or row.fits == false
     sheet:add({
       { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
       { lpad(format.integer(row.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
       { speed and top_speed > 0 and format.bar(speed / top_speed, BAR) or string.rep(' ', BAR), 'SkylineFloatForward' },
       { ' ' .. pad(format.integer(speed), BAR + 1) },
-      { format.bar(top_memory > 0 and row.peak_memory_bytes / top_memory or 0, BAR), 'SkylineFloatMemory' },
+      { format.bar(top_memory > 0 and (row.peak_memory_bytes or 0) / top_memory or 0, BAR), 'SkylineFloatMemory' },
       { noted and pad(memory, 12) or memory },
       { row.measured and '  measured' or (row.extrapolated and '  extrapolated' or ''), 'SkylineFloatMuted' },
-      { row.fits and '' or '  does not fit', 'SkylineFloatWarn' },
+      { row.fits == false and '  does not fit' or '', 'SkylineFloatWarn' },
     })
   end
 end
@@ -178,57 +282,91 @@ local function place_of(node)
   return nil
 end
 
-local function add_tree(sheet, document)
-  local root = document.operations
-  if not root then
-    return
-  end
-  local total = math.max(root.forward_ms + root.backward_ms, 1e-9)
-  sheet:add({})
-  local header = pad('Operations', NAME_WIDTH + PLACE_WIDTH) .. pad('forward', BAR + 11) .. 'backward'
-  sheet:add({ { header, 'SkylineFloatHeader' } })
-  local count = 0
+-- The rows of the tree, depth first: {node, depth, place}, at most MAX_TREE_ROWS of them.
+local function tree_rows(root)
+  local rows = {}
   local function visit(node, depth)
-    if count >= MAX_TREE_ROWS or depth > MAX_DEPTH then
+    if #rows >= MAX_TREE_ROWS or depth > MAX_DEPTH then
       return
     end
-    count = count + 1
-    local place = place_of(node)
-    local target = place and { path = project.absolute(state.request.root, place.path), line = place.line }
-    sheet:add({
-      { cell(string.rep('  ', depth) .. node.name, NAME_WIDTH) },
-      { cell(place and (place.path .. ':' .. place.line) or '', PLACE_WIDTH), 'SkylineFloatMuted' },
-      { format.bar(node.forward_ms / total, BAR), 'SkylineFloatForward' },
-      { ' ' .. pad(format.ms(node.forward_ms), 10) },
-      { format.bar(node.backward_ms / total, BAR), 'SkylineFloatBackward' },
-      { ' ' .. format.ms(node.backward_ms) },
-    }, target)
+    table.insert(rows, { node = node, depth = depth, place = place_of(node) })
     for _, child in ipairs(node.children or {}) do
       visit(child, depth + 1)
     end
   end
   visit(root, 0)
+  return rows
 end
 
-local function add_warnings(sheet, document)
+-- The widths of the name and place columns: what the rows need, within their bounds, the place
+-- giving way first (it is shortened in the middle) when the float is narrower.
+local function tree_columns(rows, width)
+  local name, place = NAME_WIDTH.min, PLACE_WIDTH.min
+  for _, row in ipairs(rows) do
+    name = math.max(name, 2 * row.depth + vim.fn.strdisplaywidth(row.node.name) + 2)
+    if row.place then
+      place = math.max(place, vim.fn.strdisplaywidth(row.place.path .. ':' .. row.place.line) + 2)
+    end
+  end
+  name, place = math.min(name, NAME_WIDTH.max), math.min(place, PLACE_WIDTH.max)
+  local room = width - TREE_NUMBERS
+  place = math.max(PLACE_WIDTH.min, math.min(place, room - name))
+  name = math.max(NAME_WIDTH.min, math.min(name, room - place))
+  return name, place
+end
+
+local function add_tree(sheet, document, width)
+  local root = document.operations
+  if not root then
+    return
+  end
+  local total = math.max(root.forward_ms + root.backward_ms, 1e-9)
+  local rows = tree_rows(root)
+  local name_width, place_width = tree_columns(rows, width)
+  sheet:add({})
+  local header = pad('Operations', name_width + place_width) .. pad('forward', BAR + 11) .. 'backward'
+  sheet:add({ { header, 'SkylineFloatHeader' } })
+  for _, row in ipairs(rows) do
+    local node, place = row.node, row.place
+    local target = place and { path = project.absolute(state.request.root, place.path), line = place.line }
+    local where = place and M.shorten_place(place.path, place.line, place_width - 2) or ''
+    sheet:add({
+      { cell(string.rep('  ', row.depth) .. node.name, name_width) },
+      { pad(where, place_width), 'SkylineFloatMuted' },
+      { format.bar(node.forward_ms / total, BAR), 'SkylineFloatForward' },
+      { ' ' .. pad(format.ms(node.forward_ms), 10) },
+      { format.bar(node.backward_ms / total, BAR), 'SkylineFloatBackward' },
+      { ' ' .. format.ms(node.backward_ms) },
+    }, target)
+  end
+end
+
+local function add_warnings(sheet, document, width)
   if #(document.warnings or {}) == 0 then
     return
   end
   sheet:add({})
   for _, warning in ipairs(document.warnings) do
-    sheet:add({ { '! ' .. warning, 'SkylineFloatWarn' } })
+    for i, line in ipairs(M.wrap(warning, width - 2, '')) do
+      sheet:add({ { (i == 1 and '! ' or '  ') .. line, 'SkylineFloatWarn' } })
+    end
   end
 end
 
---- The float's content for the current results.
-local function build()
+-- The widest the float can be in this editor: its columns less the border and a margin.
+local function available_width()
+  return math.max(MIN_WIDTH, vim.o.columns - 4)
+end
+
+--- The float's content for the current results, for a float at most `width` cells wide.
+local function build(width)
   local document = state.document
   local sheet = new_sheet()
   add_throughput(sheet, document)
   add_memory(sheet, document)
-  add_chart(sheet)
-  add_tree(sheet, document)
-  add_warnings(sheet, document)
+  add_chart(sheet, document)
+  add_tree(sheet, document, width)
+  add_warnings(sheet, document, width)
   return sheet
 end
 
@@ -243,18 +381,18 @@ local function fill(buf, sheet)
 end
 
 local function layout(sheet)
-  local width = 20
+  local width = MIN_WIDTH
   for _, line in ipairs(sheet.lines) do
     width = math.max(width, vim.fn.strdisplaywidth(line))
   end
-  width = math.min(width + 1, vim.o.columns - 4)
+  width = math.max(1, math.min(width + 1, vim.o.columns - 4))
   local height = math.max(1, math.min(#sheet.lines, vim.o.lines - 6))
   return {
     relative = 'editor',
     width = width,
     height = height,
-    row = math.floor((vim.o.lines - height) / 2) - 1,
-    col = math.floor((vim.o.columns - width) / 2),
+    row = math.max(0, math.floor((vim.o.lines - height) / 2) - 1),
+    col = math.max(0, math.floor((vim.o.columns - width) / 2)),
   }
 end
 
@@ -298,7 +436,7 @@ end
 
 local function open()
   require('skyline.highlights').setup()
-  local sheet = build()
+  local sheet = build(available_width())
   local buf = vim.api.nvim_create_buf(false, true)
   vim.bo[buf].bufhidden = 'wipe'
   fill(buf, sheet)
@@ -317,6 +455,16 @@ local function open()
     vim.keymap.set('n', lhs, M.close, { buffer = buf, nowait = true, desc = 'skyline: close the breakdown' })
   end
   vim.keymap.set('n', '<CR>', jump, { buffer = buf, nowait = true, desc = 'skyline: go to this line' })
+  vim.api.nvim_create_autocmd('VimResized', {
+    group = vim.api.nvim_create_augroup('skyline.float', { clear = true }),
+    desc = 'skyline: lay the breakdown out again for the new size',
+    callback = function()
+      if not M.is_open() then
+        return true -- closed: the autocommand goes too
+      end
+      M.refresh()
+    end,
+  })
   vim.api.nvim_create_autocmd('WinLeave', {
     buffer = buf,
     once = true,
@@ -346,7 +494,7 @@ function M.refresh()
   if not M.is_open() or not state.document then
     return
   end
-  local sheet = build()
+  local sheet = build(available_width())
   fill(open_float.buf, sheet)
   open_float.targets = sheet.targets
   local win_config = layout(sheet)

@@ -150,9 +150,28 @@ local function check_engine()
   end
 end
 
+-- `:help skyline` needs the help tags of the plugin's doc/ folder: plugin managers make them, a
+-- plain runtimepath install does not.
+local function check_help_tags()
+  local help = vim.api.nvim_get_runtime_file('doc/skyline.txt', false)[1]
+  if not help then
+    vim.health.warn('doc/skyline.txt is not on the runtimepath')
+    return
+  end
+  local doc = vim.fs.dirname(help)
+  if vim.fn.filereadable(vim.fs.joinpath(doc, 'tags')) == 1 then
+    vim.health.ok('help tags in ' .. doc)
+  else
+    vim.health.warn('no help tags in ' .. doc .. ': `:help skyline` gives E149', {
+      'Run :helptags ' .. vim.fn.fnamemodify(doc, ':~') .. ' (plugin managers do it for you)',
+    })
+  end
+end
+
 function M.check()
   vim.health.start('skyline.nvim')
   check_neovim()
+  check_help_tags()
   vim.health.start('python3 host (the remote plugin)')
   check_host()
   check_registration()

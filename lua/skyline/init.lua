@@ -57,12 +57,14 @@ local function compact(value)
   return string.format('%.0f', value)
 end
 
---- A short statusline item: progress while profiling, else the batch size with its throughput
+--- A short statusline item: progress while profiling (share done and phase), else the batch size with its throughput
 --- and peak memory (`~` marks a prediction not measured yet); '' before any result.
 function M.status()
   local state = require('skyline.state')
   if state.running then
-    return string.format('skyline %d%%', math.floor(((state.progress or {}).fraction or 0) * 100))
+    local progress = state.progress or {}
+    local text = string.format('skyline %d%%', math.floor((progress.fraction or 0) * 100))
+    return progress.phase and (text .. ' ' .. progress.phase) or text
   end
   local measured = state.measured
   if not measured then

@@ -71,11 +71,12 @@ function M.draw_buffer(buf)
     return
   end
   local totals = document.iteration
+  local costs = config.get().costs
   local items = {}
   for _, record in ipairs(document.lines or {}) do
     if record.path == relative then
       local row = M.row_of(buf, record.line)
-      local text, group = render.annotation(record, totals)
+      local text, group = render.annotation(record, totals, costs)
       if row and text then
         table.insert(items, { row = row, text = text, group = group })
       end
@@ -87,6 +88,20 @@ end
 local function draw_all()
   for _, buf in ipairs(project.buffers(state.request.root)) do
     M.draw_buffer(buf)
+  end
+end
+
+-- The batch-size keys work in every buffer of the profiled project; the entry point's literal is
+-- followed as the user edits it.
+local function attach_batch(buf)
+  local request, batch = state.request, require('skyline.batch')
+  local path = project.buffer_path(buf)
+  if not (request and path and project.relative(request.root, path)) then
+    return
+  end
+  batch.set_keymaps(buf)
+  if path == request.entry then
+    batch.attach(buf)
   end
 end
 
@@ -107,9 +122,7 @@ local function watch_project_files()
       if state.request then
         state.request.buffers[args.buf] = nil -- (re)read from disk: earlier anchors are gone
         M.draw_buffer(args.buf)
-        if project.buffer_path(args.buf) == state.request.entry then
-          require('skyline.batch').attach(args.buf)
-        end
+        attach_batch(args.buf)
       end
     end,
   })
@@ -135,6 +148,37 @@ local function forget_anchors(request)
   end
 end
 
+-- A new request for `entry` in `root`, made current: every open project buffer anchored, its
+-- changedtick remembered; results of earlier requests are dropped from now on.
+local function begin(entry, root)
+  forget_anchors(state.request)
+  state.generation = state.generation + 1
+  local request = {
+    generation = state.generation,
+    entry = entry,
+    root = root,
+    buffers = {},
+    wall = vim.uv.clock_gettime('realtime'),
+    started = vim.uv.hrtime(),
+  }
+  for _, buf in ipairs(project.buffers(root)) do
+    local path = project.buffer_path(buf)
+    request.buffers[buf] = {
+      anchor = anchors.place(buf, path),
+      tick = vim.api.nvim_buf_get_changedtick(buf),
+      modified = vim.bo[buf].modified, -- unsaved changes: the engine reads another text
+    }
+  end
+  state.request = request
+  state.error = nil
+  diagnostics.clear()
+  watch_project_files()
+  for _, buf in ipairs(project.buffers(root)) do
+    attach_batch(buf)
+  end
+  return request
+end
+
 --- Profiles the entry point `entry` (an absolute path). opts: batch_size (else the entry
 --- buffer's literal, else the file's default), quiet (no "profiling…" message).
 function M.start(entry, opts)
@@ -145,35 +189,12 @@ function M.start(entry, opts)
     util.error(string.format('the entry point %s is outside the project root %s', entry, root))
     return false
   end
-  forget_anchors(state.request)
-  state.generation = state.generation + 1
-  local request = {
-    generation = state.generation,
-    entry = entry,
-    root = root,
-    buffers = {},
-    wall = vim.uv.clock_gettime('realtime'),
-  }
-  for _, buf in ipairs(project.buffers(root)) do
-    local path = project.buffer_path(buf)
-    request.buffers[buf] = {
-      anchor = anchors.place(buf, path),
-      tick = vim.api.nvim_buf_get_changedtick(buf),
-      modified = vim.bo[buf].modified, -- unsaved changes: the engine reads another text
-    }
-  end
   local batch = require('skyline.batch')
   local entry_buf = project.loaded_buffer(entry)
   local batch_size = opts.batch_size or (entry_buf and batch.literal_value(entry_buf))
-  state.request = request
+  local request = begin(entry, root)
   state.running = true
-  state.error = nil
   state.progress = { phase = 'starting', fraction = 0 }
-  diagnostics.clear()
-  watch_project_files()
-  if entry_buf then
-    batch.attach(entry_buf)
-  end
   local sent = engine.profile(engine.spec(root), {
     request = request.generation,
     entry_point = relative,
@@ -206,12 +227,38 @@ function M.stop()
   redraw_status()
 end
 
-local function fail(message, kind)
+-- The message of the last failure the user was shown: the same failure again (each save while
+-- the error stays) updates the diagnostic and the statusline, not the message area.
+local last_failure = nil
+
+-- The profile failed: one line in the message area, the annotations dimmed (and removed at
+-- `rows`, {[buf] = row}: the lines where it failed) until the next result.
+local function fail(message, kind, rows)
   state.running, state.progress = false, nil
   state.error = message
-  util.error(message)
+  render.mark_all_stale(rows or {})
+  if message ~= last_failure then
+    last_failure = message
+    util.error_line(message)
+  end
   fire('SkylineProfileFailed', { message = message, kind = kind })
   redraw_status()
+end
+
+-- "2,404 samples/s · 10.9 MiB peak · 6.1 s": what an analysis found, and how long it took.
+local function summary(request, document)
+  local format = require('skyline.format')
+  local iteration = document.iteration
+  local text = string.format(
+    '%s at batch size %s · %s peak',
+    format.throughput(iteration.samples_per_second),
+    format.integer(document.batch_size),
+    format.bytes(iteration.peak_memory_bytes)
+  )
+  if request.started then
+    text = text .. string.format(' · %.1f s', (vim.uv.hrtime() - request.started) / 1e9)
+  end
+  return text
 end
 
 -- A document arrived: the partial one (the user's batch size measured) or the complete one.
@@ -231,6 +278,8 @@ local function apply(document, complete)
   require('skyline.float').refresh()
   if complete then
     state.running, state.progress = false, nil
+    last_failure = nil
+    util.notify(summary(state.request, document))
     fire('SkylineProfileDone', {
       entry_point = state.request.entry,
       analysis_id = state.request.analysis_id,
@@ -238,6 +287,15 @@ local function apply(document, complete)
     })
   end
   redraw_status()
+end
+
+--- Shows `document`, an analysis document that did not come from this editor's engine (a report
+--- written by `skyline profile --json`), as if the entry point it names had just been profiled.
+function M.show(document)
+  local entry = vim.fs.joinpath(document.project_root, document.entry_point)
+  begin(entry, document.project_root).started = nil -- no time to report: not analysed here
+  state.running, state.progress = false, nil
+  apply(document, true)
 end
 
 function M.on_connected(event)
@@ -277,10 +335,13 @@ function M.on_analysis_error(event)
     return -- superseded, or stopped: the user knows
   end
   -- Pseudo-files such as `<frozen runpy>` have no buffer: the engine can name them as frames.
+  local rows = {}
   if event.path and event.line and not event.path:match('^<') then
-    diagnostics.show(project.absolute(state.request.root, event.path), event.line, event.message, M.row_of)
+    local buf, row =
+      diagnostics.show(project.absolute(state.request.root, event.path), event.line, event.message, M.row_of)
+    rows[buf] = row
   end
-  fail(event.message, event.kind)
+  fail(event.message, event.kind, rows)
 end
 
 function M.on_request_error(event)
@@ -297,6 +358,17 @@ function M.on_engine_error(event)
   else
     util.error(message)
   end
+end
+
+--- Hides the costs drawn in `buf`, or shows them again (they follow later results as ever).
+function M.toggle_buffer(buf)
+  vim.b[buf].skyline_hidden = not render.hidden(buf)
+  if render.hidden(buf) then
+    vim.api.nvim_buf_clear_namespace(buf, render.ns, 0, -1)
+  else
+    M.draw_buffer(buf)
+  end
+  util.notify(render.hidden(buf) and 'costs hidden in this buffer' or 'costs shown in this buffer')
 end
 
 --- Removes every annotation, diagnostic and hint; results (and profiling on save) are

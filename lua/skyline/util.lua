@@ -14,6 +14,23 @@ function M.error(message)
   M.notify(message, vim.log.levels.ERROR)
 end
 
+--- `message` as an error in one line of the message area, cut to fit it: never a hit-enter
+--- prompt. For messages whose full text is shown elsewhere (a diagnostic, state().error).
+function M.error_line(message)
+  vim.schedule(function()
+    local lines = vim.split(vim.trim(message), '\n', { plain = true })
+    local text = 'skyline: ' .. lines[1]
+    local room = math.max(20, vim.v.echospace - 1)
+    if vim.fn.strdisplaywidth(text) > room or #lines > 1 then
+      text = vim.fn.strcharpart(text, 0, room - 2) .. ' …'
+      while vim.fn.strdisplaywidth(text) > room do -- wide characters take two cells
+        text = vim.fn.strcharpart(text, 0, vim.fn.strchars(text) - 3) .. ' …'
+      end
+    end
+    vim.notify(text, vim.log.levels.ERROR)
+  end)
+end
+
 function M.warn(message)
   M.notify(message, vim.log.levels.WARN)
 end

@@ -1,0 +1,363 @@
+"""The editor's second pass (issue 11), in a real Neovim: the float laid out for the window, its
+memory section, one figure per batch size and nothing negative; one message when a profile ends;
+errors in one line with the full text in a diagnostic over the statement; costs with what a line
+calls; batch-size keys in every project file, with dot-repeat; `max` within the measured range and
+a question before a batch size that could fill the machine; :SkylineToggle; priorities.
+
+Most tests show a real analysis document of the default example (made once by `skyline profile
+--json`) with the numbers they need written into it, through `profile.show()`, the path a saved
+report takes: what they check does not depend on how busy the machine is.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+
+import pytest
+
+from conftest import run_skyline
+from nvim_helpers import EXAMPLE, annotations, assert_no_traceback, state, wait_for, wait_for_message
+
+ENTRY_LITERAL_ROW = 11  # examples/default/entry_point.py: `def skyline_input_provider(batch_size=128):`
+MODEL_CALL_ROW = 21  # `        loss = model(features, labels)`
+STEP_ROW = 23  # `        optimizer.step()`
+NO_REPROFILE = "require('skyline').setup({reprofile_delay_ms = 600000, profile_on_save = false})"
+
+
+@pytest.fixture(scope="session")
+def real_document(tmp_path_factory) -> dict:
+    """One real analysis document of the default example."""
+    root = tmp_path_factory.mktemp("document") / "project"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    out = root.parent / "document.json"
+    result = run_skyline("profile", "entry_point.py", "--device", "cpu", "--quiet", "--json", out, cwd=root)
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text())
+
+
+def without_nulls(value):
+    """As the remote plugin hands documents to Lua: null fields dropped."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
+# Fixed models: time 2 ms + 0.05 ms/sample, memory 1 MiB + 4 KiB/sample, measured 64-4096,
+# 16 GiB usable (the largest batch size that fits: 4,194,048).
+MODELS = {
+    "run_time_ms": {"slope": 0.05, "bias": 2.0, "r2": 0.999},
+    "peak_memory_bytes": {"slope": 4096.0, "bias": 1048576.0, "r2": 1.0},
+    "trusted_range": [64, 4096],
+    "usable_memory_bytes": 16 * 2**30,
+    "max_batch_size": 4194048,
+}
+
+
+def fixed_document(real: dict, project, **changes) -> dict:
+    """The real document moved to `project`, with fixed numbers where tests read them."""
+    doc = copy.deepcopy(real)
+    doc["project_root"] = str(project)
+    doc["device"].update(type="cpu", name="Test CPU", memory_capacity_bytes=16 * 2**30)
+    doc["iteration"].update(samples_per_second=2404.2, peak_memory_bytes=11429478, run_time_ms=53.24)
+    doc["iteration"]["peak_memory_phase"] = "optimizer"
+    doc["warnings"] = []
+    doc["models"] = dict(
+        copy.deepcopy(MODELS), **{k: v for k, v in (doc.get("models") or {}).items() if k not in MODELS}
+    )
+    doc.update(changes)
+    return doc
+
+
+def show(nvim, doc: dict) -> None:
+    nvim.exec_lua("require('skyline.profile').show(...)", without_nulls(doc))
+
+
+def float_lines(nvim) -> list[str]:
+    nvim.command("SkylineBreakdown")
+    lines = nvim.current.buffer[:]
+    width = nvim.api.win_get_width(0)
+    nvim.command("SkylineBreakdown")
+    return lines, width
+
+
+@pytest.fixture
+def editor(nvim, project):
+    nvim.exec_lua(NO_REPROFILE)
+    nvim.command(f"edit {project}/entry_point.py")
+    return nvim
+
+
+def test_the_float_fits_the_window_and_always_shows_file_and_line(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    deep = "a_rather_long_package_name/with/several/nested/folders/inside/the/project/"
+
+    def move(node):  # every place far down the tree of folders
+        for context in node.get("contexts", []):
+            context["path"] = deep + context["path"]
+        for child in node.get("children", []):
+            move(child)
+
+    move(doc["operations"])
+    show(nvim, doc)
+    for columns in (160, 100):
+        nvim.options["columns"] = columns
+        nvim.command("doautocmd VimResized")
+        lines, width = float_lines(nvim)
+        assert width <= columns - 4
+        assert all(nvim.funcs.strdisplaywidth(line) <= width for line in lines), lines
+        tree = lines[next(i for i, line in enumerate(lines) if line.startswith("Operations")) + 1 :]
+        places = [re.search(r"\S*model\.py:\d+", row).group() for row in tree if "model.py" in row]
+        assert places and all(p == deep + p.split("/")[-1] or "…" in p for p in places), places
+        assert any(row.strip().startswith("body") and "model.py:19" in row for row in tree), tree
+    assert_no_traceback(nvim)
+
+
+def test_an_open_float_is_laid_out_again_when_the_editor_is_resized(editor, project, real_document):
+    nvim = editor
+    show(nvim, fixed_document(real_document, project))
+    nvim.options["columns"] = 160
+    nvim.command("SkylineBreakdown")
+    window = nvim.current.window
+    wide = nvim.api.win_get_width(window)
+    nvim.options["columns"] = 70
+    nvim.command("doautocmd VimResized")
+    assert nvim.api.win_get_width(window) <= 66 < wide
+    config = nvim.api.win_get_config(window)
+    assert config["col"] + nvim.api.win_get_width(window) <= 70
+    assert_no_traceback(nvim)
+
+
+def test_warnings_wrap_at_word_boundaries(editor, project, real_document):
+    nvim = editor
+    nvim.options["columns"] = 90
+    warning = (
+        "the run time did not grow in a straight line with the batch size (R² 0.71): the machine was "
+        "probably busy; profile again on a quiet machine before trusting the predicted throughput"
+    )
+    show(nvim, fixed_document(real_document, project, warnings=[warning]))
+    lines, width = float_lines(nvim)
+    start = next(i for i, line in enumerate(lines) if line.startswith("! "))
+    wrapped = lines[start : start + 4]
+    assert len([line for line in wrapped if line.startswith(("! ", "  "))]) >= 2
+    assert " ".join(line[2:].strip() for line in wrapped if line.startswith(("! ", "  "))).startswith(warning[:150])
+    assert all(len(line) <= width for line in wrapped)
+    words = set(warning.split())
+    for line in wrapped[:2]:
+        assert set(line[2:].split()) <= words, line  # no word cut in two
+
+
+def test_one_figure_per_batch_size_and_nothing_negative(editor, project, real_document):
+    nvim = editor
+    measured_128 = {
+        "batch_size": 128,
+        "run_time_ms": 53.24,
+        "samples_per_second": 2404.2,
+        "peak_memory_bytes": 11429478,
+    }
+    predictions = [
+        {"batch_size": 64, "run_time_ms": -4.0, "samples_per_second": -16000.0, "peak_memory_bytes": 5 * 2**20},
+        {"batch_size": 128, "samples_per_second": 2007.0, "peak_memory_bytes": 11 * 2**20, "measured": measured_128},
+        {"batch_size": 1024, "samples_per_second": 3100.0, "peak_memory_bytes": 40 * 2**20},
+    ]
+    for p in predictions:
+        p.setdefault("run_time_ms", 1.0)
+        p.update(fits=True, extrapolated=False)
+    models = dict(MODELS, asymptotic_samples_per_second=2209.0, throughput_knee_batch_size=96)
+    show(nvim, fixed_document(real_document, project, predictions=predictions, models=models))
+    lines, _ = float_lines(nvim)
+    text = "\n".join(lines)
+    assert "2,404 samples/s measured at batch size 128" in lines[0]
+    assert "2,007" not in text  # the line through the measurement is not shown beside it
+    assert "knee" not in text  # a limit of 2,209 below a measured 2,404 contradicts it
+    header = next(i for i, line in enumerate(lines) if line.startswith("Batch size"))
+    rows = {int(row[2:12].replace(",", "")): row for row in lines[header + 1 : lines.index("", header)]}
+    assert "2,404" in rows[128] and "measured" in rows[128]
+    assert " — " in rows[64] and "16,000" not in rows[64]
+    assert not re.search(r"-\d", text), text
+    assert_no_traceback(nvim)
+
+
+def test_the_memory_section_shows_each_part_against_the_capacity(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    doc["weights"] = [
+        {"name": "model.w", "size_bytes": 2**20, "grad_size_bytes": 2**20, "contexts": []},
+        {"name": "model.b", "size_bytes": 2**20, "grad_size_bytes": 0, "contexts": []},
+    ]
+    doc["optimizer_state"] = [{"name": "Adam", "size_bytes": 4 * 2**20, "contexts": []}]
+    doc["operations"]["activation_bytes"] = 3 * 2**20
+    doc["untracked"]["memory_bytes"] = 512
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
+    section = lines[start : start + 7]
+    assert "10.9 MiB of 16.0 GiB (cpu, Test CPU)" in section[0]
+    assert "peak reached in the optimizer step" in section[1]
+    expected = [("weights", "2.0 MiB"), ("gradients", "1.0 MiB"), ("optimizer", "4.0 MiB")]
+    expected += [("activations", "3.0 MiB"), ("untracked", "512 B")]
+    for line, (part, size) in zip(section[2:], expected):
+        assert line.strip().startswith(part) and line.rstrip().endswith(" " + size), line
+        assert "░" in line  # a bar against the capacity
+    assert_no_traceback(nvim)
+
+
+def test_a_finished_profile_says_so_in_one_message(editor, project, real_document):
+    nvim = editor
+    show(nvim, fixed_document(real_document, project))
+    wait_for_message(nvim, "skyline: 2,404 samples/s at batch size 128 · 10.9 MiB peak")
+    assert state(nvim)["running"] is False
+
+
+def test_costs_include_what_a_line_calls_and_the_step_is_the_step(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    lines = [line for line in doc["lines"] if line["path"] != "entry_point.py"]
+    for line in lines:
+        line.update(forward_ms=1.0, backward_ms=2.0, step_ms=0.0, memory_bytes=0)
+        line["inclusive"] = {"forward_ms": 1.0, "backward_ms": 2.0, "step_ms": 0.0}
+    caller = {"path": "entry_point.py", "line": MODEL_CALL_ROW + 1, "forward_ms": 0.0, "backward_ms": 0.0}
+    caller.update(step_ms=0.0, memory_bytes=0, invocations=1)
+    caller["inclusive"] = {"forward_ms": 30.0, "backward_ms": 15.5, "step_ms": 0.0}
+    step = {"path": "entry_point.py", "line": STEP_ROW + 1, "forward_ms": 0.0, "backward_ms": 0.0}
+    step.update(step_ms=0.1, memory_bytes=0, invocations=1)
+    step["inclusive"] = {"forward_ms": 0.0, "backward_ms": 0.0, "step_ms": 0.1}
+    doc["lines"] = [*lines, caller, step]
+    show(nvim, doc)
+    buf = nvim.current.buffer
+    marks = annotations(nvim, buf)
+    assert marks[MODEL_CALL_ROW][0] == "with calls 45.50 ms (85.5%)"
+    assert marks[STEP_ROW][0].startswith("step 0.10 ms · 0.2%")
+    assert "fwd" not in marks[STEP_ROW][0]
+
+    nvim.exec_lua("require('skyline').setup({costs = 'self', reprofile_delay_ms = 600000})")
+    show(nvim, doc)
+    marks = annotations(nvim, buf)
+    assert MODEL_CALL_ROW not in marks  # nothing of its own
+    nvim.exec_lua("require('skyline').setup({costs = 'inclusive', reprofile_delay_ms = 600000})")
+    show(nvim, doc)
+    assert annotations(nvim, buf)[MODEL_CALL_ROW][0] == "total 45.50 ms · 85.5%"
+    assert_no_traceback(nvim)
+
+
+def test_an_edited_line_loses_its_costs_and_the_rest_are_dimmed(editor, project, real_document):
+    nvim = editor
+    nvim.command(f"edit {project}/model.py")
+    show(nvim, fixed_document(real_document, project))
+    buf = nvim.current.buffer
+    before = annotations(nvim, buf)
+    assert 18 in before and len(before) > 2  # `hidden = self.body(features)` and others
+    buf[18] = "        hidden = self.body(features) * 2"
+    wait_for(lambda: 18 not in annotations(nvim, buf), "the edited line's costs to go", timeout=10)
+    after = annotations(nvim, buf)
+    assert set(after) == set(before) - {18}
+    assert {group for _, group in after.values()} == {"SkylineStale"}
+    assert state(nvim)["stale"] is True
+
+
+def test_toggle_hides_and_shows_one_buffers_costs(editor, project, real_document):
+    nvim = editor
+    show(nvim, fixed_document(real_document, project))
+    entry = nvim.current.buffer
+    nvim.command(f"split {project}/model.py")
+    model = nvim.current.buffer
+    assert annotations(nvim, model) and annotations(nvim, entry)
+    nvim.command("SkylineToggle")
+    assert annotations(nvim, model) == {}
+    assert annotations(nvim, entry)
+    show(nvim, fixed_document(real_document, project))  # later results stay hidden there
+    assert annotations(nvim, model) == {}
+    nvim.command("SkylineToggle")
+    assert annotations(nvim, model)
+    assert_no_traceback(nvim)
+
+
+def test_priorities_are_options(editor, project, real_document):
+    nvim = editor
+    nvim.exec_lua("require('skyline').setup({priorities = {virt_text = 77, signs = 33}, reprofile_delay_ms = 600000})")
+    show(nvim, fixed_document(real_document, project))
+    ns = nvim.api.create_namespace("skyline")
+    marks = nvim.api.buf_get_extmarks(nvim.current.buffer, ns, 0, -1, {"details": True})
+    assert marks and {details["priority"] for *_, details in marks} == {77}
+
+
+def entry_literal(nvim, project) -> str:
+    buf = nvim.funcs.bufnr(f"{project}/entry_point.py")
+    return nvim.api.buf_get_lines(buf, ENTRY_LITERAL_ROW, ENTRY_LITERAL_ROW + 1, True)[0]
+
+
+def test_batch_keys_work_in_every_project_file_and_repeat_with_dot(editor, project, real_document):
+    nvim = editor
+    show(nvim, fixed_document(real_document, project))
+    nvim.command(f"edit {project}/model.py")
+    model = nvim.current.buffer
+    window = nvim.current.window
+    nvim.api.win_set_cursor(window, [19, 4])
+
+    nvim.input("\\+")
+    wait_for(lambda: "batch_size=256" in entry_literal(nvim, project), "the literal to become 256", timeout=10)
+    assert nvim.current.buffer == model and nvim.current.window == window
+    assert tuple(window.cursor) == (19, 4)
+    assert not nvim.api.buf_get_option(model, "modified")
+    assert state(nvim)["batch_size"] == 256
+
+    nvim.input(".")
+    wait_for(lambda: "batch_size=512" in entry_literal(nvim, project), "the dot-repeat to double it", timeout=10)
+    nvim.input("2.")  # a new count for the repeat: twice more
+    wait_for(lambda: "batch_size=2048" in entry_literal(nvim, project), "2. to double it twice", timeout=10)
+    nvim.input("\\-")
+    wait_for(lambda: "batch_size=1024" in entry_literal(nvim, project), "the key to halve it", timeout=10)
+    assert tuple(window.cursor) == (19, 4)
+
+    nvim.command(f"buffer {project}/entry_point.py")
+    nvim.input("u")  # one undo step per press
+    wait_for(lambda: "batch_size=2048" in entry_literal(nvim, project), "undo", timeout=10)
+    assert_no_traceback(nvim)
+
+
+def test_max_stays_in_the_measured_range_and_asks_before_filling_the_machine(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    doc["device"]["memory_capacity_bytes"] = 24 * 2**20  # half of it: batch size 2,816 and above
+    show(nvim, doc)
+    nvim.command("SkylineBatchSize 1024")  # 5 MiB predicted: no question
+    assert "batch_size=1024" in entry_literal(nvim, project)
+
+    nvim.ui_attach(160, 50, rgb=True)  # confirm() asks only with a screen to ask on
+    nvim.command("SkylineBatchSize max", async_=True)  # 4,096 (measured up to): 17 MiB predicted
+    wait_for(lambda: nvim.api.get_mode()["mode"] == "r?", "the question", timeout=10)
+    nvim.input("n")
+    # Back to Normal mode, no hit-enter prompt ("r") after the answer (else the next call hangs).
+    wait_for(lambda: nvim.api.get_mode()["mode"] == "n", "the question to go", timeout=10)
+    assert "batch_size=1024" in entry_literal(nvim, project)  # the answer was no
+    nvim.ui_detach()
+
+    nvim.command("SkylineBatchSize! max")  # no question
+    wait_for_message(nvim, "beyond the measured range (up to 4,096): using 4,096")
+    assert "batch_size=4096" in entry_literal(nvim, project)
+    assert state(nvim)["batch_size"] == 4096
+    assert_no_traceback(nvim)
+
+
+def test_help_works_on_a_runtimepath_install_once_its_tags_are_made(nvim, tmp_path, repo):
+    plugin = tmp_path / "skyline.nvim"  # a checkout put on the runtimepath by hand, never helptagged
+    for folder in ("doc", "lua", "plugin"):
+        shutil.copytree(repo / folder, plugin / folder, ignore=shutil.ignore_patterns("tags"))
+    nvim.command("set runtimepath-=" + str(repo))
+    nvim.command(f"set runtimepath^={plugin}")
+    with pytest.raises(Exception, match="E149"):
+        nvim.command("help skyline")
+    nvim.command("checkhealth skyline")
+    report = "\n".join(nvim.current.buffer[:])
+    assert f"no help tags in {plugin / 'doc'}" in report and f":helptags {plugin / 'doc'}" in report
+
+    nvim.command(f"helptags {plugin / 'doc'}")  # what the README says to run
+    nvim.command("help skyline")
+    assert nvim.current.buffer.name == str(plugin / "doc" / "skyline.txt")
+    nvim.command("checkhealth skyline")
+    assert f"help tags in {plugin / 'doc'}" in "\n".join(nvim.current.buffer[:])
