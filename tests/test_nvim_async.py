@@ -133,14 +133,24 @@ def test_engine_errors_become_diagnostics_at_their_line(nvim, project):
     )
     assert [(d["lnum"], d["source"]) for d in diagnostics] == [(18, "skyline")]
     assert "broken on purpose" in diagnostics[0]["message"]
+    # Over the statement: from its first non-blank character to the end of the line.
+    statement = 'raise ValueError("broken on purpose")'
+    assert (diagnostics[0]["col"], diagnostics[0]["end_col"]) == (8, 8 + len(statement))
     assert state(nvim)["running"] is False and "broken on purpose" in state(nvim)["error"]
+    # One line in the message area, whatever the message's length; the full text is the
+    # diagnostic's. The same failure again (a save while the error stays) says nothing more.
+    shown = [line for line in messages(nvim).splitlines() if "broken on purpose" in line]
+    assert len(shown) == 1 and nvim.funcs.strdisplaywidth(shown[0]) < nvim.options["columns"]
+    nvim.command("SkylineProfile")
+    wait_for(lambda: nvim.vars["skyline_test_failed"] == 2, "the same failure again")
+    assert [line for line in messages(nvim).splitlines() if "broken on purpose" in line] == shown
 
     # A missing provider: the engine says which; the next profile clears the diagnostics.
     entry = project / "entry_point.py"
     entry.write_text(entry.read_text().replace("def skyline_iteration_provider", "def iteration_provider"))
     nvim.command("edit!")
     nvim.command(f"SkylineProfile {entry}")
-    wait_for(lambda: nvim.vars["skyline_test_failed"] == 2, "the second failure")
+    wait_for(lambda: nvim.vars["skyline_test_failed"] == 3, "the next failure")
     assert "skyline_iteration_provider" in nvim.vars["skyline_test_failure"]
     assert not nvim.exec_lua(
         "return vim.diagnostic.get(vim.fn.bufadd(...), {namespace = require('skyline.diagnostics').ns})", str(model)
