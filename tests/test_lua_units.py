@@ -144,6 +144,24 @@ def test_the_literal_in_a_file(nvim):
     assert results[4] == [None, None]
 
 
+def test_the_literal_of_the_definition_that_ran(nvim):
+    # `if`/`else`: the engine found the first definition to have run (its location's row, 2,
+    # where the buffer holds it now); the text alone would say the last one.
+    branches = [
+        "import os",
+        "if os.name == 'posix':",
+        "    def skyline_input_provider(batch_size=64):",
+        "        pass",
+        "else:",
+        "    def skyline_input_provider(batch_size=8):",
+        "        pass",
+    ]
+    results = call_each(nvim, "skyline.literal", "find", [[branches, 2], [branches, 5], [branches]])
+    assert results[0] == [{"row": 2, "col_start": 42, "col_end": 44, "value": 64}, None]
+    assert results[1] == [{"row": 5, "col_start": 42, "col_end": 43, "value": 8}, None]
+    assert results[2] == results[1]  # where the analysis located it is unknown: the last one
+
+
 # --- models.lua -----------------------------------------------------------------------------
 
 MODELS = {

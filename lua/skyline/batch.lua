@@ -51,6 +51,18 @@ local function from_document(buf, tick)
   return { row = row, col_start = location.col_start, col_end = location.col_end, value = location.value }
 end
 
+-- Where the document's `batch_size_location` (the definition that ran) is in `buf` now, through
+-- the request's anchors, whatever was edited since; nil when unknown.
+local function located_row(buf)
+  local document, request = state.document, state.request
+  local location = document and document.batch_size_location
+  local seen = request and request.buffers[buf]
+  if not (location and seen) or project.buffer_path(buf) ~= project.absolute(request.root, location.path) then
+    return nil
+  end
+  return anchors.row(buf, seen.anchor, location.line)
+end
+
 --- Finds the batch_size literal of `buf`: {row, col_start, col_end, value} (0-based row, byte
 --- columns), or nil and why not.
 function M.find_literal(buf)
@@ -62,7 +74,7 @@ function M.find_literal(buf)
   if known then
     return known
   end
-  local found, why = literal.find(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+  local found, why = literal.find(vim.api.nvim_buf_get_lines(buf, 0, -1, false), located_row(buf))
   if found then
     return found
   end

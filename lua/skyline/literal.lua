@@ -2,7 +2,8 @@
 -- skyline_engine/entry/batch_size.py (find_batch_size_location), for a buffer edited since the
 -- analysis located it. Pure: lines in, 0-based byte columns out (end exclusive), as the engine
 -- and nvim_buf_set_text count them. Text is scanned, not parsed: it covers a default written on
--- the line of its parameter, in the signature of the last `def skyline_input_provider(`.
+-- the line of its parameter, in the signature of the `def skyline_input_provider(` the analysis
+-- found to have run (when its row is known), else of the last one.
 local constants = require('skyline.constants')
 
 local M = {}
@@ -68,13 +69,16 @@ function M.on_line(text)
     )
 end
 
--- Rows (1-based) of the signature of the last `def skyline_input_provider(` in `lines`.
-local function signature(lines)
+-- Rows (1-based) of the signature of a `def skyline_input_provider(` in `lines`: the last one at or
+-- above row `near` (1-based) when given (the definition the analysis found to have run, where its
+-- line is now: with definitions in `if`/`else`, the last in the text may not be it), else the last
+-- one, as in Python, where it replaces the earlier ones.
+local function signature(lines, near)
   local def = '^%s*def%s+' .. constants.INPUT_PROVIDER .. '%s*%('
   local first
   for row, text in ipairs(lines) do
-    if text:find(def) then
-      first = row -- the last one counts, as in Python, where it replaces the earlier ones
+    if text:find(def) and (near == nil or row <= near or first == nil) then
+      first = row
     end
   end
   local rows = {}
@@ -88,9 +92,10 @@ local function signature(lines)
 end
 
 --- The batch_size literal in `lines` (a file's or buffer's text): {row (0-based), col_start,
---- col_end, value}; else nil and why not (nil alone when there is no default at all).
-function M.find(lines)
-  for _, row in ipairs(signature(lines)) do
+--- col_end, value}; else nil and why not (nil alone when there is no default at all). `near`: the
+--- 0-based row where the analysis located the default (nil: unknown).
+function M.find(lines, near)
+  for _, row in ipairs(signature(lines, near and near + 1)) do
     local found, why = M.on_line(lines[row])
     if found then
       found.row = row - 1
