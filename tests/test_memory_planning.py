@@ -91,8 +91,12 @@ def test_the_command_line_plans_for_a_capacity(tmp_path):
         cwd=PROJECT,
     )
     assert result.returncode == 0, result.stderr
-    largest = json.loads(out.read_text())["models"]["max_batch_size"]
-    assert f"Largest fit    {largest:,}, set by the forward and backward phase" in result.stdout
+    models = json.loads(out.read_text())["models"]
+    largest = models["max_batch_size"]
+    # Whether the limit could be measured within the time budget depends on the machine's load.
+    said = f"says {largest:,}, set by" if models["max_batch_size_extrapolated"] else f"{largest:,}, set by"
+    line = next(line for line in result.stdout.splitlines() if line.startswith("Largest fit"))
+    assert said in line and "the forward and backward phase" in line, line
     bad = run_skyline("profile", "entry_point.py", "--memory-capacity", "lots", cwd=PROJECT)
     assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
 

@@ -88,8 +88,8 @@ def test_the_first_lines_say_how_fast_how_much_memory_and_the_knee():
         "yours (128)",
         "             it reaches 90% of the 64,000 samples/s this model approaches: larger batch sizes buy little "
         "speed for their memory",
-        f"Largest fit  more than 1,024: the memory model says {doc['models']['max_batch_size']:,}, far beyond the "
-        "measurements (10% of memory kept free)",
+        f"Largest fit  more than 1,024: the memory model says {doc['models']['max_batch_size']:,}, set by the "
+        "forward and backward phase, far beyond the measurements (10% of memory kept free)",
     ]
 
 

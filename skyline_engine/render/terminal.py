@@ -245,10 +245,11 @@ def _largest_fit(models: dict[str, Any]) -> str:
         return "— (not even batch size 1 is predicted to fit)"
     phase = models["peak_memory_bytes"]["phase_at_max_batch_size"]
     kept = f"{models['memory_headroom_fraction']:.0%} of memory kept free"
+    set_by = f"set by the {phase.replace('_', ' and ')} phase"
     if models["max_batch_size_extrapolated"]:
         high = models["trusted_range"][1]
-        return f"more than {high:,}: the memory model says {largest:,}, far beyond the measurements ({kept})"
-    return f"{largest:,}, set by the {phase.replace('_', ' and ')} phase ({kept})"
+        return f"more than {high:,}: the memory model says {largest:,}, {set_by}, far beyond the measurements ({kept})"
+    return f"{largest:,}, {set_by} ({kept})"
 
 
 def _predictions(doc: dict[str, Any]) -> str:
