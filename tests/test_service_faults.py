@@ -75,9 +75,11 @@ def test_an_entry_point_that_loops_forever_meets_the_time_limit(client, root):
     assert method == "analysis_error"
     assert error["kind"] == "time_limit"
     assert "time limit of 3 s" in error["message"]
-    # The stacks the worker wrote before it was stopped point at the loop.
+    # The stacks the worker wrote before it was stopped point at the loop: its body, or the
+    # `while` line above it, where CPython puts the jump back.
     assert error["path"] == "loops/entry_point.py"
-    assert error["line"] == marked_line(root / "loops/entry_point.py")
+    body = marked_line(root / "loops/entry_point.py")
+    assert error["line"] in (body - 1, body)
     assert_a_normal_analysis_succeeds(client)
 
 

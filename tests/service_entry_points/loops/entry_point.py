@@ -24,7 +24,7 @@ def skyline_model_provider():
 def spin():
     turns = 0
     while True:
-        turns += 1  # one line, so every instruction of the loop is on it  # <- HERE
+        turns += 1  # the body; the jump back is on the `while` line  # <- HERE
 
 
 def skyline_iteration_provider(model):
