@@ -14,6 +14,7 @@ no test asserts on time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import shutil
 import sys
@@ -192,6 +193,23 @@ def annotations(editor, buf) -> dict:
     ns = editor.api.create_namespace("skyline")
     marks = editor.api.buf_get_extmarks(buf, ns, 0, -1, {"details": True})
     return {row: tuple(details["virt_text"][0]) for _, row, _, details in marks}
+
+
+def as_lua_receives(value):
+    """`value` as the remote plugin hands it to Lua: through its own `wire.without_nones` (null
+    fields dropped, so that an absent field reads as nil)."""
+    return _rplugin_wire().without_nones(value)
+
+
+@functools.cache
+def _rplugin_wire():
+    """The remote plugin's wire module, loaded from its file: the plugin is not an installed package."""
+    path = REPO / "rplugin" / "python3" / "skyline_rplugin" / "wire.py"
+    spec = importlib.util.spec_from_file_location("skyline_rplugin_wire", path)
+    assert spec and spec.loader
+    wire = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wire)
+    return wire
 
 
 def assert_no_traceback(editor) -> None:

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from nvim_helpers import assert_no_traceback, state
+from nvim_helpers import as_lua_receives, assert_no_traceback, state
 from skyline_engine.analysis.document import build_document
 from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
 from skyline_engine.measure.device import DeviceInfo
@@ -111,16 +111,8 @@ def load(nvim, project, doc):
     )
     nvim.exec_lua(
         "require('skyline.engine').on_message({event = 'analysis', analysis_id = 1, partial = false, document = ...})",
-        without_nones(doc),
+        as_lua_receives(doc),
     )
-
-
-def without_nones(value):
-    if isinstance(value, dict):
-        return {key: without_nones(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [without_nones(item) for item in value]
-    return value
 
 
 @pytest.mark.parametrize("case", CASES)

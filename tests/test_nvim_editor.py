@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 from conftest import run_skyline
-from nvim_helpers import EXAMPLE, annotations, assert_no_traceback, state, wait_for, wait_for_message
+from nvim_helpers import EXAMPLE, annotations, as_lua_receives, assert_no_traceback, state, wait_for, wait_for_message
 
 ENTRY_LITERAL_ROW = 11  # examples/default/entry_point.py: `def skyline_input_provider(batch_size=128):`
 MODEL_CALL_ROW = 21  # `        loss = model(features, labels)`
@@ -36,15 +36,6 @@ def real_document(tmp_path_factory) -> dict:
     result = run_skyline("profile", "entry_point.py", "--device", "cpu", "--quiet", "--json", out, cwd=root)
     assert result.returncode == 0, result.stderr
     return json.loads(out.read_text())
-
-
-def without_nulls(value):
-    """As the remote plugin hands documents to Lua: null fields dropped."""
-    if isinstance(value, dict):
-        return {k: without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [without_nulls(v) for v in value]
-    return value
 
 
 # Fixed models: time 2 ms + 0.05 ms/sample, memory 1 MiB + 4 KiB/sample, measured 64-4096,
@@ -74,7 +65,7 @@ def fixed_document(real: dict, project, **changes) -> dict:
 
 
 def show(nvim, doc: dict) -> None:
-    nvim.exec_lua("require('skyline.profile').show(...)", without_nulls(doc))
+    nvim.exec_lua("require('skyline.profile').show(...)", as_lua_receives(doc))
 
 
 def float_lines(nvim) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nvim_helpers import as_lua_receives
 from skyline_engine.cli.arguments import parse_size
 from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
@@ -132,7 +133,7 @@ def test_predictions_match_the_engine(nvim):
     lua = nvim.exec_lua(
         "local predict = require('skyline.models').predict\n"
         "return vim.tbl_map(function(case) return predict(case[1], case[2]) end, ...)",
-        [[without_nones(models), b] for models, b in cases],
+        [[as_lua_receives(models), b] for models, b in cases],
     )
     for (models, b), got in zip(cases, lua):
         engine = BatchSizeModels.from_dict(models, _capacity(models)).predict(b).to_dict()
@@ -142,15 +143,6 @@ def test_predictions_match_the_engine(nvim):
         assert got.keys() == expected.keys(), (b, got, engine)
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-12, abs=0), (key, b, got, engine)
-
-
-def without_nones(value):
-    """As the remote plugin hands documents to Lua: null fields dropped (absent reads as nil)."""
-    if isinstance(value, dict):
-        return {key: without_nones(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [without_nones(item) for item in value]
-    return value
 
 
 def _capacity(models):
