@@ -25,32 +25,6 @@ M.ns = vim.api.nvim_create_namespace('skyline.batch')
 -- is for as long as the buffer's changedtick is still `tick`.
 local written = nil
 
--- The literal at the document's `batch_size_location`, when `buf` is the entry point's buffer
--- and holds the text the engine analysed: saved when the request that produced the document
--- was made, and unchanged (changedtick) since. The location's line is mapped through that
--- request's anchors; its byte columns are used as they are.
-local function from_document(buf, tick)
-  local document, request = state.document, state.request
-  local location = document and document.batch_size_location
-  local seen = request and request.buffers[buf]
-  if not (location and location.editable and seen and not seen.modified and seen.tick == tick) then
-    return nil
-  end
-  if project.buffer_path(buf) ~= project.absolute(request.root, location.path) then
-    return nil
-  end
-  local row = anchors.row(buf, seen.anchor, location.line)
-  if not row then
-    return nil
-  end
-  -- A last check that these bytes are the literal: the file may have changed on disk meanwhile.
-  local text = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
-  if literal.integer(text:sub(location.col_start + 1, location.col_end)) ~= location.value then
-    return nil
-  end
-  return { row = row, col_start = location.col_start, col_end = location.col_end, value = location.value }
-end
-
 -- Where the document's `batch_size_location` (the definition that ran) is in `buf` now, through
 -- the request's anchors, whatever was edited since; nil when unknown.
 local function located_row(buf)
@@ -61,6 +35,28 @@ local function located_row(buf)
     return nil
   end
   return anchors.row(buf, seen.anchor, location.line)
+end
+
+-- The literal at the document's `batch_size_location`, when `buf` is the entry point's buffer
+-- and holds the text the engine analysed: saved when the request that produced the document
+-- was made, and unchanged (changedtick) since. The location's line is mapped through that
+-- request's anchors; its byte columns are used as they are.
+local function from_document(buf, tick)
+  local location = state.document and state.document.batch_size_location
+  local seen = state.request and state.request.buffers[buf]
+  if not (location and location.editable and seen and not seen.modified and seen.tick == tick) then
+    return nil
+  end
+  local row = located_row(buf)
+  if not row then
+    return nil
+  end
+  -- A last check that these bytes are the literal: the file may have changed on disk meanwhile.
+  local text = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+  if literal.integer(text:sub(location.col_start + 1, location.col_end)) ~= location.value then
+    return nil
+  end
+  return { row = row, col_start = location.col_start, col_end = location.col_end, value = location.value }
 end
 
 --- Finds the batch_size literal of `buf`: {row, col_start, col_end, value} (0-based row, byte
