@@ -59,8 +59,9 @@ def _rewrite_once(path: Path, project_root: Path, batch_size: int) -> None:
         if decode_source(data, relative) != entry.source:
             raise _changed(relative, "while Skyline imported it")
         first, last = literal_span(entry.source, batch_size, relative, code)
-        start = _byte_offset(data, entry.source, first, relative)
-        end = _byte_offset(data, entry.source, last, relative)
+        encoding = source_encoding(data, relative)
+        start = _byte_offset(entry.source, first, encoding)
+        end = _byte_offset(entry.source, last, encoding)
         literal = str(batch_size).encode("ascii")
         rewritten = data[:start] + literal + data[end:]
         if decode_source(rewritten, relative) != rewrite_batch_size(entry.source, batch_size, relative, code):
@@ -72,10 +73,9 @@ def _rewrite_once(path: Path, project_root: Path, batch_size: int) -> None:
         os.close(fd)
 
 
-def _byte_offset(data: bytes, text: str, index: int, relative: str) -> int:
+def _byte_offset(text: str, index: int, encoding: str) -> int:
     """The offset in the file's bytes of character `index` of its decoded `text`: after the BOM,
-    in the file's own encoding."""
-    encoding = source_encoding(data, relative)
+    in the file's own `encoding`."""
     if encoding == "utf-8-sig":
         return len(b"\xef\xbb\xbf") + len(text[:index].encode("utf-8"))
     return len(text[:index].encode(encoding))
