@@ -69,6 +69,10 @@ class AnalysisRequest:
     memory_capacity_bytes: int | None = None
     # What set this process's address-space limit, named when an allocation fails under it.
     memory_limit_source: str = "ulimit -v"
+    # Ranks of DistributedDataParallel training on this machine (1: one process, no DDP).
+    world_size: int = 1
+    # Plan the scaling predictions for this link (gigabits per second) instead of the measured one.
+    interconnect_gbps: float | None = None
 
 
 def analyze(
