@@ -234,13 +234,34 @@ def test_a_capacity_reaches_the_worker():
     assert engine.jobs[0].request["memory_capacity_bytes"] == 24 << 30
 
 
+@pytest.mark.parametrize("world_size", [0, -1, 65, 1.5, True, "2"])
+def test_a_world_size_is_an_integer_from_1_to_64(world_size):
+    d, engine, sent = initialized()
+    error, _, _ = call(d, sent, "analyze", {"entry_point": "tiny/entry_point.py", "world_size": world_size})
+    assert (error["code"], error["param"]) == ("invalid_params", "world_size")
+    assert "an integer from 1 to 64" in error["message"]
+    assert not engine.jobs
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 64])
+def test_a_world_size_reaches_the_worker(world_size):
+    d, engine, _ = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "tiny/entry_point.py", "world_size": world_size}]])
+    assert engine.jobs[0].request["world_size"] == world_size
+
+
 def test_analyze_answers_with_the_id_before_anything_about_it():
     d, engine, sent = initialized()
     d.handle([0, 2, "analyze", [{"entry_point": "tiny/entry_point.py", "batch_size": 8}]])
     job = engine.jobs[0]
     assert job.started
     assert sent.sent[-1] == [1, 2, None, {"analysis_id": job.analysis_id}]
-    assert job.request == {"entry_point": "tiny/entry_point.py", "batch_size": 8, "memory_capacity_bytes": None}
+    assert job.request == {
+        "entry_point": "tiny/entry_point.py",
+        "batch_size": 8,
+        "memory_capacity_bytes": None,
+        "world_size": 1,
+    }
     job.listener.on_progress(job, "measuring", 0.5)
     assert sent.notifications("progress") == [{"analysis_id": 1, "phase": "measuring", "fraction": 0.5}]
 

@@ -55,6 +55,7 @@ ANALYZE = [
     p.Param("batch_size", p.batch_size),
     p.Param("time_limit_s", p.positive_seconds),
     p.Param("memory_capacity_bytes", p.positive_bytes),
+    p.Param("world_size", p.world_size),
 ]
 PREDICT = [p.Param("batch_size", p.batch_size, required=True)]
 CANCEL = [p.Param("analysis_id", p.integer, required=True)]
@@ -215,6 +216,7 @@ class Dispatcher:
             "entry_point": analyses.mapper.entry_to_server(args["entry_point"]),
             "batch_size": args["batch_size"],
             "memory_capacity_bytes": args["memory_capacity_bytes"],
+            "world_size": args["world_size"] or 1,
         }
         analyses.start(request, args["time_limit_s"], respond)
         return RESPONDED

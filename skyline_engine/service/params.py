@@ -13,6 +13,8 @@ from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_v
 
 # The largest batch size a request may name; lua/skyline/constants.lua keeps the same (tests/test_parity.py).
 MAX_BATCH_SIZE = (1 << 31) - 1
+# The most data-parallel ranks an analysis may run; lua/skyline/config.lua checks only that it is >= 1.
+MAX_WORLD_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ def integer(value: Any) -> int:
 def batch_size(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:
         raise ValueError(f"an integer from 1 to {MAX_BATCH_SIZE}")
+    return value
+
+
+def world_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORLD_SIZE:
+        raise ValueError(f"an integer from 1 to {MAX_WORLD_SIZE}")
     return value
 
 
