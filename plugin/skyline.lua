@@ -24,6 +24,7 @@ end
 
 command('SkylineProfile', 'profile', {
   nargs = '?',
+  count = 0,
   complete = completion('complete_entry'),
   desc = 'skyline: profile an entry point (default: this buffer, or the configured one)',
 })

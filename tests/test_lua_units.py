@@ -226,6 +226,7 @@ def test_the_defaults_come_from_the_schema(nvim):
     assert nvim.exec_lua("return require('skyline.config').defaults") == {
         "engine_args": [],
         "root_markers": [".git", "pyproject.toml", "setup.py", "setup.cfg"],
+        "world_size": 1,
         "virt_text_pos": "eol_right_align",
         "costs": "both",
         "priorities": {"virt_text": 4096, "signs": 10},
@@ -246,6 +247,7 @@ def test_the_defaults_come_from_the_schema(nvim):
         "entry_point",
         "time_limit_s",
         "memory_capacity",
+        "world_size",
         "virt_text_pos",
         "costs",
         "priorities",

@@ -10,14 +10,22 @@ local util = require('skyline.util')
 
 local M = {}
 
---- :SkylineProfile [entry]
+--- The world size a :SkylineProfile asks for: its count (`:2SkylineProfile`), else the option.
+function M.world_size(count)
+  if count and count > 0 then
+    return count
+  end
+  return require('skyline.config').get().world_size
+end
+
+--- :[N]SkylineProfile [entry]: N data-parallel ranks (default: the `world_size` option).
 function M.profile(args)
   local entry, why = project.resolve_entry(args.args, state.request and state.request.entry)
   if not entry then
     util.error(why)
     return
   end
-  profile.start(entry)
+  profile.start(entry, { world_size = M.world_size(args.count) })
 end
 
 function M.stop()

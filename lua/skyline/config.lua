@@ -25,6 +25,10 @@ local non_negative_integer = rule(function(v)
   return type(v) == 'number' and v >= 0 and v % 1 == 0
 end, 'an integer >= 0')
 
+local positive_integer = rule(function(v)
+  return type(v) == 'number' and v >= 1 and v % 1 == 0
+end, 'an integer >= 1')
+
 local string_list = rule(function(v)
   return vim.islist(v) and vim.iter(v):all(function(s)
     return type(s) == 'string'
@@ -102,6 +106,12 @@ M.schema = {
     end, "bytes, or a size such as '24GiB' or '80GB'"),
     optional = true,
     description = 'Plan for a device with this much memory; nil: what the analysis device has available.',
+  },
+  {
+    name = 'world_size',
+    default = 1,
+    validator = positive_integer,
+    description = 'Data-parallel ranks to analyse (DistributedDataParallel above 1); a count before :SkylineProfile overrides it.',
   },
   {
     name = 'virt_text_pos',

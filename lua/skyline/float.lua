@@ -1,8 +1,9 @@
 -- The breakdown float: throughput (measured, the knee), memory against the device's capacity
 -- (its parts, and the phase that sets the peak), throughput and memory at the batch sizes of the
--- analysis (measured ones showing the measurement) and at the current one, the operation tree
--- with forward and backward bars, and the warnings. Laid out for the editor's width, again on
--- VimResized. <CR> on a row that names a line jumps there; q and <Esc> close.
+-- analysis (measured ones showing the measurement) and at the current one, data parallel (the
+-- ranks, communication and throughput over world sizes), the operation tree with forward and
+-- backward bars, and the warnings. Laid out for the editor's width, again on VimResized. <CR> on
+-- a row that names a line jumps there; q and <Esc> close.
 local config = require('skyline.config')
 local format = require('skyline.format')
 local models = require('skyline.models')
@@ -272,6 +273,101 @@ local function add_chart(sheet, document)
   end
 end
 
+local LINK_SOURCES = { measured = 'measured', user = 'as configured' }
+
+-- Data parallel (a document with `distributed`): the ranks (the slowest marked), the all-reduce
+-- time and how much of it is exposed, the link, and throughput over world sizes: the measured
+-- one showing the measurement, one beyond what was run marked as an extrapolation.
+local function add_distributed(sheet, document)
+  local dp = document.distributed
+  if not dp then
+    return
+  end
+  sheet:add({})
+  local threads = dp.threads_per_rank
+      and string.format(' × %d thread%s', dp.threads_per_rank, dp.threads_per_rank == 1 and '' or 's')
+    or ''
+  sheet:add({
+    { pad('Data parallel', LABEL), 'SkylineFloatHeader' },
+    { string.format('%d ranks%s, %s', dp.world_size, threads, dp.backend or format.UNKNOWN) },
+  })
+  local slowest_ms = 0
+  for _, rank in ipairs(dp.ranks or {}) do
+    slowest_ms = math.max(slowest_ms, rank.run_time_ms or 0)
+  end
+  for _, rank in ipairs(dp.ranks or {}) do
+    local run_time = rank.run_time_ms
+    sheet:add({
+      { pad('  rank ' .. rank.rank, LABEL), 'SkylineFloatMuted' },
+      { format.bar(slowest_ms > 0 and (run_time or 0) / slowest_ms or 0, BAR), 'SkylineFloatForward' },
+      { ' ' .. pad(run_time and format.ms(run_time) or format.UNKNOWN, 11) },
+      { format.bytes(rank.peak_memory_bytes) },
+      { rank.rank == dp.slowest_rank and '  slowest' or '', 'SkylineFloatWarn' },
+    })
+  end
+  local comm = dp.communication
+  if comm then
+    local run_time, share = document.iteration.run_time_ms, ''
+    if comm.exposed_ms and run_time and run_time > 0 then
+      share = ' (' .. format.percent(comm.exposed_ms / run_time) .. ')'
+    end
+    sheet:add({
+      { pad('  all-reduce', LABEL), 'SkylineFloatMuted' },
+      {
+        string.format(
+          '%s exposed%s of %s, compute %s',
+          comm.exposed_ms and format.ms(comm.exposed_ms) or format.UNKNOWN,
+          share,
+          comm.all_reduce_ms and format.ms(comm.all_reduce_ms) or format.UNKNOWN,
+          comm.compute_ms and format.ms(comm.compute_ms) or format.UNKNOWN
+        ),
+      },
+    })
+  end
+  local link = dp.link
+  if link then
+    local figures = {}
+    if link.latency_us then
+      table.insert(figures, string.format('%.1f µs', link.latency_us))
+    end
+    if link.bandwidth_gbps then
+      table.insert(figures, string.format('%.1f Gbit/s', link.bandwidth_gbps))
+    end
+    sheet:add({
+      { pad('  link', LABEL), 'SkylineFloatMuted' },
+      { link.description or format.UNKNOWN },
+      { string.format(' (%s)', LINK_SOURCES[link.source] or link.source or format.UNKNOWN), 'SkylineFloatMuted' },
+      { #figures > 0 and (': ' .. table.concat(figures, ', ')) or '' },
+    })
+  end
+  local rows, top_speed = dp.scaling or {}, 0
+  if #rows == 0 then
+    return
+  end
+  for _, row in ipairs(rows) do
+    top_speed = math.max(top_speed, sane(row.measured_samples_per_second or row.samples_per_second) or 0)
+  end
+  sheet:add({})
+  local header = pad('World size', 14) .. pad('samples/s', 2 * BAR + 2) .. pad('iteration', 11) .. 'exposed comm'
+  sheet:add({ { header, 'SkylineFloatHeader' } })
+  for _, row in ipairs(rows) do
+    local is_current = row.world_size == dp.world_size
+    local measured = row.measured_samples_per_second ~= nil
+    local speed = sane(row.measured_samples_per_second or row.samples_per_second)
+    local exposed = row.exposed_ms and format.ms(row.exposed_ms) or format.UNKNOWN
+    local noted = measured or row.extrapolated
+    sheet:add({
+      { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
+      { lpad(format.integer(row.world_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
+      { speed and top_speed > 0 and format.bar(speed / top_speed, BAR) or string.rep(' ', BAR), 'SkylineFloatForward' },
+      { ' ' .. pad(format.integer(speed), BAR + 1) },
+      { pad(row.iteration_ms and format.ms(row.iteration_ms) or format.UNKNOWN, 11) },
+      { noted and pad(exposed, 10) or exposed },
+      { measured and '  measured' or (row.extrapolated and '  extrapolated' or ''), 'SkylineFloatMuted' },
+    })
+  end
+end
+
 -- The first frame of a node in a project file (not `<frozen …>` and the like).
 local function place_of(node)
   for _, context in ipairs(node.contexts or {}) do
@@ -365,6 +461,7 @@ local function build(width)
   add_throughput(sheet, document)
   add_memory(sheet, document)
   add_chart(sheet, document)
+  add_distributed(sheet, document)
   add_tree(sheet, document, width)
   add_warnings(sheet, document, width)
   return sheet

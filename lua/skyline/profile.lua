@@ -180,9 +180,12 @@ local function begin(entry, root)
 end
 
 --- Profiles the entry point `entry` (an absolute path). opts: batch_size (else the entry
---- buffer's literal, else the file's default), quiet (no "profiling…" message).
+--- buffer's literal, else the file's default), world_size (else the current request's, so that a
+--- re-profile keeps the count of :[N]SkylineProfile, else the option), quiet (no "profiling…"
+--- message).
 function M.start(entry, opts)
   opts = opts or {}
+  local world_size = opts.world_size or (state.request and state.request.world_size) or config.get().world_size
   local root = project.root(entry)
   local relative = project.relative(root, entry)
   if not relative then
@@ -193,6 +196,7 @@ function M.start(entry, opts)
   local entry_buf = project.loaded_buffer(entry)
   local batch_size = opts.batch_size or (entry_buf and batch.literal_value(entry_buf))
   local request = begin(entry, root)
+  request.world_size = world_size
   state.running = true
   state.progress = { phase = 'starting', fraction = 0 }
   local sent = engine.profile(engine.spec(root), {
@@ -201,6 +205,7 @@ function M.start(entry, opts)
     batch_size = batch_size,
     time_limit_s = config.get().time_limit_s,
     memory_capacity_bytes = util.parse_size(config.get().memory_capacity),
+    world_size = world_size,
   })
   if not sent then
     state.running, state.progress = false, nil

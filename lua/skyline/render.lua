@@ -1,7 +1,8 @@
 -- Per-line costs as virtual text, in the namespace `skyline`: each line's own forward + backward
--- time (or its optimizer-step time), share of the iteration and memory, graded by cost, and, per
--- the `costs` option, the cost of everything the line calls into. Once a buffer with annotations
--- changes, the edited lines lose theirs and the others are dimmed (stale) until the next result.
+-- time (or its optimizer-step time), share of the iteration, exposed all-reduce time (data
+-- parallel) and memory, graded by cost, and, per the `costs` option, the cost of everything the
+-- line calls into. Once a buffer with annotations changes, the edited lines lose theirs and the
+-- others are dimmed (stale) until the next result.
 local config = require('skyline.config')
 local highlights = require('skyline.highlights')
 
@@ -70,14 +71,20 @@ function M.annotation(record, totals, costs)
       table.insert(parts, string.format('with calls %.2f ms (%s)', total, format.percent(total / totals.run_time_ms)))
     end
   end
+  -- Data parallel: the all-reduce time the line's gradients leave exposed (not hidden behind backward).
+  local communication = record.communication_ms or 0
+  if communication > 0 then
+    table.insert(parts, 'comm ' .. format.ms(communication))
+  end
   if record.memory_bytes > 0 then
     table.insert(parts, format.bytes(record.memory_bytes))
   end
   if #parts == 0 then
     return nil
   end
-  -- The grade marks where time goes: by the line's own cost, unless only totals are shown.
-  local graded = costs == 'inclusive' and total or own
+  -- The grade marks where time goes: by the line's own cost (with the communication it waits
+  -- for), unless only totals are shown.
+  local graded = (costs == 'inclusive' and total or own) + communication
   local share = math.max(graded / totals.run_time_ms, record.memory_bytes / totals.peak_memory_bytes)
   return table.concat(parts, ' · '), grade(share)
 end
