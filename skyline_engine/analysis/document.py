@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import skyline_engine
+from skyline_engine.analysis.data_parallel import DataParallel
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.entry.batch_size import BatchSizeLocation
 from skyline_engine.measure.device import DeviceInfo
@@ -48,6 +49,7 @@ class AnalysisDocument:
     models: BatchSizeModels | None  # None in a partial document, or when fewer than two fit
     predictions: list[PredictionRow]
     memory_only: dict[int, MemoryProfile]  # batch sizes probed for the memory model alone
+    distributed: DataParallel | None = None  # data-parallel training (--nproc, torchrun)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +65,7 @@ class AnalysisDocument:
             "predictions": [row.to_dict() for row in self.predictions],
             "batch_size_location": self.batch_size_location.to_dict() if self.batch_size_location else None,
             "warnings": list(self.warnings),
+            "distributed": self.distributed.to_dict() if self.distributed else None,
             **self.breakdown.to_dict(),
         }
 
@@ -92,9 +95,13 @@ def build_document(
     batch_size_location: BatchSizeLocation | None,
     warnings: list[str],
     memory_only: dict[int, MemoryProfile] | None = None,
+    distributed: DataParallel | None = None,
+    breakdown_time_ms: float | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
-    predictions over the ladder of batch sizes when there are models."""
+    predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
+    `breakdown_time_ms` when given (data-parallel training: the iteration less its exposed
+    communication), else to the iteration's time."""
     measured = {s.batch_size: s for s in samples}
     predictions = []
     if models is not None:
@@ -107,11 +114,12 @@ def build_document(
         device=device,
         batch_size=batch_size,
         iteration=measured[batch_size],
-        breakdown=breakdown.fitted_to(measured[batch_size].run_time_ms),
+        breakdown=breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms),
         batch_size_location=batch_size_location,
         warnings=list(warnings),
         samples=sorted(samples, key=lambda s: s.batch_size),
         models=models,
         predictions=predictions,
         memory_only=dict(memory_only or {}),
+        distributed=distributed,
     )

@@ -73,6 +73,10 @@ class AnalysisRequest:
     world_size: int = 1
     # Plan the scaling predictions for this link (gigabits per second) instead of the measured one.
     interconnect_gbps: float | None = None
+    # The rendezvous port of the ranks Skyline starts (None: a free one).
+    port: int | None = None
+    # How long a rank's collective waits for the others before the analysis fails (None: 120 s).
+    collective_timeout_s: float | None = None
 
 
 def analyze(
@@ -86,6 +90,10 @@ def analyze(
     before the other batch sizes are probed.
     """
     _check_batch_size(request.batch_size)
+    if request.world_size > 1:
+        from skyline_engine.analysis.launch import analyze_on_ranks  # it builds on this module
+
+        return analyze_on_ranks(request, progress)
     root = Path(request.project_root).resolve()
     path = resolve_entry_path(request.entry_point, root, request.base_dir)
     progress("loading the entry point", 0.0)
@@ -117,7 +125,7 @@ class _Analysis:
         self.progress = progress
         self.partial = partial
         self.batch_size = request.batch_size or entry.default_batch_size
-        self.location = _batch_size_location(entry)
+        self.location = batch_size_location(entry)
         self.document = functools.partial(
             build_document,
             project_root=str(entry.files.root),
@@ -257,7 +265,7 @@ def _fit_models(samples: list[Sample], memory: dict[int, MemoryProfile], device:
     )
 
 
-def _batch_size_location(entry: EntryPoint) -> BatchSizeLocation | None:
+def batch_size_location(entry: EntryPoint) -> BatchSizeLocation | None:
     """Where the default of the input provider that ran lies in the text that was imported (reading
     the file again could see a later edit); None when that cannot be known."""
     try:

@@ -58,6 +58,8 @@ class LineCost:
     memory_bytes: int
     invocations: int
     inclusive: PhaseTimes  # of everything that ran beneath the line, itself included
+    # Exposed all-reduce time of data-parallel training attributed to the line (attribute/communication.py).
+    communication_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class LineCost:
             "memory_bytes": self.memory_bytes,
             "invocations": self.invocations,
             "inclusive": self.inclusive.to_dict(),
+            "communication_ms": self.communication_ms,
         }
 
     def scaled(self, factor: float) -> LineCost:

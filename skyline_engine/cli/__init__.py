@@ -6,12 +6,12 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from skyline_engine import __version__
-from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_int
+from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
 from skyline_engine.cli.progress import Progress
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure.openmp import settle_openmp
@@ -80,6 +80,22 @@ def _parser() -> argparse.ArgumentParser:
         help="plan for a device with this much memory, e.g. 24GiB, 80GB or 512MiB (default: what the "
         "analysis device has available)",
     )
+    profile.add_argument(
+        "--nproc",
+        type=positive_int("the number of processes"),
+        metavar="N",
+        help="analyze DistributedDataParallel training in N processes on this machine (gloo on the CPU, "
+        "NCCL with one GPU each); under torchrun, each process joins torchrun's group instead",
+    )
+    profile.add_argument(
+        "--interconnect-gbps",
+        type=positive_float("the interconnect's bandwidth"),
+        metavar="X",
+        help="plan the data-parallel scaling for a link of X Gbit/s instead of the one measured",
+    )
+    profile.add_argument(
+        "--port", type=positive_int("the port"), help="the rendezvous port of --nproc (default: a free one)"
+    )
     _add_common_options(profile)
     profile.add_argument("--json", metavar="PATH", help="also write the analysis document as JSON")
     profile.add_argument("--trace", metavar="PATH", help="also write a Chrome trace of one iteration (Perfetto)")
@@ -127,7 +143,34 @@ def _run_profile(args: argparse.Namespace) -> int:
         _set_batch_size(args.entry_point, _project_root(args, cwd), cwd, args.set_batch_size)
         batch_size = args.set_batch_size
     outputs = [(args.json, "--json", write_json_atomic), (args.trace, "--trace", write_chrome_trace)]
+    if launched_by_torchrun(os.environ):
+        return _run_profile_as_rank(args, cwd, batch_size, outputs)
     document = _analyze(args, cwd, batch_size, outputs, predict=True, timeline=bool(args.trace))
+    sys.stdout.write(render_report(document))
+    return 0
+
+
+def launched_by_torchrun(environ: Mapping[str, str]) -> bool:
+    """torchrun tells each process its rank in these variables."""
+    return "RANK" in environ and "WORLD_SIZE" in environ
+
+
+def _run_profile_as_rank(args: argparse.Namespace, cwd: Path, batch_size: int | None, outputs: Sequence[Output]) -> int:
+    """Under torchrun: this process is one rank of torchrun's group; rank 0 reports."""
+    from skyline_engine.analysis.launch import rank_main
+    from skyline_engine.render.terminal import render_report
+
+    if args.nproc is not None:
+        raise SkylineError("--nproc starts processes itself; under torchrun, leave it out (torchrun started them).")
+    rank = int(os.environ["RANK"])
+    wanted = [(path, option, write) for path, option, write in outputs if path] if rank == 0 else []
+    for path, option, _ in wanted:
+        _check_output_path(path, option)
+    result = rank_main(_request(args, cwd, batch_size, predict=False, timeline=bool(args.trace)), None, None)
+    if result is None:
+        return 0
+    document = result.to_dict()
+    _write_outputs(wanted, document)
     sys.stdout.write(render_report(document))
     return 0
 
@@ -167,12 +210,17 @@ def _analyze(
         document = analyze(_request(args, cwd, batch_size, predict, timeline), progress).to_dict()
     finally:
         progress.finish()
+    _write_outputs(wanted, document)
+    return document
+
+
+def _write_outputs(wanted: Sequence[Output], document: dict[str, Any]) -> None:
     for path, option, write in wanted:
+        assert path is not None
         try:
             write(path, document)
         except OSError as exc:
             raise SkylineError(f"cannot write {option} {path!r}: {exc.strerror or exc}.") from None
-    return document
 
 
 def _request(
@@ -189,6 +237,9 @@ def _request(
         predict=predict,
         timeline=timeline,
         memory_capacity_bytes=getattr(args, "memory_capacity", None),
+        world_size=getattr(args, "nproc", None) or 1,
+        interconnect_gbps=getattr(args, "interconnect_gbps", None),
+        port=getattr(args, "port", None),
     )
 
 

@@ -104,7 +104,14 @@ class IterationRunner:
 
     Use it inside `with runner:`; see `__enter__`."""
 
-    def __init__(self, entry: EntryPoint, device: torch.device, budget: TimingBudget) -> None:
+    def __init__(
+        self,
+        entry: EntryPoint,
+        device: torch.device,
+        budget: TimingBudget,
+        wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    ) -> None:
+        """`wrap_model` turns the provider's model into the one the iteration provider gets (DDP)."""
         self.entry = entry
         self.device = device
         self.budget = budget
@@ -117,6 +124,8 @@ class IterationRunner:
         with self._default_device():
             self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
             _check_model(self.model, entry)
+            if wrap_model is not None:
+                self.model = wrap_model(self.model)
             self.iteration = entry.call(ITERATION_PROVIDER, entry.iteration_provider, self.model)
         if not callable(self.iteration):
             raise EntryPointError(

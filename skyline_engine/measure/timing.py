@@ -114,11 +114,13 @@ class TimingStats:
 class BlockTimes:
     """The observations of one batch size: blocks of `block_size` iterations, per iteration."""
 
-    def __init__(self, run: Run, clock: Clock, min_block_ms: float) -> None:
+    def __init__(self, run: Run, clock: Clock, min_block_ms: float, block_size: int | None = None) -> None:
+        """`block_size`, when given, instead of the one the first iteration's time implies: ranks
+        of distributed training must run the same number of iterations (measure/distributed.py)."""
         self.run = run
         self.clock = clock
         first_ms = clock.time_ms(run)
-        self.block_size = max(1, math.ceil(min_block_ms / max(first_ms, 1e-3)))
+        self.block_size = block_size or max(1, math.ceil(min_block_ms / max(first_ms, 1e-3)))
         # An iteration long enough to be its own block is already an observation; a shorter one
         # only sized the blocks.
         self.per_iteration: list[float] = [first_ms] if self.block_size == 1 else []

@@ -216,8 +216,13 @@ def predict_scaling(
     measured_world_size: int,
     measured_samples_per_second: float | None = None,
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE,
+    synchronization_ms: float = 0.0,
 ) -> list[ScalingRow]:
-    """Throughput at the powers of two up to `max_world_size`, and at the measured world size."""
+    """Throughput at the powers of two up to `max_world_size`, and at the measured world size.
+
+    `synchronization_ms` is added to every iteration of two ranks or more: what a synchronized
+    iteration was measured to cost beyond its simulated all-reduces (DDP copying gradients into
+    buckets, broadcasting buffers, ranks waiting for the slowest); see `synchronization_ms`."""
     world_sizes = {1 << k for k in range(max_world_size.bit_length()) if 1 << k <= max_world_size}
     world_sizes.add(measured_world_size)
     if link.source == "measured":
@@ -230,6 +235,10 @@ def predict_scaling(
     rows = []
     for world_size in sorted(world_sizes):
         simulated = simulate(compute_ms, backward_end_ms, buckets, link, world_size, efficiency)
+        if world_size > 1 and synchronization_ms > 0:
+            simulated = SimulatedIteration(
+                simulated.iteration_ms + synchronization_ms, simulated.exposed_ms + synchronization_ms
+            )
         rows.append(
             ScalingRow(
                 world_size=world_size,
@@ -243,3 +252,19 @@ def predict_scaling(
             )
         )
     return rows
+
+
+def synchronization_ms(
+    *,
+    measured_iteration_ms: float,
+    compute_ms: float,
+    backward_end_ms: float,
+    buckets: Sequence[BucketTiming],
+    link: Link,
+    measured_world_size: int,
+) -> float:
+    """What the iteration measured at `measured_world_size` took beyond its simulation (at least
+    0): with it, the prediction at the measured world size is the measurement."""
+    efficiency = efficiencies(buckets, link, measured_world_size) if link.source == "measured" else [1.0] * len(buckets)
+    simulated = simulate(compute_ms, backward_end_ms, buckets, link, measured_world_size, efficiency)
+    return max(0.0, measured_iteration_ms - simulated.iteration_ms)

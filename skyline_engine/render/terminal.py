@@ -46,10 +46,51 @@ def render_report(document: dict[str, Any]) -> str:
         _summary(document),
         _warnings(document),
         _hottest_lines(document),
+        _data_parallel(document),
         _predictions(document),
         _models(document),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _data_parallel(doc: dict[str, Any]) -> str:
+    """Ranks, buckets and predicted scaling of data-parallel training."""
+    dp = doc.get("distributed")
+    if not dp:
+        return ""
+    comm = dp["communication"]
+    out = [
+        f"Data parallel  {dp['world_size']} ranks ({dp['backend']}, {dp['threads_per_rank']} thread(s) each); "
+        f"slowest: rank {dp['slowest_rank']}",
+        f"  communication  {format_ms(comm['exposed_ms'])} exposed of the iteration; all-reduces "
+        f"{format_ms(comm['all_reduce_ms'])} in {len(dp['buckets'])} bucket(s); "
+        f"computation {format_ms(comm['compute_ms'])}",
+    ]
+    for rank in dp["ranks"]:
+        out.append(
+            f"  rank {rank['rank']:<3} {format_ms(rank['run_time_ms']):>10} per iteration, "
+            f"{format_ms(rank['compute_ms'])} without communication, {format_bytes(rank['peak_memory_bytes'])} peak"
+        )
+    for bucket in dp["buckets"]:
+        where = ", ".join(f"{line['path']}:{line['line']}" for line in bucket["lines"][:4])
+        out.append(
+            f"  bucket {bucket['index']:<2} {format_bytes(bucket['size_bytes']):>10}  all-reduce "
+            f"{format_ms(bucket['all_reduce_ms'])}, exposed {format_ms(bucket['exposed_ms'])}  ({where})"
+        )
+    link = dp["link"]
+    out.append(
+        f"  scaling over {link['description']}, {link['bandwidth_gbps']:.2g} Gbit/s, {link['latency_us']:.0f} µs "
+        f"per step ({link['source']}):"
+    )
+    for row in dp["scaling"]:
+        note = " (extrapolated)" if row["extrapolated"] else ""
+        if row["measured_samples_per_second"] is not None:
+            note = f" (measured {format_rate(row['measured_samples_per_second'], SAMPLES)})"
+        out.append(
+            f"    {row['world_size']:>3} ranks  {format_rate(row['samples_per_second'], SAMPLES):>18}  "
+            f"exposed {format_ms(row['exposed_ms'])}{note}"
+        )
+    return "\n".join(out)
 
 
 def _header(doc: dict[str, Any]) -> str:

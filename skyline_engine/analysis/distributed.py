@@ -1,0 +1,220 @@
+"""One analysis of data-parallel training, on every rank:
+
+join the process group → build the iteration with the model in DDP → warm up → memory (one
+iteration) → the breakdown (one iteration recorded without communication, DDP's `no_sync`) →
+the iteration with and without its all-reduces, timed in interleaved blocks → traced iterations
+(each bucket's all-reduce) → the link, timed alone → rank 0 gathers every rank's measurements,
+attributes communication to lines, predicts scaling and writes the document.
+
+Every rank runs the same iterations and collectives in the same order (measure/distributed.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from skyline_engine.analysis.data_parallel import Bucket, DataParallel, RankMeasurement
+from skyline_engine.analysis.document import AnalysisDocument, build_document
+from skyline_engine.analysis.session import (
+    AnalysisRequest,
+    Progress,
+    batch_size_location,
+    breakdown_notes,
+    no_progress,
+)
+from skyline_engine.attribute.communication import ParameterCallSites, attribute_buckets
+from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.frames import CallSites
+from skyline_engine.attribute.recording import IterationRecording
+from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
+from skyline_engine.errors import OutOfMemory
+from skyline_engine.measure.device import describe_device, torch_version
+from skyline_engine.measure.distributed import (
+    BucketTimer,
+    BucketTiming,
+    Rank,
+    agree,
+    gather_to_first,
+    link_description,
+    lockstep_timing,
+    measure_link,
+    wrap_ddp,
+)
+from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
+from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.predict import scaling
+
+# Iterations whose buckets are traced, after timing: their medians are reported.
+TRACED_ITERATIONS = 5
+MAX_ROUNDS = 30
+
+
+def analyze_rank(request: AnalysisRequest, rank: Rank, progress: Progress = no_progress) -> AnalysisDocument | None:
+    """This rank's part of the analysis; the document on rank 0, None on the others."""
+    root = Path(request.project_root).resolve()
+    path = resolve_entry_path(request.entry_point, root, request.base_dir)
+    progress("loading the entry point", 0.0)
+    entry = load_entry_point(path, root)
+    try:
+        return _RankAnalysis(request, entry, rank, progress).run()
+    finally:
+        entry.unload()
+
+
+class _RankAnalysis:
+    def __init__(self, request: AnalysisRequest, entry: EntryPoint, rank: Rank, progress: Progress) -> None:
+        self.request = request
+        self.entry = entry
+        self.rank = rank
+        self.progress = progress
+        self.batch_size = request.batch_size or entry.default_batch_size
+
+    def run(self) -> AnalysisDocument | None:
+        self.progress("building the model", 0.05)
+        creation = CreationSites(CallSites(self.entry.files))
+        with creation.recording_modules():
+            runner = IterationRunner(
+                self.entry, self.rank.device, self.request.budget, wrap_model=lambda m: wrap_ddp(m, self.rank)
+            )
+        ddp = runner.model
+        assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
+        timer = BucketTimer(ddp, self.rank.device)
+        with runner, self._at_batch_size(runner) as run:
+
+            def without_communication() -> None:
+                with ddp.no_sync():
+                    run()
+
+            self.progress(f"warming up {self.rank.world_size} ranks", 0.1)
+            with creation.finding_optimizers(self.entry.relative_path):
+                runner.warm_up(run)
+            memory = runner.memory(run)
+            self.progress("recording the breakdown", 0.2)
+            recording = IterationRecording(creation, ddp.module, self.rank.device)
+            sites = ParameterCallSites(ddp.module, creation)
+            with sites.watching():
+                recording.record_first(without_communication, runner.clock, runner.live_tensors)
+            self.progress("timing the iteration with and without communication", 0.3)
+            iteration_ms = min(runner.clock.time_ms(run) for _ in range(3))  # past one-off costs
+            block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget))
+            stats = lockstep_timing({"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds)
+            self.progress("timing each bucket's all-reduce", 0.8)
+            traced = timer.traced(run)
+            for _ in range(TRACED_ITERATIONS):
+                traced()
+            runner.check_trained(self.batch_size)
+        self.progress("timing the link", 0.9)
+        link_measurements = measure_link(self.rank)
+        mine = RankMeasurement(
+            self.rank.rank, stats["ddp"].run_time_ms, stats["no_sync"].run_time_ms, memory.peak_bytes
+        )
+        ranks = gather_to_first(mine)
+        if ranks is None:
+            return None
+        communication = timer.timing()
+        buckets, per_line = attribute_buckets(communication.buckets, ddp.module, sites)
+        data_parallel = DataParallel(
+            world_size=self.rank.world_size,
+            backend=self.rank.backend,
+            threads_per_rank=torch.get_num_threads(),
+            ranks=ranks,
+            buckets=[
+                Bucket(t.index, t.size_bytes, b.parameter_names, t.all_reduce_ms, t.exposed_ms, b.lines)
+                for t, b in zip(communication.buckets, buckets)
+            ],
+            link=self._link(link_measurements),
+            scaling=[],
+        )
+        data_parallel = self._with_scaling(data_parallel, communication.backward_end_ms, communication.buckets)
+        sample = Sample(self.batch_size, stats["ddp"], memory)
+        breakdown = recording.breakdown(stats["no_sync"].run_time_ms, memory.peak_bytes, self.request.timeline)
+        lines = [replace(line, communication_ms=per_line.get((line.path, line.line), 0.0)) for line in breakdown.lines]
+        breakdown = replace(breakdown, lines=lines)
+        self.progress("done", 1.0)
+        return build_document(
+            project_root=str(self.entry.files.root),
+            entry_point=self.entry.relative_path,
+            torch_version=torch_version(),
+            device=describe_device(self.rank.device, self.request.memory_capacity_bytes),
+            batch_size=self.batch_size,
+            samples=[sample],
+            breakdown=breakdown,
+            models=None,
+            batch_size_location=batch_size_location(self.entry),
+            warnings=breakdown_notes(breakdown) + _notes(data_parallel),
+            distributed=data_parallel,
+            breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
+        )
+
+    @contextlib.contextmanager
+    def _at_batch_size(self, runner: IterationRunner) -> Iterator[Callable[[], None]]:
+        try:
+            with runner.at_batch_size(self.batch_size) as run:
+                yield run
+        except OutOfMemoryAtBatchSize as exc:
+            raise OutOfMemory(
+                f"batch size {exc.batch_size} does not fit in the memory of rank {self.rank.rank}'s device "
+                f"({exc.cause.rstrip('.')}).",
+                path=exc.path or self.entry.relative_path,
+                line=exc.line,
+                hint="Lower the batch size.",
+            ) from None
+
+    def _link(self, measurements: list[tuple[int, int, float]]) -> scaling.Link:
+        measured = scaling.fit_link(measurements, link_description(self.rank))
+        gbps = self.request.interconnect_gbps
+        return scaling.planned_link(gbps, measured) if gbps else measured
+
+    def _with_scaling(
+        self, data_parallel: DataParallel, backward_end_ms: float, buckets: list[BucketTiming]
+    ) -> DataParallel:
+        compute_ms = data_parallel.ranks[data_parallel.slowest_rank].compute_ms
+        timings = [scaling.BucketTiming(b.index, b.size_bytes, b.ready_ms, b.all_reduce_ms) for b in buckets]
+        iteration_ms = max(r.run_time_ms for r in data_parallel.ranks)  # the ranks wait for each other
+        world_size, link = self.rank.world_size, data_parallel.link
+        rows = scaling.predict_scaling(
+            compute_ms=compute_ms,
+            backward_end_ms=backward_end_ms,
+            buckets=timings,
+            link=link,
+            batch_size_per_rank=self.batch_size,
+            measured_world_size=world_size,
+            measured_samples_per_second=world_size * self.batch_size / iteration_ms * 1000.0,
+            synchronization_ms=scaling.synchronization_ms(
+                measured_iteration_ms=iteration_ms,
+                compute_ms=compute_ms,
+                backward_end_ms=backward_end_ms,
+                buckets=timings,
+                link=link,
+                measured_world_size=world_size,
+            ),
+        )
+        return replace(data_parallel, scaling=rows)
+
+
+def _timing_plan(iteration_ms: float, budget: TimingBudget) -> tuple[int, int]:
+    """Blocks of at least the budget's block time, and as many rounds (one block with and one
+    without communication each) as fit the budget's longest time, within [min_blocks, MAX_ROUNDS]."""
+    iteration_ms = max(iteration_ms, 1e-3)
+    block_size = max(1, math.ceil(budget.min_block_ms / iteration_ms))
+    rounds = int(budget.max_run_s * 1000 / (2 * block_size * iteration_ms))
+    return block_size, max(budget.min_blocks, min(MAX_ROUNDS, rounds))
+
+
+def _notes(data_parallel: DataParallel) -> list[str]:
+    notes = [
+        "Batch-size predictions are not made for data-parallel training: profile without --nproc for them; "
+        "`batch_size` and `iteration` are per rank."
+    ]
+    if data_parallel.link.source == "measured" and "loopback" in data_parallel.link.description:
+        notes.append(
+            "The all-reduces ran over loopback between processes sharing this machine's cores: the scaling "
+            "predictions plan for that link; give --interconnect-gbps to plan for a real one."
+        )
+    return notes

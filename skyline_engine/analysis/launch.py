@@ -1,0 +1,197 @@
+"""Data-parallel analyses started by torch.distributed's own launcher (the elastic launch API behind
+`torchrun`, standalone rendezvous on this machine), or joined from under `torchrun`.
+
+Each rank runs analysis/distributed.py; rank 0's document comes back. A rank that fails writes
+its error where the launcher's process finds it, then exits: the launcher stops the other ranks
+(a collective waiting for a dead rank raises after the process group's timeout), and the error
+names the rank that failed first, with the file and line where there is one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from skyline_engine.analysis.document import AnalysisDocument
+from skyline_engine.analysis.session import AnalysisRequest, Progress, no_progress
+from skyline_engine.errors import SkylineError
+
+# How long a collective waits for the other ranks before the analysis fails.
+COLLECTIVE_TIMEOUT_S = 120.0
+MAX_WORLD_SIZE = 64
+
+
+def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress) -> AnalysisDocument:
+    """The analysis in `request.world_size` processes on this machine; rank 0's document."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if not 2 <= request.world_size <= MAX_WORLD_SIZE:
+        raise SkylineError(f"the number of processes must be from 2 to {MAX_WORLD_SIZE}, not {request.world_size}.")
+    threads = max(1, (os.cpu_count() or 1) // request.world_size)
+    with tempfile.TemporaryDirectory(prefix="skyline-ranks-") as folder:
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=request.world_size,
+            rdzv_backend="c10d",
+            rdzv_endpoint=f"localhost:{request.port or 0}",
+            run_id=f"skyline-{uuid.uuid4().hex[:8]}",
+            max_restarts=0,
+            monitor_interval=0.1,
+            logs_specs=DefaultLogsSpecs(log_dir=os.path.join(folder, "logs")),
+        )
+        progress(f"starting {request.world_size} processes", 0.0)
+        watcher = _ProgressWatcher(Path(folder) / "progress", progress)
+        try:
+            with watcher, _launcher_logs_quiet():
+                results = elastic_launch(config, rank_main)(request, threads, folder)
+        except ChildFailedError as exc:
+            raise _rank_failure(exc, Path(folder)) from None
+        except Exception as exc:  # noqa: BLE001 (the rendezvous, before any rank ran: say what it was)
+            raise _launch_failure(exc, request.port) from None
+    document = results.get(0)
+    if not isinstance(document, AnalysisDocument):
+        raise SkylineError("rank 0 returned no analysis.")
+    return document
+
+
+@contextlib.contextmanager
+def _launcher_logs_quiet() -> Iterator[None]:
+    """The launcher logs a failed rank's traceback; the analysis reports it as one error instead."""
+    loggers = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None) -> AnalysisDocument | None:
+    """One rank: `threads` set when Skyline started the ranks (torchrun's ranks keep theirs);
+    `folder` receives rank 0's progress and any rank's error."""
+    import torch
+    import torch.distributed as dist
+
+    from skyline_engine.analysis.distributed import analyze_rank
+    from skyline_engine.measure.distributed import join_process_group
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    rank_number = int(os.environ.get("RANK", "0"))
+    progress = _progress_writer(Path(folder) / "progress") if folder and rank_number == 0 else no_progress
+    try:
+        rank = join_process_group(request.device, request.collective_timeout_s or COLLECTIVE_TIMEOUT_S)
+        return analyze_rank(request, rank, progress)
+    except BaseException as exc:
+        if folder:
+            _write_error(Path(folder) / f"rank{rank_number}.json", exc)
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _progress_writer(path: Path) -> Progress:
+    def progress(phase: str, fraction: float) -> None:
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps([phase, fraction]) + "\n")
+
+    return progress
+
+
+class _ProgressWatcher:
+    """Relays rank 0's progress lines to `progress` while the ranks run."""
+
+    def __init__(self, path: Path, progress: Progress) -> None:
+        self.path = path
+        self.progress = progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="rank-progress", daemon=True)
+        self._read = 0
+
+    def __enter__(self) -> _ProgressWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                text = self.path.read_text(encoding="utf-8")
+            except OSError:
+                continue
+            lines = text[self._read :].split("\n")
+            complete = lines[:-1]
+            self._read += sum(len(line) + 1 for line in complete)
+            for line in complete:
+                phase, fraction = json.loads(line)
+                self.progress(str(phase), float(fraction))
+
+
+def _write_error(path: Path, exc: BaseException) -> None:
+    if isinstance(exc, SkylineError):
+        error: dict[str, Any] = {"message": exc.message, "path": exc.path, "line": exc.line, "hint": exc.hint}
+    elif isinstance(exc, KeyboardInterrupt):
+        error = {"message": "interrupted"}
+    else:
+        error = {"message": f"{type(exc).__name__}: {_collective_text(exc)}"}
+    with contextlib.suppress(OSError):  # the launcher still reports how the process ended
+        path.write_text(json.dumps(error), encoding="utf-8")
+
+
+def _collective_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if "timeout" in text.lower() or "timed out" in text.lower():
+        return f"{text} (a collective waited for the other ranks past the timeout: another rank hangs or crashed)"
+    return text
+
+
+def _rank_failure(exc: Any, folder: Path) -> SkylineError:
+    """The error of the rank that failed first, as it wrote it; else how its process ended."""
+    failed_rank, failure = exc.get_first_failure()
+    written = {}
+    for rank in sorted(exc.failures, key=lambda r: exc.failures[r].timestamp):
+        path = folder / f"rank{rank}.json"
+        if path.exists():
+            failed_rank, written = rank, json.loads(path.read_text(encoding="utf-8"))
+            if "timeout" not in written.get("message", "").lower():
+                break  # the cause, not a rank that waited for it
+    if written:
+        return SkylineError(
+            f"rank {failed_rank} failed: {written['message']}",
+            path=written.get("path"),
+            line=written.get("line"),
+            hint=written.get("hint"),
+        )
+    code = failure.exitcode
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+    return SkylineError(
+        f"rank {failed_rank} {how} without an error of its own"
+        + (" (the system may have run out of memory)." if code == -signal.SIGKILL else ".")
+    )
+
+
+def _launch_failure(exc: BaseException, port: int | None) -> SkylineError:
+    text = f"{type(exc).__name__}: {exc}"
+    if port and ("address already in use" in text.lower() or "EADDRINUSE" in text or "bind" in text.lower()):
+        return SkylineError(
+            f"cannot start the processes: port {port} is already in use.", hint="Choose another --port."
+        )
+    return SkylineError(f"cannot start the processes: {text}")
