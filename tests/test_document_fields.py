@@ -2,8 +2,8 @@
 
 The doc describes each object in a table under a heading that names where the object lies
 (`models.samples[]` is an element of `models.samples`; several places may share one table). A real
-analysis of the default example (complete, with its timeline, and its first partial document) is
-walked field by field: every field written must be described, and every field described must be
+analysis of the default example (complete, with its timeline, and its first partial document), and
+one of data-parallel training on two ranks, are walked field by field: every field written must be described, and every field described must be
 written.
 """
 
@@ -71,7 +71,10 @@ def documents() -> list[dict[str, Any]]:
     branching = REPO / "tests" / "projects" / "branching"
     probed = analyze(AnalysisRequest("entry_point.py", branching, device="cpu", budget=QUICK)).to_dict()
     assert probed["models"]["memory_samples"]
-    return [complete, partials[0], probed]
+    data_parallel = REPO / "tests" / "projects" / "data_parallel"
+    ranks = analyze(AnalysisRequest("entry_point.py", data_parallel, device="cpu", budget=QUICK, world_size=2))
+    assert ranks.to_dict()["distributed"]["buckets"]
+    return [complete, partials[0], probed, ranks.to_dict()]
 
 
 def test_every_field_written_is_described(documents):

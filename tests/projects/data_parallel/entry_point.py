@@ -1,0 +1,25 @@
+"""Data-parallel training of a small MLP (tests/test_distributed.py)."""
+
+import torch
+
+from model import WideMLP
+
+
+def skyline_model_provider():
+    return WideMLP()
+
+
+def skyline_input_provider(batch_size=16):
+    return (torch.randn(batch_size, 64), torch.randint(0, 10, (batch_size,)))
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(x, labels):
+        optimizer.zero_grad()
+        loss = model(x, labels)
+        loss.backward()
+        optimizer.step()
+
+    return iteration

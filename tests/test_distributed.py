@@ -1,0 +1,136 @@
+"""Data-parallel training, end to end on the CPU: two ranks over gloo, started by `skyline profile
+--nproc 2` (torch's elastic launch) and by torchrun itself; what a failing rank leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_skyline
+
+PROJECT = REPO / "tests" / "projects" / "data_parallel"
+# WideMLP's parameters: 64·1024+1024, 1024·512+512, 512·10+10 floats.
+GRADIENT_BYTES = 4 * (64 * 1024 + 1024 + 1024 * 512 + 512 + 512 * 10 + 10)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp") / "analysis.json"
+    result = run_skyline("profile", "entry_point.py", "--nproc", "2", "--device", "cpu", "--json", out, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text()), result.stdout
+
+
+def test_every_rank_is_measured_and_the_slowest_named(profiled):
+    doc, _ = profiled
+    dp = doc["distributed"]
+    assert (dp["world_size"], dp["backend"]) == (2, "gloo")
+    assert dp["threads_per_rank"] >= 1
+    assert [r["rank"] for r in dp["ranks"]] == [0, 1]
+    for rank in dp["ranks"]:
+        assert rank["run_time_ms"] > 0 and rank["compute_ms"] > 0 and rank["peak_memory_bytes"] > 0
+    slowest = max(dp["ranks"], key=lambda r: r["compute_ms"])["rank"]
+    assert dp["slowest_rank"] == slowest
+    assert doc["iteration"]["run_time_ms"] == dp["ranks"][0]["run_time_ms"]
+
+
+def test_buckets_hold_every_gradient_once_with_the_lines_that_made_them(profiled):
+    doc, _ = profiled
+    buckets = doc["distributed"]["buckets"]
+    assert len(buckets) >= 2  # the first bucket holds at most 1 MiB
+    assert sum(b["size_bytes"] for b in buckets) == GRADIENT_BYTES
+    names = [name for b in buckets for name in b["parameters"]]
+    assert sorted(names) == sorted(f"model.{m}.{p}" for m in ("inner", "middle", "head") for p in ("weight", "bias"))
+    for bucket in buckets:
+        assert bucket["all_reduce_ms"] > 0 and 0 <= bucket["exposed_ms"]
+        assert {line["path"] for line in bucket["lines"]} <= {"model.py"}
+    lines = {line["line"] for b in buckets for line in b["lines"]}
+    source = (PROJECT / "model.py").read_text().splitlines()
+    called = {n for n, text in enumerate(source, 1) if "self.inner(" in text or "self.middle(" in text}
+    created = {n for n, text in enumerate(source, 1) if "nn.Linear(" in text}
+    assert called <= lines and created <= lines
+
+
+def test_exposed_communication_is_shared_among_the_lines_that_cause_it(profiled):
+    doc, _ = profiled
+    exposed = sum(b["exposed_ms"] for b in doc["distributed"]["buckets"])
+    on_lines = [line for line in doc["lines"] if line["communication_ms"]]
+    assert sum(line["communication_ms"] for line in on_lines) == pytest.approx(exposed)
+    assert all(line["path"] == "model.py" for line in on_lines)
+    assert all(line["communication_ms"] is not None for line in doc["lines"])
+
+
+def test_scaling_is_predicted_to_64_ranks_and_marked_beyond_the_measured(profiled):
+    doc, report = profiled
+    dp = doc["distributed"]
+    rows = dp["scaling"]
+    assert [r["world_size"] for r in rows] == [1, 2, 4, 8, 16, 32, 64]
+    assert [r["extrapolated"] for r in rows] == [w > 2 for w in (1, 2, 4, 8, 16, 32, 64)]
+    assert rows[0]["exposed_ms"] == 0
+    measured = rows[1]
+    iteration = max(r["run_time_ms"] for r in dp["ranks"])
+    assert measured["measured_samples_per_second"] == pytest.approx(2 * doc["batch_size"] / iteration * 1000)
+    assert all(r["measured_samples_per_second"] is None for r in rows if r["world_size"] != 2)
+    assert dp["link"]["description"] == "loopback (gloo on one machine)" and dp["link"]["source"] == "measured"
+    assert dp["link"]["bandwidth_gbps"] > 0 and dp["link"]["latency_us"] >= 0
+    assert "Data parallel  2 ranks (gloo" in report and "64 ranks" in report
+
+
+def test_a_planned_interconnect_replaces_the_measured_link(tmp_path):
+    out = tmp_path / "planned.json"
+    result = run_skyline(
+        "profile", "entry_point.py", "--nproc", "2", "--interconnect-gbps", "100", "--json", out, "--quiet", cwd=PROJECT
+    )
+    assert result.returncode == 0, result.stderr
+    link = json.loads(out.read_text())["distributed"]["link"]
+    assert (link["source"], link["bandwidth_gbps"]) == ("user", pytest.approx(100))
+
+
+def test_under_torchrun_each_process_joins_and_rank_0_reports(tmp_path):
+    out = tmp_path / "torchrun.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += ["-m", "skyline_engine", "profile", "entry_point.py", "--device", "cpu", "--quiet", "--json", str(out)]
+    result = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    dp = json.loads(out.read_text())["distributed"]
+    assert dp["world_size"] == 2 and len(dp["ranks"]) == 2
+    assert result.stdout.count("Data parallel") == 1  # rank 0's report only
+
+
+def test_a_failing_rank_is_named_at_its_line_and_leaves_no_process(tmp_path):
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, SKYLINE_TEST_MARKER=marker)
+    command = [sys.executable, "-m", "skyline_engine", "profile", "rank_fails.py", "--nproc", "2", "--quiet"]
+    result = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("skyline: error: rank_fails.py:23: rank 1 failed: ValueError: rank one cannot go on")
+    assert "Traceback" not in result.stderr  # the launcher's own log is kept quiet
+    assert _processes_with(marker) == []
+
+
+def test_nproc_under_torchrun_is_refused():
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1")
+    command = [sys.executable, "-m", "skyline_engine", "profile", "entry_point.py", "--nproc", "2"]
+    result = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1 and "under torchrun, leave it out" in result.stderr
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"SKYLINE_TEST_MARKER={marker}".encode() in environ:
+            found.append(int(entry.name))
+    return found
