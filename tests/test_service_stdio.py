@@ -92,6 +92,16 @@ def test_analysis_reports_progress_then_partial_then_complete(client, root):
     assert document["models"] is not None and document["predictions"]
 
 
+def test_a_data_parallel_analysis_runs_its_ranks_from_the_worker(client):
+    analysis_id, method, final = client.analyze(TINY, world_size=2)
+    assert method == "analysis", final
+    document = final["document"]
+    assert document["distributed"]["world_size"] == 2 and len(document["distributed"]["ranks"]) == 2
+    assert any(line["communication_ms"] is not None for line in document["lines"])
+    phases = [p["phase"] for m, p in client.about(analysis_id) if m == "progress"]
+    assert "starting 2 processes" in phases and "timing the link" in phases  # rank 0's, relayed
+
+
 def test_predict_answers_from_the_latest_models(client):
     analysis_id, method, final = client.analyze(TINY)
     assert method == "analysis", final
