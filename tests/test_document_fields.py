@@ -3,8 +3,8 @@
 The doc describes each object in a table under a heading that names where the object lies
 (`models.samples[]` is an element of `models.samples`; several places may share one table). A real
 analysis of the default example (complete, with its timeline, and its first partial document), and
-one of data-parallel training on two ranks, are walked field by field: every field written must be described, and every field described must be
-written.
+one of data-parallel training on two ranks, are walked field by field: every field written must be
+described, and every field described must be written.
 """
 
 from __future__ import annotations
