@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+import torch.distributed
 
 from conftest import REPO, run_skyline
 
@@ -134,3 +136,21 @@ def _processes_with(marker: str) -> list[int]:
         if f"SKYLINE_TEST_MARKER={marker}".encode() in environ:
             found.append(int(entry.name))
     return found
+
+
+def test_a_port_in_use_is_refused_at_once():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_skyline("profile", "entry_point.py", "--nproc", "2", "--port", port, "--quiet", cwd=PROJECT)
+    assert result.returncode == 1
+    assert f"port {port} is already in use" in result.stderr
+
+
+@pytest.mark.skipif(torch.distributed.is_nccl_available(), reason="this torch build has NCCL")
+def test_a_missing_backend_says_so():
+    # A CPU build of torch has no NCCL: the ranks say so instead of failing inside the launcher.
+    result = run_skyline("profile", "entry_point.py", "--nproc", "2", "--device", "cuda", "--quiet", cwd=PROJECT)
+    assert result.returncode == 1
+    assert "this PyTorch build has no nccl backend (--device cpu uses gloo)." in result.stderr

@@ -32,6 +32,7 @@ class Bucket:
     index: int
     size_bytes: int
     parameters: list[str]
+    ready_ms: float
     all_reduce_ms: float
     exposed_ms: float
     lines: list[Context]
@@ -41,6 +42,7 @@ class Bucket:
             "index": self.index,
             "size_bytes": self.size_bytes,
             "parameters": list(self.parameters),
+            "ready_ms": self.ready_ms,
             "all_reduce_ms": self.all_reduce_ms,
             "exposed_ms": self.exposed_ms,
             "lines": contexts_to_list(tuple(self.lines)),
@@ -56,6 +58,7 @@ class DataParallel:
     buckets: list[Bucket]
     link: Link
     scaling: list[ScalingRow]
+    backward_end_ms: float  # from the iteration's start: when the last bucket was ready
 
     @property
     def slowest_rank(self) -> int:
@@ -81,6 +84,7 @@ class DataParallel:
                 "all_reduce_ms": sum(b.all_reduce_ms for b in self.buckets),
                 "exposed_ms": self.exposed_ms,
                 "compute_ms": self.ranks[self.slowest_rank].compute_ms,
+                "backward_end_ms": self.backward_end_ms,
             },
             "link": self.link.to_dict(),
             "scaling": [row.to_dict() for row in self.scaling],

@@ -125,11 +125,12 @@ class _RankAnalysis:
             threads_per_rank=torch.get_num_threads(),
             ranks=ranks,
             buckets=[
-                Bucket(t.index, t.size_bytes, b.parameter_names, t.all_reduce_ms, t.exposed_ms, b.lines)
+                Bucket(t.index, t.size_bytes, b.parameter_names, t.ready_ms, t.all_reduce_ms, t.exposed_ms, b.lines)
                 for t, b in zip(communication.buckets, buckets)
             ],
             link=self._link(link_measurements),
             scaling=[],
+            backward_end_ms=communication.backward_end_ms,
         )
         data_parallel = self._with_scaling(data_parallel, communication.backward_end_ms, communication.buckets)
         sample = Sample(self.batch_size, stats["ddp"], memory)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import tempfile
 import threading
 import uuid
@@ -38,6 +39,8 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
 
     if not 2 <= request.world_size <= MAX_WORLD_SIZE:
         raise SkylineError(f"the number of processes must be from 2 to {MAX_WORLD_SIZE}, not {request.world_size}.")
+    if request.port:
+        _check_port_free(request.port)
     threads = max(1, (os.cpu_count() or 1) // request.world_size)
     with tempfile.TemporaryDirectory(prefix="skyline-ranks-") as folder:
         config = LaunchConfig(
@@ -59,7 +62,7 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
         except ChildFailedError as exc:
             raise _rank_failure(exc, Path(folder)) from None
         except Exception as exc:  # noqa: BLE001 (the rendezvous, before any rank ran: say what it was)
-            raise _launch_failure(exc, request.port) from None
+            raise _launch_failure(exc) from None
     document = results.get(0)
     if not isinstance(document, AnalysisDocument):
         raise SkylineError("rank 0 returned no analysis.")
@@ -188,10 +191,17 @@ def _rank_failure(exc: Any, folder: Path) -> SkylineError:
     )
 
 
-def _launch_failure(exc: BaseException, port: int | None) -> SkylineError:
-    text = f"{type(exc).__name__}: {exc}"
-    if port and ("address already in use" in text.lower() or "EADDRINUSE" in text or "bind" in text.lower()):
-        return SkylineError(
-            f"cannot start the processes: port {port} is already in use.", hint="Choose another --port."
-        )
-    return SkylineError(f"cannot start the processes: {text}")
+def _check_port_free(port: int) -> None:
+    """The rendezvous would connect to whatever listens there and wait for ever: refuse first."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            raise SkylineError(
+                f"cannot start the processes: port {port} is already in use.", hint="Choose another --port."
+            ) from None
+
+
+def _launch_failure(exc: BaseException) -> SkylineError:
+    return SkylineError(f"cannot start the processes: {type(exc).__name__}: {exc}")
