@@ -18,7 +18,8 @@ The checks:
 4. a real out-of-memory (torch.cuda.set_per_process_memory_fraction): probing backs off, the
    analysis completes, and allocated memory returns to where it was;
 5. `skyline serve --stdio --device cuda` through one analysis, and the spare worker's GPU memory;
-6. the benchmark's accuracy figures (held-out time and memory errors) on CUDA.
+6. the benchmark's accuracy figures (held-out time and memory errors) on CUDA;
+7. data-parallel training on 2 ranks over NCCL (`skyline profile --nproc 2`), with 2 GPUs or more.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections import defaultdict
@@ -327,6 +329,34 @@ def accuracy(device: str) -> dict[str, Any]:
     return {name: run.accuracy_once(run.MODELS[name], device) for name in ("default", "cnn", "transformer")}
 
 
+# --- 7. data-parallel training over NCCL (2 GPUs or more) ---------------------------------------
+
+
+def data_parallel(device: str) -> dict[str, Any]:
+    """`skyline profile --nproc 2` on the CNN example: NCCL with a GPU per rank (gloo when
+    rehearsing on the CPU); every bucket timed by CUDA events. Skipped with fewer than 2 GPUs."""
+    if device == "cuda" and torch.cuda.device_count() < 2:
+        return {"passed": True, "skipped": f"{torch.cuda.device_count()} GPU: the NCCL path needs 2"}
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "ddp.json"
+        command = [sys.executable, "-m", "skyline_engine", "profile", "examples/cnn/entry_point.py", "--nproc", "2"]
+        command += ["--device", device, "--quiet", "--json", str(out)]
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+        if result.returncode != 0:
+            return {"passed": False, "output_tail": result.stderr[-3000:]}
+        dp = json.loads(out.read_text())["distributed"]
+    buckets = dp["buckets"]
+    return {
+        "passed": dp["world_size"] == 2 and all(b["all_reduce_ms"] > 0 for b in buckets),
+        "backend": dp["backend"],
+        "ranks": dp["ranks"],
+        "buckets": [{k: b[k] for k in ("size_bytes", "all_reduce_ms", "exposed_ms")} for b in buckets],
+        "communication": dp["communication"],
+        "link": dp["link"],
+        "scaling": [(r["world_size"], round(r["samples_per_second"])) for r in dp["scaling"]],
+    }
+
+
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -374,6 +404,7 @@ def main() -> int:
         ("a real out-of-memory", out_of_memory),
         ("skyline serve on the device", service),
         ("accuracy at held-out batch sizes", accuracy),
+        ("data-parallel training on 2 ranks", data_parallel),
     ):
         report.run(name, lambda check=check: check(device))
     output = args.output if device == "cuda" else Path(os.environ.get("TMPDIR", "/tmp")) / "gpu-check-rehearsal"
