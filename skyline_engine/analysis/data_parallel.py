@@ -56,7 +56,7 @@ class DataParallel:
     threads_per_rank: int
     ranks: list[RankMeasurement]
     buckets: list[Bucket]
-    link: Link
+    link: Link | None  # None on one rank without a planned link
     scaling: list[ScalingRow]
     backward_end_ms: float  # from the iteration's start: when the last bucket was ready
 
@@ -86,6 +86,6 @@ class DataParallel:
                 "compute_ms": self.ranks[self.slowest_rank].compute_ms,
                 "backward_end_ms": self.backward_end_ms,
             },
-            "link": self.link.to_dict(),
+            "link": self.link.to_dict() if self.link else None,
             "scaling": [row.to_dict() for row in self.scaling],
         }

@@ -110,7 +110,7 @@ class _RankAnalysis:
                 traced()
             runner.check_trained(self.batch_size)
         self.progress("timing the link", 0.9)
-        link_measurements = measure_link(self.rank)
+        link_measurements = measure_link(self.rank) if self.rank.world_size > 1 else []
         mine = RankMeasurement(
             self.rank.rank, stats["ddp"].run_time_ms, stats["no_sync"].run_time_ms, memory.peak_bytes
         )
@@ -167,14 +167,21 @@ class _RankAnalysis:
                 hint="Lower the batch size.",
             ) from None
 
-    def _link(self, measurements: list[tuple[int, int, float]]) -> scaling.Link:
-        measured = scaling.fit_link(measurements, link_description(self.rank))
+    def _link(self, measurements: list[tuple[int, int, float]]) -> scaling.Link | None:
+        """The measured link, or the planned one; None on one rank without a plan (one rank has no
+        link to measure)."""
         gbps = self.request.interconnect_gbps
+        if self.rank.world_size == 1:
+            no_latency = scaling.Link(0.0, 1.0, "user", "")
+            return scaling.planned_link(gbps, no_latency) if gbps else None
+        measured = scaling.fit_link(measurements, link_description(self.rank))
         return scaling.planned_link(gbps, measured) if gbps else measured
 
     def _with_scaling(
         self, data_parallel: DataParallel, backward_end_ms: float, buckets: list[BucketTiming]
     ) -> DataParallel:
+        if data_parallel.link is None:
+            return data_parallel
         compute_ms = data_parallel.ranks[data_parallel.slowest_rank].compute_ms
         timings = [scaling.BucketTiming(b.index, b.size_bytes, b.ready_ms, b.all_reduce_ms) for b in buckets]
         iteration_ms = max(r.run_time_ms for r in data_parallel.ranks)  # the ranks wait for each other
@@ -213,7 +220,13 @@ def _notes(data_parallel: DataParallel) -> list[str]:
         "Batch-size predictions are not made for data-parallel training: profile without --nproc for them; "
         "`batch_size` and `iteration` are per rank."
     ]
-    if data_parallel.link.source == "measured" and "loopback" in data_parallel.link.description:
+    link = data_parallel.link
+    if link is None:
+        notes.append(
+            "One rank has no link to measure, so no scaling is predicted: run with --nproc 2 or more, or give "
+            "--interconnect-gbps to plan for a link."
+        )
+    elif link.source == "measured" and "loopback" in link.description:
         notes.append(
             "The all-reduces ran over loopback between processes sharing this machine's cores: the scaling "
             "predictions plan for that link; give --interconnect-gbps to plan for a real one."

@@ -78,6 +78,8 @@ def _data_parallel(doc: dict[str, Any]) -> str:
             f"{format_ms(bucket['all_reduce_ms'])}, exposed {format_ms(bucket['exposed_ms'])}  ({where})"
         )
     link = dp["link"]
+    if link is None:
+        return "\n".join(out)  # one rank: no link, no scaling (the warnings say so)
     out.append(
         f"  scaling over {link['description']}, {link['bandwidth_gbps']:.2g} Gbit/s, {link['latency_us']:.0f} µs "
         f"per step ({link['source']}):"
