@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.md"
 MODELS = {
     "cnn": (REPO / "examples" / "cnn", "entry_point.py"),
-    "wide MLP (3 buckets)": (REPO / "tests" / "projects" / "data_parallel", "entry_point.py"),
+    "wide MLP (2.3 MiB of gradients)": (REPO / "tests" / "projects" / "data_parallel", "entry_point.py"),
 }
 BEGIN, END = "<!-- data-parallel: begin -->", "<!-- data-parallel: end -->"
 TARGET_ERROR = 0.15
