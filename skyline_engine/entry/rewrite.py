@@ -9,6 +9,12 @@ Three things make it safe for the user's file:
   the write happens only when they are still the text that was imported; a file changed meanwhile
   (an editor saving it, a tool appending) is imported again, up to ATTEMPTS times, and then left
   alone with a message, rather than overwritten with a stale copy that loses the other change.
+- A file another program is writing: one modified within the last QUIET_S is not rewritten until
+  it has been left alone that long (within the attempts). Between the last check and the write
+  lie a few system calls, and bytes appended in that instant to a file whose literal changes
+  length would be overwritten or cut: a program appending every millisecond hit that window
+  within a second on a fast machine. A quiet spell first makes it one append in microseconds
+  after a pause.
 - The file itself: it is written in place, from the literal on, never replaced by a new file, so
   hard links, owner, permissions and anything watching the inode stay as they were. Only the
   bytes from the literal to the end are written (the literal alone when the length is the same).
@@ -17,6 +23,7 @@ Three things make it safe for the user's file:
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from skyline_engine.entry.batch_size import literal_span, rewrite_batch_size
@@ -24,6 +31,8 @@ from skyline_engine.entry.loader import decode_source, load_entry_point, source_
 from skyline_engine.errors import SkylineError
 
 ATTEMPTS = 3
+# A file modified more recently than this is being written by another program: wait for quiet.
+QUIET_S = 0.05
 
 
 class FileChanged(SkylineError):
@@ -39,6 +48,7 @@ def set_batch_size_default(path: Path, project_root: Path, batch_size: int) -> N
         except FileChanged:
             if attempt == ATTEMPTS:
                 raise
+            time.sleep(QUIET_S)
 
 
 def _rewrite_once(path: Path, project_root: Path, batch_size: int) -> None:
@@ -55,6 +65,8 @@ def _rewrite_once(path: Path, project_root: Path, batch_size: int) -> None:
             f"cannot write the batch size into the entry point: {exc.strerror}.", path=relative
         ) from None
     try:
+        if time.time() - os.fstat(fd).st_mtime < QUIET_S:
+            raise _changed(relative, "moments ago, and may still be changing")
         data = _read_all(fd)
         if decode_source(data, relative) != entry.source:
             raise _changed(relative, "while Skyline imported it")
