@@ -72,9 +72,12 @@ class Recorder:
 
     def __init__(self) -> None:
         self.sent: list = []
+        self.on_send = None  # called with each message once it is recorded, as a client reacting to it
 
     def __call__(self, message: list) -> None:
         self.sent.append(message)
+        if self.on_send is not None:
+            self.on_send(message)
 
     def responses(self):
         return [m for m in self.sent if m[0] == 1]

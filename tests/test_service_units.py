@@ -294,6 +294,28 @@ def test_a_superseded_analysis_is_never_delivered():
     assert d.analyses.latest.analysis_id == new.analysis_id
 
 
+def test_a_client_that_answers_the_final_notification_with_predict_is_served_from_it():
+    # The client may send `predict` the instant the complete analysis arrives, and the service
+    # answers it on another thread: the analysis must be the latest before the notification
+    # leaves (CI on a loaded machine once got the analysis before it).
+    d, engine, sent = initialized()
+    d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])
+    first = engine.jobs[0]
+    first.listener.on_result(first, document())
+    d.handle([0, 3, "analyze", [{"entry_point": "b.py"}]])
+    second = engine.jobs[1]
+    answered_at_arrival = []
+
+    def answer_with_predict(message):
+        if message[0] == 2 and message[1] == "analysis" and message[2][0]["analysis_id"] == second.analysis_id:
+            sent.on_send = None
+            answered_at_arrival.append(call(d, sent, "predict", {"batch_size": 8}, msgid=9)[1]["analysis_id"])
+
+    sent.on_send = answer_with_predict
+    second.listener.on_result(second, document())
+    assert answered_at_arrival == [second.analysis_id]
+
+
 def test_each_analysis_ends_once():
     d, engine, sent = initialized()
     d.handle([0, 2, "analyze", [{"entry_point": "a.py"}]])

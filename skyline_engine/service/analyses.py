@@ -97,24 +97,33 @@ class ClientAnalyses:
         self._deliver(job, "analysis", {"partial": True, "document": self.mapper.to_client(document)})
 
     def on_result(self, job: Job, document: dict[str, Any]) -> None:
-        with self._lock:
-            params = {"partial": False, "document": self.mapper.to_client(document)}
-            if self._deliver(job, "analysis", params, final=True):
-                self.latest = CompleteAnalysis(job.analysis_id, document)
+        params = {"partial": False, "document": self.mapper.to_client(document)}
+        self._deliver(job, "analysis", params, final=True, complete=CompleteAnalysis(job.analysis_id, document))
 
     def on_error(self, job: Job, failure: Failure) -> None:
         self._deliver(job, "analysis_error", self.mapper.to_client(failure.to_dict()), final=True)
 
     # --- the gate ---------------------------------------------------------------------------
 
-    def _deliver(self, job: Job, method: str, params: dict[str, Any], final: bool = False) -> bool:
+    def _deliver(
+        self,
+        job: Job,
+        method: str,
+        params: dict[str, Any],
+        final: bool = False,
+        complete: CompleteAnalysis | None = None,
+    ) -> None:
         with self._lock:
             if self._closed or not self._open or job is not self._current:
-                return False  # superseded, cancelled or ended: never sent as current
+                return  # superseded, cancelled or ended: never sent as current
             if final:
                 self._open = False
+            if complete is not None:
+                # Kept before the notification leaves: a client that answers it with `predict`
+                # at once is served on the requests' thread, which must already see this
+                # analysis (on a loaded machine predict answered from the one before).
+                self.latest = complete
             self.notify(method, {"analysis_id": job.analysis_id, **params})
-            return True
 
     def _end(self, job: Job, kind: str, why: str) -> None:
         self._open = False
