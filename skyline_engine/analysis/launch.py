@@ -96,14 +96,23 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
         torch.set_num_threads(threads)
     rank_number = int(os.environ.get("RANK", "0"))
     progress = _progress_writer(Path(folder) / "progress") if folder and rank_number == 0 else no_progress
+    timeout_s = request.collective_timeout_s or COLLECTIVE_TIMEOUT_S
+    if folder:
+        signal.signal(signal.SIGTERM, _stop_here)
     try:
-        rank = join_process_group(request.device, request.collective_timeout_s or COLLECTIVE_TIMEOUT_S)
+        rank = join_process_group(request.device, timeout_s)
         return analyze_rank(request, rank, progress)
+    except _StoppedByLauncher as exc:
+        if folder:
+            _write_hung(Path(folder) / f"rank{rank_number}.json", exc, request, timeout_s)
+        raise SystemExit(1) from None
     except BaseException as exc:
         if folder:
             _write_error(Path(folder) / f"rank{rank_number}.json", exc)
         raise
     finally:
+        if folder:  # from here on, being stopped is no news: exit quietly, not with a traceback
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -148,6 +157,37 @@ class _ProgressWatcher:
                 self.progress(str(phase), float(fraction))
 
 
+class _StoppedByLauncher(BaseException):
+    """The launcher stops the ranks left once one has failed. A BaseException, so that neither the
+    user's `except Exception` nor the engine's wrapping of user errors takes it for theirs."""
+
+
+def _stop_here(signum: int, frame: object) -> None:
+    raise _StoppedByLauncher
+
+
+def _write_hung(path: Path, exc: BaseException, request: AnalysisRequest, timeout_s: float) -> None:
+    """A rank still running when another failed: where it was is what made the others wait
+    (a rank that waited in a collective itself is named by its own timeout instead)."""
+    from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame
+
+    files = ProjectFiles(request.project_root)
+    frame = innermost_user_frame(exc.__traceback__, files)
+    if frame is None:
+        _write_error(path, exc)
+        return
+    error = {
+        "message": "it was still running your code here when the other ranks gave up waiting for it in a "
+        f"collective ({timeout_s:g} s, --collective-timeout).",
+        "path": files.relative(frame.filename),
+        "line": frame.lineno,
+        "hint": None,
+        "hung": True,
+    }
+    with contextlib.suppress(OSError):
+        path.write_text(json.dumps(error), encoding="utf-8")
+
+
 def _write_error(path: Path, exc: BaseException) -> None:
     if isinstance(exc, SkylineError):
         error: dict[str, Any] = {"message": exc.message, "path": exc.path, "line": exc.line, "hint": exc.hint}
@@ -167,28 +207,46 @@ def _collective_text(exc: BaseException) -> str:
 
 
 def _rank_failure(exc: Any, folder: Path) -> SkylineError:
-    """The error of the rank that failed first, as it wrote it; else how its process ended."""
-    failed_rank, failure = exc.get_first_failure()
-    written = {}
-    for rank in sorted(exc.failures, key=lambda r: exc.failures[r].timestamp):
-        path = folder / f"rank{rank}.json"
-        if path.exists():
-            failed_rank, written = rank, json.loads(path.read_text(encoding="utf-8"))
-            if "timeout" not in written.get("message", "").lower():
-                break  # the cause, not a rank that waited for it
-    if written:
+    """The error of the rank that caused the failure, as it wrote it; else how its process ended."""
+    errors = {}
+    for path in folder.glob("rank*.json"):
+        with contextlib.suppress(ValueError, OSError):
+            errors[int(path.stem[len("rank") :])] = json.loads(path.read_text(encoding="utf-8"))
+    ranks = set(errors) | set(exc.failures)
+    started = {rank: exc.failures[rank].timestamp for rank in exc.failures}
+    cause = min(ranks, key=lambda r: (_blame(errors.get(r)), started.get(r, float("inf")), r))
+    written = errors.get(cause)
+    if written is not None and _blame(written) != 3:
         return SkylineError(
-            f"rank {failed_rank} failed: {written['message']}",
+            f"rank {cause} {'hung' if written.get('hung') else 'failed'}: {written['message']}",
             path=written.get("path"),
             line=written.get("line"),
             hint=written.get("hint"),
         )
-    code = failure.exitcode
+    if cause not in exc.failures:  # every rank only waited, and none of them was recorded as failing
+        return SkylineError(f"rank {cause} failed: {written['message'] if written else 'for no reason it gave'}")
+    code = exc.failures[cause].exitcode
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
     return SkylineError(
-        f"rank {failed_rank} {how} without an error of its own"
+        f"rank {cause} {how} without an error of its own"
         + (" (the system may have run out of memory)." if code == -signal.SIGKILL else ".")
     )
+
+
+def _blame(error: dict[str, Any] | None) -> int:
+    """How surely a rank caused the failure, most surely first: it failed by itself; it died without
+    a word; it was still running its code while the others waited for it; it waited for another."""
+    if error is None:
+        return 1
+    if error.get("hung"):
+        return 2
+    return 3 if _waited(error) else 0
+
+
+def _waited(error: dict[str, Any]) -> bool:
+    """A collective that failed because of another rank: past its timeout, or its peer gone."""
+    message = str(error.get("message", "")).lower()
+    return any(sign in message for sign in ("timeout", "timed out", "closed by peer", "connection reset"))
 
 
 def _check_port_free(port: int) -> None:

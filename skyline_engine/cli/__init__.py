@@ -96,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "--port", type=positive_int("the port"), help="the rendezvous port of --nproc (default: a free one)"
     )
+    profile.add_argument(
+        "--collective-timeout",
+        type=positive_float("the collective timeout"),
+        metavar="S",
+        help="data-parallel: how long a rank waits for the others in a collective before the analysis "
+        "fails, naming the rank that did not come (default 120)",
+    )
     _add_common_options(profile)
     profile.add_argument("--json", metavar="PATH", help="also write the analysis document as JSON")
     profile.add_argument("--trace", metavar="PATH", help="also write a Chrome trace of one iteration (Perfetto)")
@@ -240,6 +247,7 @@ def _request(
         world_size=getattr(args, "nproc", None) or 1,
         interconnect_gbps=getattr(args, "interconnect_gbps", None),
         port=getattr(args, "port", None),
+        collective_timeout_s=getattr(args, "collective_timeout", None),
     )
 
 
