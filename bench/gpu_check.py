@@ -51,6 +51,7 @@ except ImportError as exc:  # the machine's python3 without torch: not the GPU m
     sys.exit(2)
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze  # noqa: E402
+from skyline_engine.measure import nvml  # noqa: E402
 from skyline_engine.measure.timing import TimingBudget  # noqa: E402
 
 EXAMPLES = {"cnn": "examples/cnn/entry_point.py", "transformer": "examples/transformer/entry_point.py"}
@@ -200,6 +201,7 @@ def memory(device: str) -> dict[str, Any]:
         "capacity_bytes": doc["device"]["memory_capacity_bytes"],
         "capacity_source": doc["device"]["memory_capacity_source"],
         "peak_allocated_bytes": doc["iteration"]["peak_memory_bytes"],
+        "peak_reserved_bytes": doc["iteration"]["peak_memory_reserved_bytes"],
     }
     if device == "cpu":
         return figures
@@ -217,6 +219,8 @@ def memory(device: str) -> dict[str, Any]:
             "mem_get_info_free_bytes": free,
             "mem_get_info_total_bytes": total,
             "device_total_bytes": torch.cuda.get_device_properties(0).total_memory,
+            # The engine's own lookup: by UUID (GPU- or MIG-), never by index.
+            "engine_nvml_total_bytes": nvml.total_memory_bytes(str(torch.cuda.get_device_properties(0).uuid)),
         }
     )
     try:

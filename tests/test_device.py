@@ -1,6 +1,8 @@
 """Device selection and capacity. This machine class has no GPU; CUDA paths are in test_gpu.py."""
 
 import os
+import sys
+import types
 
 import pytest
 import torch
@@ -102,4 +104,51 @@ def test_unknown_or_unsupported_devices_are_refused(spec):
 @no_cuda
 def test_nvml_without_a_driver_reports_nothing_instead_of_failing():
     # Real pynvml (nvidia-ml-py) on a machine without an NVIDIA driver: nvmlInit fails.
-    assert nvml.total_memory_bytes(None, 0) is None
+    assert nvml.total_memory_bytes("0c1a2b3c-0000-4000-8000-000000000000") is None
+
+
+class _FakeNvml:
+    """Stands in for pynvml, the one seam to NVIDIA hardware this machine does not have: a MIG
+    slice of 20 GiB on a GPU of 141 GiB, found by name only."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        self.devices = {"GPU-aaaa": 141 << 30, "MIG-bbbb": 20 << 30}
+        self.asked: list[str] = []
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, name):
+        self.asked.append(name)
+        if name not in self.devices:
+            raise self.NVMLError(name)
+        return name
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        raise AssertionError("a device must never be found by index")
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return types.SimpleNamespace(total=self.devices[handle])
+
+
+@pytest.mark.parametrize(
+    ("uuid", "total", "asked"),
+    [
+        ("aaaa", 141 << 30, ["GPU-aaaa"]),  # a whole GPU: torch's bare UUID
+        ("bbbb", 20 << 30, ["GPU-bbbb", "MIG-bbbb"]),  # a MIG slice: its own memory, not the GPU's
+        ("MIG-bbbb", 20 << 30, ["MIG-bbbb"]),
+        ("cccc", None, ["GPU-cccc", "MIG-cccc"]),  # unknown: nothing, not the GPU at some index
+        (None, None, []),
+    ],
+)
+def test_nvml_finds_a_gpu_or_a_mig_slice_by_uuid_and_never_by_index(monkeypatch, uuid, total, asked):
+    fake = _FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert nvml.total_memory_bytes(uuid) == total
+    assert fake.asked == asked

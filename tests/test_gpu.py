@@ -32,9 +32,14 @@ def test_the_capacity_is_what_this_process_can_use_of_the_gpu(document):
     assert device["memory_capacity_source"] == "cuda"  # torch.cuda.mem_get_info: free + what we hold
     total = torch.cuda.get_device_properties(device["index"]).total_memory
     assert 0.5 * total <= device["memory_capacity_bytes"] <= total
-    nvml_total = nvml.total_memory_bytes(None, device["index"])
+    nvml_total = nvml.total_memory_bytes(str(torch.cuda.get_device_properties(device["index"]).uuid))
     if nvml_total is not None:
         assert device["memory_capacity_bytes"] <= nvml_total
+
+
+def test_the_allocator_reserves_at_least_its_allocated_peak(document):
+    for measured in (document["iteration"], *document["models"]["samples"]):
+        assert measured["peak_memory_reserved_bytes"] >= measured["peak_memory_bytes"] > 0
 
 
 def test_peak_memory_matches_the_caching_allocator_measured_independently(document):

@@ -195,6 +195,12 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     for line, (part, size) in zip(section[2:], expected):
         assert line.strip().startswith(part) and line.rstrip().endswith(" " + size), line
         assert "░" in line  # a bar against the capacity
+    assert not any("reserved" in line for line in lines)  # a CPU document: no allocator's cache
+    doc["iteration"]["peak_memory_reserved_bytes"] = 16 * 2**20  # as a CUDA document has it
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
+    assert lines[start + 2].strip() == "the allocator reserved 16.0 MiB"
     assert_no_traceback(nvim)
 
 

@@ -27,14 +27,20 @@ def run_time(slope_ms: float, bias_ms: float) -> tuple[float, ...]:
     return tuple(slope_ms * b + bias_ms for b in MEASURED)
 
 
-def document(times, capacity=GiB, batch_size=128, with_models=True):
+def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=None):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
-    forward and backward pass."""
+    forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given)."""
     samples = [
         Sample(
             b,
             TimingStats(t, 0.1, 20, 1),
-            MemoryProfile(0, (1000 * b + 8_000_000,), ("addmm",), ((0, FORWARD_BACKWARD),)),
+            MemoryProfile(
+                0,
+                (1000 * b + 8_000_000,),
+                ("addmm",),
+                ((0, FORWARD_BACKWARD),),
+                None if reserved is None else 1000 * b + 8_000_000 + reserved,
+            ),
         )
         for b, t in zip(MEASURED, times)
     ]
@@ -91,6 +97,16 @@ def test_the_first_lines_say_how_fast_how_much_memory_and_the_knee():
         f"Largest fit  more than 1,024: the memory model says {doc['models']['max_batch_size']:,}, set by the "
         "forward and backward phase, far beyond the measurements (10% of memory kept free)",
     ]
+
+
+def test_what_a_cuda_allocator_reserved_stands_beside_the_peak():
+    doc = document(run_time(1 / 64, 0.75), reserved=4 << 20)
+    assert doc["iteration"]["peak_memory_reserved_bytes"] == 128_000 + 8_000_000 + (4 << 20)
+    assert summary(doc)[1] == (
+        "Memory       7.8 MiB peak (11.8 MiB reserved by the allocator) of 1.0 GiB planned for "
+        "█░░░░░░░░░░░░░░░░░░░ 0.8%, reached in the forward and backward pass"
+    )
+    assert document(run_time(1 / 64, 0.75))["iteration"]["peak_memory_reserved_bytes"] is None
 
 
 def test_when_memory_runs_out_before_the_knee_the_largest_that_fits_is_advised():

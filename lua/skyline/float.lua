@@ -193,6 +193,10 @@ local function add_memory(sheet, document)
   if phase then
     sheet:add({ { pad('', LABEL) }, { 'peak reached in ' .. phase, 'SkylineFloatMuted' } })
   end
+  local reserved = iteration.peak_memory_reserved_bytes -- CUDA only: the peak plus the allocator's cache
+  if type(reserved) == 'number' then
+    sheet:add({ { pad('', LABEL) }, { 'the allocator reserved ' .. format.bytes(reserved), 'SkylineFloatMuted' } })
+  end
   local parts = {
     { 'weights', sum(document.weights, 'size_bytes') },
     { 'gradients', sum(document.weights, 'grad_size_bytes') },

@@ -89,7 +89,7 @@ def _cuda_capacity(device: torch.device) -> tuple[int, str]:
         pass
     props = torch.cuda.get_device_properties(device)
     uuid = str(getattr(props, "uuid", "") or "") or None
-    total = nvml.total_memory_bytes(uuid, device.index)
+    total = nvml.total_memory_bytes(uuid)
     if total is not None:
         return total, "nvml"
     return int(props.total_memory), "cuda"

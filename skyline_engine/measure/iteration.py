@@ -90,6 +90,7 @@ class Sample:
             "samples_per_second": self.samples_per_second,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_phase": self.memory.peak_phase,
+            "peak_memory_reserved_bytes": self.memory.reserved_peak_bytes,
         }
 
 

@@ -133,6 +133,9 @@ class MemoryProfile:
     operation_bytes: tuple[int, ...]  # the peak at each operation, in order
     operation_names: tuple[str, ...]
     phase_starts: tuple[tuple[int, str], ...]  # (index of a phase's first operation, the phase)
+    # CUDA: the most the caching allocator reserved from the driver during the iteration (what it
+    # holds beyond `peak_bytes` is fragmentation and cache); None on the CPU.
+    reserved_peak_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -177,10 +180,19 @@ class MemoryMeter:
         """The profile so far; phases in which no operation ran are left out."""
         ends = [start for start, _ in self._phase_starts[1:]] + [len(self._bytes)]
         starts = tuple(entry for entry, end in zip(self._phase_starts, ends) if end > entry[0])
-        return MemoryProfile(self.start_bytes, tuple(self._bytes), tuple(self._names), starts or ((0, OTHER),))
+        return MemoryProfile(
+            self.start_bytes,
+            tuple(self._bytes),
+            tuple(self._names),
+            starts or ((0, OTHER),),
+            self._reserved_peak(),
+        )
 
     def _bytes_now(self, outputs: object) -> int:
         raise NotImplementedError
+
+    def _reserved_peak(self) -> int | None:
+        return None
 
 
 class CpuMemoryMeter(MemoryMeter):
@@ -200,12 +212,18 @@ class CudaMemoryMeter(MemoryMeter):
     def __init__(self, device: torch.device) -> None:
         self.device = device
         torch.cuda.reset_peak_memory_stats(device)
+        self._reserved = int(torch.cuda.memory_reserved(device))
         super().__init__(int(torch.cuda.memory_allocated(device)))
 
     def _bytes_now(self, outputs: object) -> int:
         peak = int(torch.cuda.max_memory_allocated(self.device))
+        # The reset below clears the reserved peak too: keep the highest seen.
+        self._reserved = max(self._reserved, int(torch.cuda.max_memory_reserved(self.device)))
         torch.cuda.reset_peak_memory_stats(self.device)
         return peak
+
+    def _reserved_peak(self) -> int | None:
+        return self._reserved
 
 
 def meter_for(device: torch.device, live_tensors: LiveTensors | None = None) -> MemoryMeter:

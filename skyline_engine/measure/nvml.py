@@ -1,6 +1,6 @@
 """The one seam to NVIDIA's management library (NVML, `import pynvml` from nvidia-ml-py).
 
-Tests on machines without a GPU replace `total_memory_bytes` here and nowhere else.
+Tests on machines without a GPU stand in for `pynvml` here and nowhere else.
 """
 
 from __future__ import annotations
@@ -8,12 +8,25 @@ from __future__ import annotations
 import contextlib
 
 
-def total_memory_bytes(uuid: str | None, index: int) -> int | None:
-    """Total memory of a GPU as NVML reports it, or None when NVML is not usable here.
+def handle_names(uuid: str | None) -> list[str]:
+    """The names NVML may know a CUDA device by, from the UUID torch gives: a whole GPU is
+    `GPU-<uuid>`, a MIG slice `MIG-<uuid>`; torch gives the bare UUID of either."""
+    if not uuid:
+        return []
+    if uuid.startswith(("GPU-", "MIG-")):
+        return [uuid]
+    return ["GPU-" + uuid, "MIG-" + uuid]
 
-    The GPU is found by its UUID when torch gives one (CUDA_VISIBLE_DEVICES renumbers devices
-    for CUDA but not for NVML), else by index.
+
+def total_memory_bytes(uuid: str | None) -> int | None:
+    """Total memory of a GPU or MIG slice as NVML reports it, or None when NVML does not know it.
+
+    The device is found by its UUID only, never by index: CUDA_VISIBLE_DEVICES renumbers devices
+    for CUDA but not for NVML, and on a MIG slice the index names the whole GPU.
     """
+    names = handle_names(uuid)
+    if not names:
+        return None
     try:
         import pynvml
     except ImportError:
@@ -23,16 +36,13 @@ def total_memory_bytes(uuid: str | None, index: int) -> int | None:
     except pynvml.NVMLError:
         return None
     try:
-        handle = None
-        if uuid:
-            name = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+        for name in names:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(name)
             except pynvml.NVMLError:
-                handle = None
-        if handle is None:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+                continue
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        return None
     except pynvml.NVMLError:
         return None
     finally:

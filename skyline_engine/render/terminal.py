@@ -130,8 +130,10 @@ def _memory(doc: dict[str, Any]) -> str:
     share = it["peak_memory_bytes"] / capacity if capacity else 0.0
     source = CAPACITY_SOURCES.get(device["memory_capacity_source"], "")
     phase = PEAK_PHASES.get(it["peak_memory_phase"], it["peak_memory_phase"])
+    reserved = it.get("peak_memory_reserved_bytes")
+    held = f" ({format_bytes(reserved)} reserved by the allocator)" if reserved else ""
     return (
-        f"{format_bytes(it['peak_memory_bytes'])} peak of {format_bytes(capacity)} {source} "
+        f"{format_bytes(it['peak_memory_bytes'])} peak{held} of {format_bytes(capacity)} {source} "
         f"{bar(share, 20)} {share:.1%}, reached in {phase}"
     )
 
