@@ -10,6 +10,7 @@ import torch
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure import nvml
 from skyline_engine.measure.device import cpu_capacity, describe_device, resolve_device
+from skyline_engine.service.worker import check_memory_limit_fits_the_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 
@@ -136,6 +137,9 @@ class _FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle):
         return types.SimpleNamespace(total=self.devices[handle])
 
+    def nvmlDeviceGetCount(self):
+        return 1
+
 
 @pytest.mark.parametrize(
     ("uuid", "total", "asked"),
@@ -152,3 +156,24 @@ def test_nvml_finds_a_gpu_or_a_mig_slice_by_uuid_and_never_by_index(monkeypatch,
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert nvml.total_memory_bytes(uuid) == total
     assert fake.asked == asked
+
+
+@pytest.mark.parametrize("spec", ["cuda", "cuda:1", "CUDA"])
+def test_a_worker_memory_limit_with_cuda_is_refused(spec):
+    with pytest.raises(SkylineError, match="CUDA cannot start under such a cap"):
+        check_memory_limit_fits_the_device(spec)
+
+
+def test_a_worker_memory_limit_with_auto_is_refused_where_nvml_sees_a_gpu(monkeypatch):
+    # NVML stands in for the GPU this machine does not have (the one hardware seam).
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(SkylineError, match="--device auto would quietly leave unused"):
+        check_memory_limit_fits_the_device("auto")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # every GPU hidden: the CPU it is
+    check_memory_limit_fits_the_device("auto")
+
+
+def test_a_worker_memory_limit_on_the_cpu_is_taken():
+    check_memory_limit_fits_the_device("cpu")
+    check_memory_limit_fits_the_device("auto")  # this machine: no NVIDIA driver, so no GPU

@@ -154,6 +154,24 @@ def test_cancel_and_supersession_over_tcp(connect, service):
     assert client.request("predict", {"batch_size": 8})["analysis_id"] == third
 
 
+def test_one_analysis_at_a_time_measures_on_the_device(connect, service):
+    # Side by side, two analyses skew each other's times (and on a GPU, its memory): the second
+    # client's waits, saying so, until the first one's worker is gone.
+    first, second = connect(), connect()
+    for client in (first, second):
+        client.initialize(token=service.token)
+    running = first.request("analyze", {"entry_point": SLOW})["analysis_id"]
+    first.wait_notification(lambda m, p: p.get("analysis_id") == running and p.get("phase") == "building the model")
+    first_worker = first.request("status")["worker_pid"]
+    waiting = second.request("analyze", {"entry_point": TINY})["analysis_id"]
+    _, said = second.wait_notification(lambda m, p: p.get("analysis_id") == waiting and m == "progress")
+    assert said["phase"] == "waiting for the device: another analysis is measuring on it"
+    assert first.request("cancel", {"analysis_id": running}) == {"cancelled": True}
+    method, final = second.wait_final(waiting)
+    assert method == "analysis", final
+    assert process_gone(first_worker)
+
+
 def test_two_clients_analyze_independently(connect, service):
     first, second = connect(), connect()
     for client in (first, second):
@@ -332,6 +350,15 @@ def test_bad_listen_addresses_are_usage_errors(root):
     result = _serve(root, "--listen", "localhost:99999")
     assert result.returncode == 2
     assert "between 0 and 65535" in result.stderr
+
+
+def test_a_worker_memory_limit_with_cuda_is_refused_at_start(root):
+    result = _serve(root, "--stdio", "--device", "cuda", "--worker-memory-limit", "8G")
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "skyline: error: --worker-memory-limit caps each worker's address space, and CUDA cannot start under such "
+        "a cap. Give --device cpu"
+    )
 
 
 def test_shutdown_stops_the_tcp_service_and_removes_its_token(root, tmp_path):

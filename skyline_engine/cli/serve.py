@@ -77,7 +77,8 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--worker-memory-limit",
         type=parse_size,
         metavar="SIZE",
-        help="address-space limit of each worker, e.g. 8G (for CPU analyses; CUDA needs a large address space)",
+        help="address-space limit of each worker, e.g. 8G (CPU analyses only: CUDA cannot start under it, so it "
+        "is refused with a GPU)",
     )
     serve.add_argument(
         "--max-frame-bytes",
@@ -143,6 +144,10 @@ def build_config(args: argparse.Namespace) -> ServiceConfig:
         max_run_s = QUICK_MAX_RUN_S if max_run_s is None else max_run_s
     if min_run_s is not None and max_run_s is not None and min_run_s > max_run_s:
         raise SkylineError("--min-run-s is larger than --max-run-s.")
+    if args.worker_memory_limit is not None:
+        from skyline_engine.service.worker import check_memory_limit_fits_the_device
+
+        check_memory_limit_fits_the_device(args.device)
     return ServiceConfig(
         project_root=root.resolve(),
         device=args.device,

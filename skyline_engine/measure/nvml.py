@@ -6,6 +6,7 @@ Tests on machines without a GPU stand in for `pynvml` here and nowhere else.
 from __future__ import annotations
 
 import contextlib
+import os
 
 
 def handle_names(uuid: str | None) -> list[str]:
@@ -45,6 +46,29 @@ def total_memory_bytes(uuid: str | None) -> int | None:
         return None
     except pynvml.NVMLError:
         return None
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def visible_gpu_count() -> int:
+    """How many NVIDIA GPUs this process could use, asked of NVML without starting CUDA (which
+    cannot start under an address-space limit); 0 when CUDA_VISIBLE_DEVICES hides them all or
+    NVML is not usable here."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    try:
+        import pynvml
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except pynvml.NVMLError:
+        return 0
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()

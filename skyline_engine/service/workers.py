@@ -11,7 +11,10 @@
   would slow the measurement down.
 - `Job` follows one analysis in its worker: it forwards progress, partial and final results to a
   listener, enforces the time limit, and turns an unexpected end of the process (crash, signal,
-  exit, out-of-memory kill) into an error that says which.
+  exit, out-of-memory kill) into an error that says which. One job at a time measures on the
+  service's device (`WorkerPool.device_slot`), for all clients: two analyses side by side skew
+  each other's times and, on a GPU, run each other out of memory. The slot passes on only once
+  the worker that held it is reaped, so a superseded analysis's GPU memory is free again.
 
 A fresh process per analysis is what makes edits to the user's files take effect (nothing stays
 imported) and what lets the service survive anything the code does.
@@ -325,6 +328,8 @@ class WorkerPool:
         self._spare: WorkerProcess | None = None
         self._running = 0
         self._closed = False
+        # Held by the job whose worker measures, from sending the job until that worker is reaped.
+        self.device_slot = threading.Lock()
         self._device: dict[str, Any] | None = None
         self._device_error: str | None = None
         self._device_known = threading.Event()
@@ -440,7 +445,6 @@ class Job:
         return self.worker.pid
 
     def start(self) -> None:
-        self.worker.send_job(self.request)
         self._thread.start()
 
     def stop(self) -> None:
@@ -449,8 +453,12 @@ class Job:
         self.worker.kill()
 
     def _run(self) -> None:
+        holding = False
         try:
-            self._follow()
+            holding = self._take_the_device()
+            if holding:
+                self.worker.send_job(self.request)
+                self._follow()
         except Exception:  # a bug here must not leave the worker running (or a zombie) or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
             self.worker.kill()
@@ -459,7 +467,24 @@ class Job:
             self.listener.on_error(self, Failure("internal", "internal error in the engine service; see its log."))
         finally:
             self.worker.close()
+            if holding:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.worker.wait(EXIT_GRACE_S)  # reaped (by _follow, normally) before the next one measures
+                self.pool.device_slot.release()
             self.pool.release()
+
+    def _take_the_device(self) -> bool:
+        """Wait until no other analysis measures on the device; False when stopped meanwhile."""
+        if self.pool.device_slot.acquire(blocking=False):
+            return True
+        self.listener.on_progress(self, "waiting for the device: another analysis is measuring on it", 0.0)
+        while not self.stopped:
+            if self.pool.device_slot.acquire(timeout=0.1):
+                if self.stopped:
+                    self.pool.device_slot.release()
+                    return False
+                return True
+        return False
 
     def _follow(self) -> None:
         oom_kills_before = failures.oom_kill_count()
