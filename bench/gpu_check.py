@@ -10,6 +10,8 @@ rehearsal (`--rehearse-on-cpu`: every step on the CPU, to catch mistakes here be
 are spent; never a result).
 
 The checks:
+0. every torch API the engine names exists in this torch (`tests/test_torch_apis.py`; the GPU
+   image has torch 2.11, this project's CI 2.13);
 1. the GPU-marked tests (`pytest -m gpu -rs tests/test_gpu.py`): fails if any is skipped;
 2. one recorded iteration of the CNN and the transformer examples: backward records, the share
    attributed to user lines, and per operation the engine's device time against torch.profiler's
@@ -86,8 +88,17 @@ class Report:
 def gpu_tests(device: str) -> dict[str, Any]:
     if device == "cpu":
         return {"skipped": "the GPU tests need CUDA (rehearsal)"}
+    return _pytest("-m", "gpu", "-rs", "tests/test_gpu.py")
+
+
+def torch_apis(device: str) -> dict[str, Any]:
+    """The torch internals the engine names exist in this torch (the GPU image's may be older)."""
+    return _pytest("tests/test_torch_apis.py")
+
+
+def _pytest(*args: str) -> dict[str, Any]:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "-rs", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -402,6 +413,7 @@ def main() -> int:
     }
     report = Report()
     for name, check in (
+        ("torch APIs the engine uses", torch_apis),
         ("GPU tests", gpu_tests),
         ("recorded iterations against torch.profiler", recorded_iterations),
         ("peak memory four ways", memory),
