@@ -24,9 +24,6 @@ LARGER_ATTEMPTS = 3
 SETTLED_RESIDUAL = 0.01
 # Memory-only probes at these multiples of the largest batch size measured so far.
 FURTHER = (4, 16)
-# What a memory-only probe may cost, in predicted iteration seconds.
-MEMORY_PROBE_BUDGET_S = 2.0
-
 Progress = Callable[[str, float], None]
 MeasureMemory = Callable[[int], MemoryProfile]
 
@@ -62,11 +59,11 @@ class Probing:
             self._try_larger(extra)
         return sorted(self.memory)
 
-    def settle_memory(self, seconds_per_sample: float) -> None:
+    def settle_memory(self, seconds_per_sample: float, budget_s: float) -> None:
         """When the memory model is not settled by the probed batch sizes (the operations differ
         between them, or their bytes are not affine in the batch size, as a GPU allocator's
         rounding or a workspace chosen per shape can make them), measure memory alone at larger
-        batch sizes, within MEMORY_PROBE_BUDGET_S of predicted iteration time each, and up to
+        batch sizes, within `budget_s` of predicted iteration time each, and up to
         what is predicted to fit. Then the largest batch size predicted to fit, if it lies beyond
         the trusted range and one iteration there is affordable."""
         for factor in FURTHER:
@@ -79,20 +76,20 @@ class Probing:
             fits = model.largest_within(self.usable)
             if fits is not None:
                 target = min(target, fits)
-            if target <= largest or target * seconds_per_sample > MEMORY_PROBE_BUDGET_S:
+            if target <= largest or target * seconds_per_sample > budget_s:
                 return
             self.progress(f"measuring the memory of batch size {target}", 0.6)
             if not self._measure_memory_only(target):
                 return
-        self._measure_the_limit(seconds_per_sample)
+        self._measure_the_limit(seconds_per_sample, budget_s)
 
-    def _measure_the_limit(self, seconds_per_sample: float) -> None:
+    def _measure_the_limit(self, seconds_per_sample: float, budget_s: float) -> None:
         """The largest batch size predicted to fit, measured (memory alone) when it lies beyond
         the trusted range and one iteration there is affordable: planning for a capacity then
         answers with a measured batch size, not an extrapolation."""
         known = {**self.memory, **self.memory_only}
         limit = fit_peak_memory(list(known), list(known.values())).largest_within(self.usable)
-        if limit is None or limit <= TRUSTED_FACTOR * max(known) or limit * seconds_per_sample > MEMORY_PROBE_BUDGET_S:
+        if limit is None or limit <= TRUSTED_FACTOR * max(known) or limit * seconds_per_sample > budget_s:
             return
         self.progress(f"measuring the memory of batch size {limit}, the largest predicted to fit", 0.65)
         self._measure_memory_only(limit)

@@ -150,7 +150,7 @@ class _Analysis:
             usable = usable_memory_bytes(self.device.memory_capacity_bytes)
             probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
             sizes = probing.probe()
-            probing.settle_memory(users.run_time_ms / self.batch_size / 1000)
+            probing.settle_memory(users.run_time_ms / self.batch_size / 1000, self.request.budget.memory_probe_s)
             samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
         self.progress("fitting the batch-size models", 0.95)
         models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device)

@@ -98,6 +98,8 @@ class TimingBudget:
     min_blocks: int = 3
     target_relative_error: float = 0.015
     min_block_ms: float = 5.0
+    # What one memory-only probe may cost, in predicted iteration seconds (analysis/probing.py).
+    memory_probe_s: float = 2.0
 
 
 @dataclass(frozen=True)
