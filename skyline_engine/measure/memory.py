@@ -106,9 +106,13 @@ class StorageCounter:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return
-        if storage in self._sizes:
+        if storage.device.type != "cpu" or storage in self._sizes:
+            # torch.compile's fake tensors claim the CPU as their device, but their storage is on
+            # `meta`: they hold no memory (hundreds of MiB of them once a model is compiled).
             return
         size = storage.nbytes()
+        if not isinstance(size, int):
+            return  # a size with symbols in it: a compiler's tracing tensor, not memory
         self._sizes[storage] = size
         self.live_bytes += size
         # Storage objects are kept alive by PyTorch exactly as long as the storage itself,
