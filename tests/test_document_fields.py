@@ -62,8 +62,8 @@ def written_fields(document: Any, where: str = "") -> Fields:
 
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
-    """The default example's complete document and first partial one, and a document with
-    memory-only probes (tests/projects/branching)."""
+    """The default example's complete document and first partial one, a document with memory-only
+    probes (tests/projects/branching), one of data-parallel training and one of a compiled model."""
     partials: list[dict[str, Any]] = []
     request = AnalysisRequest("examples/default/entry_point.py", REPO, device="cpu", budget=QUICK, timeline=True)
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
@@ -74,7 +74,10 @@ def documents() -> list[dict[str, Any]]:
     data_parallel = REPO / "tests" / "projects" / "data_parallel"
     ranks = analyze(AnalysisRequest("entry_point.py", data_parallel, device="cpu", budget=QUICK, world_size=2))
     assert ranks.to_dict()["distributed"]["buckets"]
-    return [complete, partials[0], probed, ranks.to_dict()]
+    compiled_project = REPO / "tests" / "projects" / "compiled"
+    compiled = analyze(AnalysisRequest("entry_point.py", compiled_project, device="cpu", budget=QUICK, predict=False))
+    assert compiled.to_dict()["compilation"]["batch_sizes"]
+    return [complete, partials[0], probed, ranks.to_dict(), compiled.to_dict()]
 
 
 def test_every_field_written_is_described(documents):

@@ -174,6 +174,29 @@ def test_one_figure_per_batch_size_and_nothing_negative(editor, project, real_do
     assert_no_traceback(nvim)
 
 
+def test_a_compiled_model_says_what_was_compiled_and_where_the_lines_come_from(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    assert not any(line.startswith("Compiled") for line in lines)  # an eager model
+    doc["compilation"] = {
+        "graphs": 3,
+        "seconds": 2.43,
+        "batch_sizes": [
+            {"batch_size": 128, "graphs": 1, "seconds": 2.2},
+            {"batch_size": 64, "graphs": 2, "seconds": 0.23},
+        ],
+    }
+    doc["attribution"]["mode"] = "eager_replay"
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Compiled"))
+    assert lines[start].split(None, 1)[1].rstrip() == "torch.compile: 3 graph(s) in 2.4 s, not in the iteration's time"
+    assert lines[start + 1].strip() == "per-line times from an eager run of the iteration"
+    assert_no_traceback(nvim)
+
+
 def test_the_memory_section_shows_each_part_against_the_capacity(editor, project, real_document):
     nvim = editor
     doc = fixed_document(real_document, project)

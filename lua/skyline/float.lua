@@ -164,6 +164,27 @@ local function add_throughput(sheet, document)
   end
 end
 
+-- torch.compile: what it compiled (not in the iteration's time), and where the lines come from.
+local function add_compilation(sheet, document)
+  local compilation = document.compilation
+  if type(compilation) ~= 'table' then
+    return
+  end
+  sheet:add({
+    { pad('Compiled', LABEL), 'SkylineFloatHeader' },
+    {
+      string.format(
+        "torch.compile: %d graph(s) in %.1f s, not in the iteration's time",
+        compilation.graphs,
+        compilation.seconds
+      ),
+    },
+  })
+  if document.attribution and document.attribution.mode == 'eager_replay' then
+    sheet:add({ { pad('', LABEL) }, { 'per-line times from an eager run of the iteration', 'SkylineFloatMuted' } })
+  end
+end
+
 local PHASES = {
   forward_backward = 'forward and backward',
   optimizer = 'the optimizer step',
@@ -463,6 +484,7 @@ local function build(width)
   local document = state.document
   local sheet = new_sheet()
   add_throughput(sheet, document)
+  add_compilation(sheet, document)
   add_memory(sheet, document)
   add_chart(sheet, document)
   add_distributed(sheet, document)

@@ -15,6 +15,7 @@ import skyline_engine
 from skyline_engine.analysis.data_parallel import DataParallel
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.entry.batch_size import BatchSizeLocation
+from skyline_engine.measure.compilation import Compilation
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import MemoryProfile
@@ -50,6 +51,7 @@ class AnalysisDocument:
     predictions: list[PredictionRow]
     memory_only: dict[int, MemoryProfile]  # batch sizes probed for the memory model alone
     distributed: DataParallel | None = None  # data-parallel training (--nproc, torchrun)
+    compilation: Compilation | None = None  # what torch.compile compiled, apart from the iteration
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class AnalysisDocument:
             "batch_size_location": self.batch_size_location.to_dict() if self.batch_size_location else None,
             "warnings": list(self.warnings),
             "distributed": self.distributed.to_dict() if self.distributed else None,
+            "compilation": self.compilation.to_dict() if self.compilation else None,
             **self.breakdown.to_dict(),
         }
 
@@ -97,6 +100,7 @@ def build_document(
     memory_only: dict[int, MemoryProfile] | None = None,
     distributed: DataParallel | None = None,
     breakdown_time_ms: float | None = None,
+    compilation: Compilation | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
@@ -122,4 +126,5 @@ def build_document(
         predictions=predictions,
         memory_only=dict(memory_only or {}),
         distributed=distributed,
+        compilation=compilation,
     )

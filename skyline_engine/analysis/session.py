@@ -11,17 +11,18 @@ import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from skyline_engine.analysis.document import AnalysisDocument, build_document
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.users_batch_size import measure_with_breakdown
-from skyline_engine.attribute.breakdown import Breakdown
+from skyline_engine.attribute.breakdown import EAGER_REPLAY, Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
 from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError
+from skyline_engine.measure.compilation import is_compiled
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
@@ -126,7 +127,8 @@ class _Analysis:
         self.partial = partial
         self.batch_size = request.batch_size or entry.default_batch_size
         self.location = batch_size_location(entry)
-        self.document = functools.partial(
+        self.runner: IterationRunner | None = None
+        self._build_document = functools.partial(
             build_document,
             project_root=str(entry.files.root),
             entry_point=entry.relative_path,
@@ -136,11 +138,16 @@ class _Analysis:
             batch_size_location=self.location,
         )
 
+    def document(self, **parts: Any) -> AnalysisDocument:
+        """The document of what is measured so far, with what torch.compile compiled meanwhile."""
+        compilation = self.runner.compilation if self.runner is not None else None
+        return self._build_document(compilation=compilation, **parts)
+
     def run(self) -> AnalysisDocument:
         self.progress("building the model", 0.0)
         creation = CreationSites(CallSites(self.entry.files))
         with creation.recording_modules():  # where each parameter is created: its line's memory
-            runner = IterationRunner(self.entry, self.device.torch_device, self.request.budget)
+            runner = self.runner = IterationRunner(self.entry, self.device.torch_device, self.request.budget)
         with runner:
             users, breakdown = self._users_batch_size(runner, creation)
             notes = breakdown_notes(breakdown)
@@ -201,7 +208,8 @@ class _Analysis:
         return sorted(samples, key=lambda s: s.batch_size), notes
 
     def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> tuple[Sample, Breakdown]:
-        self.progress(f"measuring batch size {self.batch_size}", 0.0)
+        compiling = "compiling the model (torch.compile) and " if is_compiled(runner.model) else ""
+        self.progress(f"{compiling}measuring batch size {self.batch_size}", 0.0)
         try:
             return measure_with_breakdown(
                 runner,
@@ -223,7 +231,14 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
     """What the user should know about how the breakdown was obtained."""
     notes = []
     scale = breakdown.attribution.scaled_by
-    if scale < NOTABLE_SCALING:
+    if breakdown.attribution.mode == EAGER_REPLAY:
+        took = f"took {1 / scale:.1f}× as long as" if scale < 1 else "took no longer than"
+        notes.append(
+            "The model is compiled (torch.compile): its per-line times and peak memory come from an eager run "
+            "of the same iteration, as the compiler's fused kernels belong to no line; that run's operations "
+            f"{took} the compiled iteration, whose time is the one measured. Compare lines by their shares."
+        )
+    elif scale < NOTABLE_SCALING:
         notes.append(
             f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
             "(recording adds work around each operation, a busy machine more); the per-line times "

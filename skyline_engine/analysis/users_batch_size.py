@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from skyline_engine.attribute.breakdown import Breakdown
+from skyline_engine.attribute.breakdown import EAGER_REPLAY, RECORDED, Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.measure.iteration import IterationRunner, Sample, single_iteration_timing
@@ -32,10 +32,13 @@ def measure_with_breakdown(
     with runner.at_batch_size(batch_size) as run:
         with creation.finding_optimizers(runner.entry.relative_path):
             warmup_ms = runner.warm_up(run)
+        # Compiled in the warm-up: recorded under a dispatch mode, the model runs its eager code.
+        mode = RECORDED if runner.compilation is None else EAGER_REPLAY
         recording = IterationRecording(creation, runner.model, runner.device)
         memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory)
-        on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline))
+        on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
         recording.record_more(run, timing.run_time_ms)
-        return Sample(batch_size, timing, memory), recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline)
+        final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)
+        return Sample(batch_size, timing, memory), final

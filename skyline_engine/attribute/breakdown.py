@@ -173,6 +173,12 @@ class Untracked:
         return {"run_time_ms": self.run_time_ms, "memory_bytes": self.memory_bytes}
 
 
+# How the operations were obtained: recorded in the iteration that is timed, or replayed eagerly
+# (a compiled model: dynamo compiles nothing under a dispatch mode, see measure/compilation.py).
+RECORDED = "recorded"
+EAGER_REPLAY = "eager_replay"
+
+
 @dataclass(frozen=True)
 class Attribution:
     recorded_iterations: int
@@ -180,6 +186,7 @@ class Attribution:
     user_lines_ms: float
     user_lines_fraction: float | None
     scaled_by: float
+    mode: str = RECORDED
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,6 +195,7 @@ class Attribution:
             "user_lines_ms": self.user_lines_ms,
             "user_lines_fraction": self.user_lines_fraction,
             "scaled_by": self.scaled_by,
+            "mode": self.mode,
         }
 
 
@@ -252,8 +260,8 @@ class Breakdown:
             lines=[line.scaled(scale) for line in self.lines],
             operations=self.operations.scaled(scale),
             untracked=Untracked(max(0.0, run_time_ms - attributed_ms), self.untracked.memory_bytes),
-            attribution=Attribution(
-                recorded_iterations=self.attribution.recorded_iterations,
+            attribution=replace(
+                self.attribution,
                 operations_ms=recorded_ms * scale,
                 user_lines_ms=attributed_ms,
                 user_lines_fraction=attributed_ms / run_time_ms if run_time_ms > 0 else None,
@@ -296,10 +304,12 @@ def build_breakdown(
     run_time_ms: float,
     peak_memory_bytes: int,
     timeline: bool = False,
+    mode: str = RECORDED,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
-    iteration's operations too. The recording is not consumed: it is broken down more than once (a
-    first result, then the final one)."""
+    iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The
+    recording is not consumed: it is broken down more than once (a first result, then the final
+    one)."""
     iterations = len(recording.iteration_starts)
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording.operations, iterations)
@@ -337,6 +347,7 @@ def build_breakdown(
             user_lines_ms=attributed_ms,
             user_lines_fraction=attributed_ms / run_time_ms if run_time_ms > 0 else None,
             scaled_by=scale,
+            mode=mode,
         ),
         timeline=first_iteration,
     )

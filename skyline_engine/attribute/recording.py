@@ -12,9 +12,10 @@ from typing import Callable
 
 import torch
 
-from skyline_engine.attribute.breakdown import Breakdown, build_breakdown
+from skyline_engine.attribute.breakdown import RECORDED, Breakdown, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.recorder import OperationRecorder
+from skyline_engine.measure.compilation import eager_replay
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
 from skyline_engine.measure.timing import Clock
 
@@ -38,7 +39,7 @@ class IterationRecording:
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
         """One iteration recorded operation by operation: its memory profile and its wall time."""
         meter = self.recorder.memory = meter_for(self.device, live_tensors)
-        with tracking_phases(meter), self.recorder:
+        with eager_replay(), tracking_phases(meter), self.recorder:
             self.recorder.start_iteration()
             wall_ms = clock.time_ms(run)
         self.recorder.memory = None  # further recorded iterations only add to the breakdown
@@ -49,12 +50,14 @@ class IterationRecording:
         more = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // max(run_time_ms, 1e-3))) - 1
         if more <= 0:
             return
-        with self.recorder:
+        with eager_replay(), self.recorder:
             for _ in range(more):
                 self.recorder.start_iteration()
                 run()
 
-    def breakdown(self, run_time_ms: float, peak_memory_bytes: int, timeline: bool = False) -> Breakdown:
+    def breakdown(
+        self, run_time_ms: float, peak_memory_bytes: int, timeline: bool = False, mode: str = RECORDED
+    ) -> Breakdown:
         return build_breakdown(
-            self.recorder.recording, self.model, self.creation, run_time_ms, peak_memory_bytes, timeline
+            self.recorder.recording, self.model, self.creation, run_time_ms, peak_memory_bytes, timeline, mode
         )

@@ -26,6 +26,13 @@ from skyline_engine.entry.loader import EntryPoint, user_code_error
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.allocator import pin_malloc_thresholds
+from skyline_engine.measure.compilation import (
+    NOTHING_COMPILED,
+    Compilation,
+    CompilerWork,
+    compiler_work,
+    quiet_about_global_hooks,
+)
 from skyline_engine.measure.memory import (
     LiveTensors,
     MemoryProfile,
@@ -122,6 +129,7 @@ class IterationRunner:
             # not change the current device: without this, `cuda:1` would be timed on cuda:0.
             torch.cuda.set_device(device)
         pin_malloc_thresholds()  # before the model's memory is allocated
+        quiet_about_global_hooks()
         with self._default_device():
             self.model = entry.call(MODEL_PROVIDER, entry.model_provider)
             _check_model(self.model, entry)
@@ -138,6 +146,7 @@ class IterationRunner:
         self._last_output: Any = None
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
+        self._compiled: dict[int, CompilerWork] = {}  # by batch size, in the order they first compiled
         self.live_tensors = LiveTensors()
         self._frozen = contextlib.ExitStack()
 
@@ -182,8 +191,9 @@ class IterationRunner:
         Skyline's observation: optimizers such as Adam create their state in the first step, so
         memory is measured after a warm-up (steady state). Later batch sizes need none on CPU (the
         state exists, nothing is tuned per shape, and the memory iteration comes before timing);
-        cuDNN picks its algorithms per shape, so CUDA warms up at every batch size."""
-        if self._ran_once and self.device.type != "cuda":
+        cuDNN picks its algorithms per shape, so CUDA warms up at every batch size, and torch.compile
+        compiles for new shapes, so a compiled model does too."""
+        if self._ran_once and self.device.type != "cuda" and not self._compiled:
             return math.inf
         for _ in range(self.budget.warmup_iterations - 1):
             run()
@@ -252,8 +262,14 @@ class IterationRunner:
             )
         return tuple(inputs)
 
+    @property
+    def compilation(self) -> Compilation | None:
+        """What torch.compile compiled while the iteration ran; None when it compiled nothing."""
+        return Compilation(tuple(self._compiled.items())) if self._compiled else None
+
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         out_of_memory = None
+        before = compiler_work()
         try:
             self.iteration(*inputs)
         except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
@@ -262,9 +278,15 @@ class IterationRunner:
             # Raised below, outside this handler: raised here it would keep `exc`, and through its
             # traceback the failed iteration's tensors, alive (CUDA could free nothing).
             out_of_memory = OutOfMemoryAtBatchSize(batch_size, exc, self._user_line(exc))
+        finally:
+            self._note_compiled(batch_size, compiler_work() - before)
         if out_of_memory is not None:
             raise out_of_memory
         self._ran_once = True
+
+    def _note_compiled(self, batch_size: int, work: CompilerWork) -> None:
+        if work != NOTHING_COMPILED:
+            self._compiled[batch_size] = self._compiled.get(batch_size, NOTHING_COMPILED) + work
 
     def _user_line(self, exc: BaseException) -> tuple[str | None, int | None]:
         frame = innermost_user_frame(exc.__traceback__, self.entry.files)

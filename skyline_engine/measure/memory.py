@@ -34,6 +34,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from skyline_engine.measure.compilation import eager_replay
+
 
 class LiveTensors:
     """Every tensor alive in the process, found through the garbage collector.
@@ -291,7 +293,7 @@ def measure_memory(
     recorded iteration and a measured one would not list the same operations."""
     meter = meter_for(device, live_tensors)
     hooks = torch.autograd.graph.saved_tensors_hooks(_unchanged, _unchanged)
-    with tracking_phases(meter), hooks, MemoryTracker(meter):
+    with eager_replay(), tracking_phases(meter), hooks, MemoryTracker(meter):
         run_iteration()
     return meter.profile()
 

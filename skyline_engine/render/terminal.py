@@ -108,8 +108,24 @@ def _summary(doc: dict[str, Any]) -> str:
     models = doc.get("models")
     if models:
         lines.append(("Largest fit", _largest_fit(models)))
+    if doc.get("compilation"):
+        lines.append(("Compiled", _compiled(doc["compilation"])))
     continuation = "\n" + LABEL.format("")
     return "\n".join(LABEL.format(label) + text.replace("\n", continuation) for label, text in lines)
+
+
+def _compiled(compilation: dict[str, Any]) -> str:
+    """What torch.compile compiled, apart from the iteration's time, and where it compiled again."""
+    first, *later = compilation["batch_sizes"]
+    text = (
+        f"torch.compile: {compilation['graphs']} graph(s) in {compilation['seconds']:.1f} s, compiled in warm-ups "
+        f"and not in the iteration's time\n{first['graphs']} at batch size {first['batch_size']:,} "
+        f"({first['seconds']:.1f} s)"
+    )
+    again = [f"{b['graphs']} at {b['batch_size']:,} ({b['seconds']:.1f} s)" for b in later]
+    if again:
+        text += f"; recompiled for new shapes: {', '.join(again)}"
+    return text
 
 
 def _speed(doc: dict[str, Any]) -> str:
