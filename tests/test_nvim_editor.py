@@ -174,6 +174,19 @@ def test_one_figure_per_batch_size_and_nothing_negative(editor, project, real_do
     assert_no_traceback(nvim)
 
 
+def test_accumulated_micro_batches_show_beside_the_throughput(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    assert "micro-batches" not in lines[0]
+    doc["iteration"]["micro_batches"] = 4
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    assert lines[0].rstrip().endswith("measured at batch size 128 × 4 micro-batches per optimizer step"), lines[0]
+    assert_no_traceback(nvim)
+
+
 def test_a_compiled_model_says_what_was_compiled_and_where_the_lines_come_from(editor, project, real_document):
     nvim = editor
     doc = fixed_document(real_document, project)

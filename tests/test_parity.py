@@ -125,6 +125,8 @@ MODEL_CASES = [
         ),
         [1, 16, 682, 683, 1000, 15625, 15626, 20000],
     ),
+    # gradient accumulation: four micro-batches of b samples per iteration
+    ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "micro_batches": 4}, [1, 64, 1000]),
 ]
 
 

@@ -128,9 +128,13 @@ end
 local function add_throughput(sheet, document)
   local measured = state.measured
   local throughput = format.throughput(measured.samples_per_second)
+  local k = document.iteration.micro_batches or 1 -- gradient accumulation
   sheet:add({
     { pad('Throughput', LABEL), 'SkylineFloatHeader' },
-    { string.format('%s measured at batch size %d', throughput, measured.batch_size) },
+    {
+      string.format('%s measured at batch size %d', throughput, measured.batch_size)
+        .. (k > 1 and string.format(' × %d micro-batches per optimizer step', k) or ''),
+    },
   })
   local fitted = state.models
   local knee = fitted and fitted.throughput_knee_batch_size

@@ -37,7 +37,8 @@ function M.predict(models, b)
   return {
     batch_size = b,
     run_time_ms = run_time_ms,
-    samples_per_second = run_time_ms and b / run_time_ms * 1000 or nil,
+    -- Gradient accumulation: `micro_batches` of b samples per iteration.
+    samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil,
     peak_memory_bytes = peak_memory_bytes,
     fits = peak_memory_bytes <= models.usable_memory_bytes,
     extrapolated = b < low or b > high,

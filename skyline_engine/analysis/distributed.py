@@ -80,7 +80,11 @@ class _RankAnalysis:
         creation = CreationSites(CallSites(self.entry.files))
         with creation.recording_modules():
             runner = IterationRunner(
-                self.entry, self.rank.device, self.request.budget, wrap_model=lambda m: wrap_ddp(m, self.rank)
+                self.entry,
+                self.rank.device,
+                self.request.budget,
+                wrap_model=lambda m: wrap_ddp(m, self.rank),
+                find_steady_state=False,  # the ranks' iterations are collectives: none may wait alone
             )
         ddp = runner.model
         assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)

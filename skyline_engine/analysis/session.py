@@ -150,7 +150,7 @@ class _Analysis:
             runner = self.runner = IterationRunner(self.entry, self.device.torch_device, self.request.budget)
         with runner:
             users, breakdown = self._users_batch_size(runner, creation)
-            notes = breakdown_notes(breakdown)
+            notes = runner.notes + breakdown_notes(breakdown)
             if not self.request.predict:
                 return self.document(samples=[users], breakdown=breakdown, models=None, warnings=notes)
             self._send(users, breakdown, notes)
@@ -195,7 +195,7 @@ class _Analysis:
                 if sizes == [users.batch_size]:
                     return [users], notes
         stats = timing.stats()
-        samples = [Sample(b, stats[b], memory[b]) for b in sizes]
+        samples = [Sample(b, stats[b], memory[b], users.micro_batches) for b in sizes]
         if users.batch_size not in stats:
             samples.append(users)
         if contention.others_share is not None and contention.others_share >= BUSY_MACHINE:
@@ -217,7 +217,7 @@ class _Analysis:
                 self.batch_size,
                 timeline=self.request.timeline,
                 quick_timing=self.request.predict,
-                on_first=lambda sample, breakdown: self._send(sample, breakdown, breakdown_notes(breakdown)),
+                on_first=lambda sample, found: self._send(sample, found, runner.notes + breakdown_notes(found)),
             )
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, self.device, self.location, self.request.memory_limit_source, self.entry) from None
@@ -276,7 +276,11 @@ def _fit_models(samples: list[Sample], memory: dict[int, MemoryProfile], device:
     if len(samples) < 2:
         return None
     return BatchSizeModels.fit(
-        [s.batch_size for s in samples], [s.run_time_ms for s in samples], memory, device.memory_capacity_bytes
+        [s.batch_size for s in samples],
+        [s.run_time_ms for s in samples],
+        memory,
+        device.memory_capacity_bytes,
+        micro_batches=samples[0].micro_batches,
     )
 
 

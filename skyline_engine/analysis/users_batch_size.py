@@ -36,9 +36,10 @@ def measure_with_breakdown(
         mode = RECORDED if runner.compilation is None else EAGER_REPLAY
         recording = IterationRecording(creation, runner.model, runner.device)
         memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
-        first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory)
+        micro_batches = recording.micro_batches()
+        first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
         recording.record_more(run, timing.run_time_ms)
         final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)
-        return Sample(batch_size, timing, memory), final
+        return Sample(batch_size, timing, memory, micro_batches), final

@@ -27,6 +27,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -136,10 +137,28 @@ class Recording:
     operations: list[OperationRecord] = field(default_factory=list)
     module_calls: list[ModuleCall] = field(default_factory=list)
     iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
+    # In the first recorded iteration: calls of the model itself (the provider's), and the steps
+    # of each optimizer (by id): together with its backward passes, they tell gradient accumulation.
+    model_calls: int = 0
+    optimizer_steps: Counter[int] = field(default_factory=Counter)
 
     def first_iteration(self) -> list[OperationRecord]:
         end = self.iteration_starts[1] if len(self.iteration_starts) > 1 else len(self.operations)
         return self.operations[:end]
+
+    def micro_batches(self) -> int:
+        """Gradient accumulation: k > 1 when the first iteration calls the model k times, runs k
+        backward passes and steps each optimizer once (k micro-batches per optimizer step); else 1
+        (a model also called for evaluation, say, or several steps per iteration)."""
+        operations = self.first_iteration()
+        backward_passes = sum(
+            1
+            for before, op in zip([None, *operations], operations)
+            if op.phase == BACKWARD and (before is None or before.phase != BACKWARD)
+        )
+        steps_once = bool(self.optimizer_steps) and set(self.optimizer_steps.values()) == {1}
+        k = self.model_calls
+        return k if k > 1 and backward_passes == k and steps_once else 1
 
 
 class OperationRecorder(TorchDispatchMode):
@@ -149,11 +168,14 @@ class OperationRecorder(TorchDispatchMode):
         module_names: dict[int, str],
         device: torch.device,
         memory: MemoryMeter | None = None,
+        model: torch.nn.Module | None = None,
     ) -> None:
+        """`model`: the provider's model, whose calls are counted (Recording.model_calls)."""
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         self.call_sites = call_sites
         self.module_names = module_names
         self.device = device
+        self._model_id = id(model) if model is not None else None
         # Shown every operation's outputs, outside the timed span: the memory profile of the
         # recorded iteration without a second dispatch mode (which cost the transformer example
         # 9 ms a recorded iteration of 43 ms).
@@ -212,6 +234,8 @@ class OperationRecorder(TorchDispatchMode):
             call_id = self._module_call_count
         self._call_stack.append((path, call_id))
         self.recording.module_calls.append(ModuleCall(path, context))
+        if id(module) == self._model_id and len(self.recording.iteration_starts) == 1:
+            self.recording.model_calls += 1
 
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:
@@ -219,6 +243,8 @@ class OperationRecorder(TorchDispatchMode):
 
     def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._steps_running += 1
+        if len(self.recording.iteration_starts) == 1:
+            self.recording.optimizer_steps[id(optimizer)] += 1
 
     def _leave_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # A step that raised never calls its post-hook; the next iteration's recorder starts at 0.

@@ -34,7 +34,7 @@ class IterationRecording:
         self.model = model
         self.device = device
         module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
-        self.recorder = OperationRecorder(creation.call_sites, module_names, device)
+        self.recorder = OperationRecorder(creation.call_sites, module_names, device, model=model)
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
         """One iteration recorded operation by operation: its memory profile and its wall time."""
@@ -54,6 +54,10 @@ class IterationRecording:
             for _ in range(more):
                 self.recorder.start_iteration()
                 run()
+
+    def micro_batches(self) -> int:
+        """Micro-batches per optimizer step, from the first recorded iteration (Recording.micro_batches)."""
+        return self.recorder.recording.micro_batches()
 
     def breakdown(
         self, run_time_ms: float, peak_memory_bytes: int, timeline: bool = False, mode: str = RECORDED

@@ -15,11 +15,13 @@ import dataclasses
 import functools
 import inspect
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skyline_engine.entry.contract import INPUT_PROVIDER, ITERATION_PROVIDER, MODEL_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, user_code_error
@@ -51,6 +53,30 @@ from skyline_engine.measure.timing import (
 
 Run = Callable[[], None]
 
+# Warming up until an optimizer steps (a GradScaler skipping its first steps) stops after this
+# many iterations or seconds: a GradScaler halves its scale at each skip, so 64 cover any start.
+STEADY_STATE_ITERATIONS = 64
+STEADY_STATE_S = 10.0
+
+
+class _StepCount:
+    count = 0
+
+
+@contextlib.contextmanager
+def counting_steps() -> Iterator[_StepCount]:
+    """How many optimizer steps ran meanwhile (torch's global optimizer step hook)."""
+    steps = _StepCount()
+
+    def stepped(*_: object) -> None:
+        steps.count += 1
+
+    handle = register_optimizer_step_post_hook(stepped)
+    try:
+        yield steps
+    finally:
+        handle.remove()
+
 
 class OutOfMemoryAtBatchSize(Exception):
     """The iteration does not fit at `batch_size`. It keeps the cause's text and the user's line
@@ -73,6 +99,9 @@ class Sample:
     batch_size: int
     timing: TimingStats
     memory: MemoryProfile
+    # Gradient accumulation: the iteration runs this many micro-batches of `batch_size` samples
+    # before its optimizer step (attribute/recorder.py, Recording.micro_batches).
+    micro_batches: int = 1
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -84,7 +113,7 @@ class Sample:
 
     @property
     def samples_per_second(self) -> float:
-        return self.batch_size / self.run_time_ms * 1000.0
+        return self.micro_batches * self.batch_size / self.run_time_ms * 1000.0
 
     def to_dict(self) -> dict[str, Any]:
         """A measurement as the analysis document writes it (`iteration`, `models.samples[]`,
@@ -95,6 +124,7 @@ class Sample:
             "run_time_iqr_ms": self.timing.iqr_ms,
             "repetitions": self.timing.iterations,
             "samples_per_second": self.samples_per_second,
+            "micro_batches": self.micro_batches,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_phase": self.memory.peak_phase,
             "peak_memory_reserved_bytes": self.memory.reserved_peak_bytes,
@@ -118,8 +148,11 @@ class IterationRunner:
         device: torch.device,
         budget: TimingBudget,
         wrap_model: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        find_steady_state: bool = True,
     ) -> None:
-        """`wrap_model` turns the provider's model into the one the iteration provider gets (DDP)."""
+        """`wrap_model` turns the provider's model into the one the iteration provider gets (DDP).
+        `find_steady_state`: warm up until an optimizer steps (False where every iteration must run
+        in lockstep with other processes: how long to wait is decided locally)."""
         self.entry = entry
         self.device = device
         self.budget = budget
@@ -147,6 +180,8 @@ class IterationRunner:
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
         self._compiled: dict[int, CompilerWork] = {}  # by batch size, in the order they first compiled
+        self._stepped = not find_steady_state  # an optimizer has stepped: its state exists (steady state)
+        self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self.live_tensors = LiveTensors()
         self._frozen = contextlib.ExitStack()
 
@@ -195,9 +230,35 @@ class IterationRunner:
         compiles for new shapes, so a compiled model does too."""
         if self._ran_once and self.device.type != "cuda" and not self._compiled:
             return math.inf
-        for _ in range(self.budget.warmup_iterations - 1):
-            run()
-        return self.clock.time_ms(run)
+        with counting_steps() as steps:
+            for _ in range(self.budget.warmup_iterations - 1):
+                run()
+            last_ms = self.clock.time_ms(run)
+        if not self._stepped:
+            self._stepped = steps.count > 0 or self._until_an_optimizer_steps(run)
+        return last_ms
+
+    def _until_an_optimizer_steps(self, run: Run) -> bool:
+        """Steady state needs the optimizer's state, made by its first step; a GradScaler skips the
+        step while the scaled gradients overflow (its first steps, with a large `init_scale`). So
+        warm up until an optimizer steps, within STEADY_STATE_ITERATIONS and STEADY_STATE_S, and
+        say when none did."""
+        started = time.perf_counter()
+        ran = self.budget.warmup_iterations
+        while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
+            with counting_steps() as steps:
+                run()
+            ran += 1
+            if steps.count:
+                return True
+        self.notes.append(
+            f"No optimizer stepped in {ran} warm-up iterations. If your iteration steps one, through a "
+            "GradScaler say (it skips optimizer.step() while the scaled gradients overflow), it did not "
+            "reach a steady state: the optimizer's step and its state are missing from the time and memory "
+            "measured. Start the scaler lower (init_scale), or run enough iterations in the iteration "
+            "provider before returning the iteration."
+        )
+        return True  # said once; nothing more to wait for
 
     def memory(self, run: Run) -> MemoryProfile:
         """The tensor memory of one iteration, operation by operation."""

@@ -1,8 +1,10 @@
 """Predicting iteration time, throughput and peak memory at any batch size.
 
 Run time is a straight line in the batch size (ms), as Skyline fits it; throughput follows:
-samples/s = batch_size / run_time(batch_size) * 1000. Peak memory is the upper envelope of
-per-operation lines (predict/peak_memory.py), not one line through the peaks.
+samples/s = micro_batches * batch_size / run_time(batch_size) * 1000 (micro_batches: 1, or k
+when the iteration accumulates gradients over k micro-batches of batch_size samples). Peak memory
+is the upper envelope of per-operation lines (predict/peak_memory.py), not one line through the
+peaks.
 
 What the models say is trusted between the smallest measured batch size and TRUSTED_FACTOR times
 the largest: a prediction outside says `extrapolated`. No prediction carries an impossible number:
@@ -66,6 +68,7 @@ class BatchSizeModels:
     measured_batch_sizes: tuple[int, ...]  # timed
     memory_batch_sizes: tuple[int, ...]  # whose memory was measured: the timed ones, and more
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
+    micro_batches: int = 1  # of `batch_size` samples each, per iteration (gradient accumulation)
 
     @classmethod
     def fit(
@@ -74,6 +77,7 @@ class BatchSizeModels:
         run_times_ms: Sequence[float],
         memory: Mapping[int, MemoryProfile],
         capacity: int,
+        micro_batches: int = 1,
     ) -> BatchSizeModels:
         """Run time from the timed `batch_sizes`; peak memory from every batch size whose memory
         was measured (the timed ones, and memory-only probes beyond them)."""
@@ -83,6 +87,7 @@ class BatchSizeModels:
             capacity,
             tuple(sorted(set(batch_sizes))),
             tuple(sorted(memory)),
+            micro_batches=micro_batches,
         )
 
     @classmethod
@@ -107,6 +112,7 @@ class BatchSizeModels:
                 sorted({int(s["batch_size"]) for s in [*models["samples"], *models["memory_samples"]]})
             ),
             headroom_fraction=float(models["memory_headroom_fraction"]),
+            micro_batches=int(models.get("micro_batches", 1)),
         )
 
     @property
@@ -135,7 +141,7 @@ class BatchSizeModels:
         return Prediction(
             batch_size,
             run_time,
-            batch_size / run_time * 1000.0 if run_time else None,
+            self.micro_batches * batch_size / run_time * 1000.0 if run_time else None,
             memory,
             memory <= self.usable_memory_bytes,
             not low <= batch_size <= high,
@@ -158,7 +164,7 @@ class BatchSizeModels:
         batch size and an iteration has fixed costs (a positive intercept)."""
         if not self.time_predictable or self.run_time.bias <= 0:
             return None
-        return 1000.0 / self.run_time.slope
+        return self.micro_batches * 1000.0 / self.run_time.slope
 
     def throughput_knee_batch_size(self) -> int | None:
         """The batch size where throughput reaches KNEE_SHARE of its asymptote: b / (s·b + c) =
@@ -230,6 +236,7 @@ class BatchSizeModels:
             "run_time_ms": self.run_time.to_dict(),
             "peak_memory_bytes": self.peak_memory.to_dict(largest, self.memory_batch_sizes[-1]),
             "memory_headroom_fraction": self.headroom_fraction,
+            "micro_batches": self.micro_batches,
             "usable_memory_bytes": self.usable_memory_bytes,
             "max_batch_size": largest,
             "max_batch_size_extrapolated": self.max_batch_size_extrapolated(),

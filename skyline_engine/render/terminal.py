@@ -134,8 +134,10 @@ def _speed(doc: dict[str, Any]) -> str:
         timed = f"lower quartile of {it['repetitions']:,} timed, IQR {format_ms(it['run_time_iqr_ms'])}"
     else:
         timed = "one iteration, not yet timed"
+    k = it.get("micro_batches", 1)
+    per_step = f" × {k} micro-batches ({k * doc['batch_size']:,} samples per optimizer step)" if k > 1 else ""
     return (
-        f"{format_rate(it['samples_per_second'], SAMPLES)} at batch size {doc['batch_size']:,}: "
+        f"{format_rate(it['samples_per_second'], SAMPLES)} at batch size {doc['batch_size']:,}{per_step}: "
         f"{format_ms(it['run_time_ms'])} per iteration ({timed})"
     )
 

@@ -1,0 +1,104 @@
+"""Training loops as people write them today: mixed precision with a GradScaler that skips its
+first steps, gradient accumulation with a fused optimizer and a scheduler, several optimizers and
+parameter groups. Each figure is checked against a count made here from the model's definition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.render.terminal import render_report
+
+PROJECTS = Path(__file__).parent / "projects"
+QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
+FLOAT32 = 4
+# tests/projects/*/model.py: Linear(64, 256), Linear(256, 256), Linear(256, 10).
+BODY = (64 * 256 + 256) + (256 * 256 + 256)
+HEAD = 256 * 10 + 10
+ADAM_STEPS = FLOAT32  # each parameter's `step`, a float32 scalar on the CPU
+
+
+def analysed(project: str, entry: str, predict: bool = True) -> dict:
+    request = AnalysisRequest(entry, PROJECTS / project, device="cpu", budget=QUICK, predict=predict)
+    return analyze(request).to_dict()
+
+
+def line(doc: dict, path: str, number: int) -> dict:
+    return next(e for e in doc["lines"] if (e["path"], e["line"]) == (path, number))
+
+
+@pytest.fixture(scope="module")
+def accumulation():
+    return analysed("accumulation", "entry_point.py")
+
+
+def test_a_scaler_that_skips_its_first_steps_is_measured_in_steady_state():
+    # The scaler skips optimizer.step() for about 20 iterations: measured after one warm-up, Adam
+    # had no state yet, and the peak was 789,348 bytes instead of 1,893,832.
+    doc = analysed("mixed_precision", "entry_point.py", predict=False)
+    state = doc["optimizer_state"]
+    assert [(s["name"], s["size_bytes"]) for s in state] == [("Adam", 2 * FLOAT32 * (BODY + HEAD) + 6 * ADAM_STEPS)]
+    assert (state[0]["contexts"][0]["path"], state[0]["contexts"][0]["line"]) == ("entry_point.py", 19)
+    weights_and_grads = 2 * FLOAT32 * (BODY + HEAD)
+    assert doc["iteration"]["peak_memory_bytes"] >= weights_and_grads + state[0]["size_bytes"]
+    assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
+    assert line(doc, "entry_point.py", 27)["step_ms"] > 0  # scaler.step(optimizer): the step
+
+
+def test_a_loop_that_never_steps_says_so():
+    doc = analysed("mixed_precision", "never_steps.py", predict=False)
+    assert doc["optimizer_state"] == []
+    notes = [w for w in doc["warnings"] if w.startswith("No optimizer stepped")]
+    assert notes == [
+        "No optimizer stepped in 64 warm-up iterations. If your iteration steps one, through a GradScaler say "
+        "(it skips optimizer.step() while the scaled gradients overflow), it did not reach a steady state: the "
+        "optimizer's step and its state are missing from the time and memory measured. Start the scaler lower "
+        "(init_scale), or run enough iterations in the iteration provider before returning the iteration."
+    ]
+
+
+def test_accumulated_micro_batches_count_in_the_throughput(accumulation):
+    doc = accumulation
+    it = doc["iteration"]
+    assert it["micro_batches"] == 4
+    assert it["samples_per_second"] == pytest.approx(4 * doc["batch_size"] / it["run_time_ms"] * 1000)
+    for sample in doc["models"]["samples"]:
+        assert sample["micro_batches"] == 4
+        assert sample["samples_per_second"] == pytest.approx(4 * sample["batch_size"] / sample["run_time_ms"] * 1000)
+    assert doc["models"]["micro_batches"] == 4
+    for row in doc["predictions"]:
+        if row["run_time_ms"] is not None:
+            assert row["samples_per_second"] == pytest.approx(4 * row["batch_size"] / row["run_time_ms"] * 1000)
+    speed = render_report(doc).split("\n\n")[1].splitlines()[0]
+    rate = f"{it['samples_per_second']:,.0f}"
+    assert speed.startswith(f"Speed        {rate} samples/s at batch size 32 × 4 micro-batches ")
+    assert "(128 samples per optimizer step)" in speed
+
+
+def test_a_fused_optimizer_and_its_scheduler_step_in_the_step_phase(accumulation):
+    doc = accumulation
+    state = doc["optimizer_state"]
+    assert [(s["name"], s["size_bytes"]) for s in state] == [("Adam", 2 * FLOAT32 * (BODY + HEAD) + 6 * ADAM_STEPS)]
+    assert state[0]["contexts"][0]["line"] == 20  # the constructor
+    step = line(doc, "entry_point.py", 28)  # optimizer.step()
+    assert step["step_ms"] > 0 and step["forward_ms"] == 0 and step["backward_ms"] == 0
+
+
+def test_one_micro_batch_when_the_model_runs_once_per_step():
+    doc = analysed("accumulation", "optimizers.py", predict=False)
+    assert doc["iteration"]["micro_batches"] == 1
+
+
+def test_several_optimizers_and_parameter_groups_each_at_their_constructor():
+    doc = analysed("accumulation", "optimizers.py", predict=False)
+    found = [(s["name"], s["size_bytes"], s["contexts"][0]["line"]) for s in doc["optimizer_state"]]
+    assert found == [
+        ("SGD", FLOAT32 * BODY, 19),  # a momentum buffer for each parameter of both groups
+        ("Adam", 2 * FLOAT32 * HEAD + 2 * ADAM_STEPS, 25),
+    ]
+    for number in (32, 33):  # body.step(), head.step()
+        assert line(doc, "optimizers.py", number)["step_ms"] > 0
