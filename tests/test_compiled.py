@@ -1,8 +1,9 @@
 """torch.compile: the compiled iteration is timed, compiling is reported apart from it, memory counts
 only real tensors, and the breakdown says it comes from an eager run of the same iteration.
 
-tests/projects/compiled compiles an MLP with static shapes (every batch size compiles its own
-graphs), with the inductor CPU backend; eager.py is the same model and iteration uncompiled.
+tests/projects/training_loops/compiled.py compiles an MLP with static shapes (every batch size
+compiles its own graphs), with the inductor CPU backend; eager.py is the same model and iteration
+uncompiled.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.render.terminal import render_report
 
-PROJECT = Path(__file__).parent / "projects" / "compiled"
+PROJECT = Path(__file__).parent / "projects" / "training_loops"
 QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    return analyze(AnalysisRequest("entry_point.py", PROJECT, device="cpu", budget=QUICK)).to_dict()
+    return analyze(AnalysisRequest("compiled.py", PROJECT, device="cpu", budget=QUICK)).to_dict()
 
 
 @pytest.fixture(scope="module")

@@ -74,8 +74,8 @@ def documents() -> list[dict[str, Any]]:
     data_parallel = REPO / "tests" / "projects" / "data_parallel"
     ranks = analyze(AnalysisRequest("entry_point.py", data_parallel, device="cpu", budget=QUICK, world_size=2))
     assert ranks.to_dict()["distributed"]["buckets"]
-    compiled_project = REPO / "tests" / "projects" / "compiled"
-    compiled = analyze(AnalysisRequest("entry_point.py", compiled_project, device="cpu", budget=QUICK, predict=False))
+    training_loops = REPO / "tests" / "projects" / "training_loops"
+    compiled = analyze(AnalysisRequest("compiled.py", training_loops, device="cpu", budget=QUICK, predict=False))
     assert compiled.to_dict()["compilation"]["batch_sizes"]
     return [complete, partials[0], probed, ranks.to_dict(), compiled.to_dict()]
 

@@ -13,17 +13,17 @@ from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.render.terminal import render_report
 
-PROJECTS = Path(__file__).parent / "projects"
+PROJECT = Path(__file__).parent / "projects" / "training_loops"
 QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 FLOAT32 = 4
-# tests/projects/*/model.py: Linear(64, 256), Linear(256, 256), Linear(256, 10).
+# tests/projects/training_loops/model.py: Linear(64, 256), Linear(256, 256), Linear(256, 10).
 BODY = (64 * 256 + 256) + (256 * 256 + 256)
 HEAD = 256 * 10 + 10
 ADAM_STEPS = FLOAT32  # each parameter's `step`, a float32 scalar on the CPU
 
 
-def analysed(project: str, entry: str, predict: bool = True) -> dict:
-    request = AnalysisRequest(entry, PROJECTS / project, device="cpu", budget=QUICK, predict=predict)
+def analysed(entry: str, predict: bool = True) -> dict:
+    request = AnalysisRequest(entry, PROJECT, device="cpu", budget=QUICK, predict=predict)
     return analyze(request).to_dict()
 
 
@@ -33,24 +33,24 @@ def line(doc: dict, path: str, number: int) -> dict:
 
 @pytest.fixture(scope="module")
 def accumulation():
-    return analysed("accumulation", "entry_point.py")
+    return analysed("accumulation.py")
 
 
 def test_a_scaler_that_skips_its_first_steps_is_measured_in_steady_state():
     # The scaler skips optimizer.step() for about 20 iterations: measured after one warm-up, Adam
     # had no state yet, and the peak was 789,348 bytes instead of 1,893,832.
-    doc = analysed("mixed_precision", "entry_point.py", predict=False)
+    doc = analysed("mixed_precision.py", predict=False)
     state = doc["optimizer_state"]
     assert [(s["name"], s["size_bytes"]) for s in state] == [("Adam", 2 * FLOAT32 * (BODY + HEAD) + 6 * ADAM_STEPS)]
-    assert (state[0]["contexts"][0]["path"], state[0]["contexts"][0]["line"]) == ("entry_point.py", 19)
+    assert (state[0]["contexts"][0]["path"], state[0]["contexts"][0]["line"]) == ("mixed_precision.py", 19)
     weights_and_grads = 2 * FLOAT32 * (BODY + HEAD)
     assert doc["iteration"]["peak_memory_bytes"] >= weights_and_grads + state[0]["size_bytes"]
     assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
-    assert line(doc, "entry_point.py", 27)["step_ms"] > 0  # scaler.step(optimizer): the step
+    assert line(doc, "mixed_precision.py", 27)["step_ms"] > 0  # scaler.step(optimizer): the step
 
 
 def test_a_loop_that_never_steps_says_so():
-    doc = analysed("mixed_precision", "never_steps.py", predict=False)
+    doc = analysed("never_steps.py", predict=False)
     assert doc["optimizer_state"] == []
     notes = [w for w in doc["warnings"] if w.startswith("No optimizer stepped")]
     assert notes == [
@@ -84,17 +84,17 @@ def test_a_fused_optimizer_and_its_scheduler_step_in_the_step_phase(accumulation
     state = doc["optimizer_state"]
     assert [(s["name"], s["size_bytes"]) for s in state] == [("Adam", 2 * FLOAT32 * (BODY + HEAD) + 6 * ADAM_STEPS)]
     assert state[0]["contexts"][0]["line"] == 20  # the constructor
-    step = line(doc, "entry_point.py", 28)  # optimizer.step()
+    step = line(doc, "accumulation.py", 28)  # optimizer.step()
     assert step["step_ms"] > 0 and step["forward_ms"] == 0 and step["backward_ms"] == 0
 
 
 def test_one_micro_batch_when_the_model_runs_once_per_step():
-    doc = analysed("accumulation", "optimizers.py", predict=False)
+    doc = analysed("optimizers.py", predict=False)
     assert doc["iteration"]["micro_batches"] == 1
 
 
 def test_several_optimizers_and_parameter_groups_each_at_their_constructor():
-    doc = analysed("accumulation", "optimizers.py", predict=False)
+    doc = analysed("optimizers.py", predict=False)
     found = [(s["name"], s["size_bytes"], s["contexts"][0]["line"]) for s in doc["optimizer_state"]]
     assert found == [
         ("SGD", FLOAT32 * BODY, 19),  # a momentum buffer for each parameter of both groups

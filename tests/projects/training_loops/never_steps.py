@@ -1,4 +1,4 @@
-"""As entry_point.py, but the scale is infinite: every step overflows, and the optimizer never steps."""
+"""As mixed_precision.py, but the scale is infinite: every step overflows, and the optimizer never steps."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""The same MLP and iteration as entry_point.py, not compiled."""
+"""The same MLP and iteration as compiled.py, not compiled."""
 
 import torch
 
