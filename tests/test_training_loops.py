@@ -46,7 +46,8 @@ def test_a_scaler_that_skips_its_first_steps_is_measured_in_steady_state():
     weights_and_grads = 2 * FLOAT32 * (BODY + HEAD)
     assert doc["iteration"]["peak_memory_bytes"] >= weights_and_grads + state[0]["size_bytes"]
     assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
-    assert line(doc, "mixed_precision.py", 27)["step_ms"] > 0  # scaler.step(optimizer): the step
+    step = line(doc, "mixed_precision.py", 27)  # scaler.step(optimizer): unscaling and checking included
+    assert step["step_ms"] > 0 and step["forward_ms"] == 0 and step["backward_ms"] == 0
 
 
 def test_a_loop_that_never_steps_says_so():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 
 from skyline_engine.entry.user_frames import ProjectFiles
 
@@ -49,6 +49,16 @@ class CallSites:
                 contexts.append((relative, frame.f_lineno))
             frame = frame.f_back
         return tuple(contexts), innermost_id
+
+    def runs_within(self, codes: frozenset[CodeType], skip: int = 1) -> bool:
+        """Whether a function of `codes` runs between the caller and the innermost project frame
+        (a library method the user's line called, say)."""
+        frame = _frame_above(skip + 1)
+        while frame is not None and self._relative(frame.f_code.co_filename) is None:
+            if frame.f_code in codes:
+                return True
+            frame = frame.f_back
+        return False
 
     def _relative(self, filename: str) -> str | None:
         try:

@@ -46,6 +46,12 @@ FORWARD = "forward"
 BACKWARD = "backward"
 OPTIMIZER = "optimizer"  # inside optimizer.step(): neither forward nor backward
 
+# A GradScaler's work around the step (unscaling the gradients, checking them for inf and NaN,
+# updating its scale) is the optimizer's phase: `scaler.step(optimizer)` is the step.
+_SCALER_CODES = frozenset(
+    getattr(torch.amp.GradScaler, name).__code__ for name in ("step", "unscale_", "_unscale_grads_", "update")
+)
+
 # Sequence number of nodes that have none (AccumulateGrad): their work is attributed by call site.
 _NO_SEQUENCE = (1 << 64) - 1
 
@@ -291,7 +297,8 @@ class OperationRecorder(TorchDispatchMode):
             module, call_id = self._call_stack[-1] if self._call_stack else ("", 0)
             # An optimizer updates without gradients; a closure it calls (LBFGS) runs the model
             # with them, and that is forward work.
-            phase = OPTIMIZER if self._steps_running and not torch.is_grad_enabled() else FORWARD
+            stepping = self._steps_running and not torch.is_grad_enabled()
+            phase = OPTIMIZER if stepping or self.call_sites.runs_within(_SCALER_CODES, skip=2) else FORWARD
             record = OperationRecord(op_name, phase, stack, module, next_sequence - 1, (call_id, frame_id))
             # The first operation to see a sequence number is the one whose node it is: later
             # operations that create no node see the same counter. The optimizer's run without
