@@ -1,6 +1,7 @@
 """The per-line and per-operation breakdown, on purpose-built models, with real torch."""
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,33 @@ def test_each_line_has_forward_and_backward_time(document, project, path, marker
 
 def own_ms(entry):
     return entry["forward_ms"] + entry["backward_ms"] + entry["step_ms"]
+
+
+def test_each_backward_node_runs_at_the_forward_line_that_created_it(project):
+    # Exact: the operation that defines each node's gradient, by name and count, at its line. The
+    # backward of the loss belongs to the loss's line, not to `loss.backward()` (where the last
+    # operation to see the loss's sequence number, the gradient seed, would put it), and the
+    # entry point's backward line runs only the parameters' AccumulateGrad (a `detach` each).
+    request = AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False, timeline=True)
+    timeline = analyze(request).to_dict()["timeline"]
+    backward = Counter((e["name"], e["path"], e["line"]) for e in timeline if e["phase"] == "backward")
+
+    def at(path, marker):
+        return path, marker_line(project / path, marker)
+
+    expected = {
+        ("nll_loss_backward", *at("model.py", "LOSS")): 1,
+        ("_log_softmax_backward_data", *at("model.py", "LOSS")): 1,
+        ("threshold_backward", *at("model.py", "LOOP")): 3,  # relu_, once per layer
+        ("gelu_backward", *at("model.py", "CHECKPOINT")): 1,
+        ("tanh_backward", *at("helpers.py", "HELPER")): 1,
+        ("sigmoid_backward", *at("helpers.py", "RECURSION")): 3,  # repeated_sigmoid(h, 3)
+    }
+    assert {key: backward[key] for key in expected} == expected
+    entry_point = {name for name, path, _ in backward if path == "entry_point.py"}
+    assert entry_point == {"detach"}
+    # One AccumulateGrad per parameter: inp, 3 layers, the block's Linear and out, weight and bias each.
+    assert backward[("detach", *at("entry_point.py", "BACKWARD_CALL"))] == 12
 
 
 def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):

@@ -356,6 +356,27 @@ def test_predict_uses_the_latest_complete_models():
     assert "below the smallest measured" in call(d, sent, "predict", {"batch_size": 2}, msgid=6)[1]["warning"]
 
 
+@pytest.mark.parametrize(
+    ("batch_size", "warning"),
+    [
+        (7, "batch size 7 is below the smallest measured (8), where the models are not reliable."),
+        (8, None),  # the smallest measured: measured, no warning
+        (128, None),  # the end of the trusted range: 4 × the largest measured (32)
+        (
+            129,
+            "batch size 129 is beyond the trusted range (up to 128, 4× the largest measured): the prediction is "
+            "an extrapolation.",
+        ),
+    ],
+)
+def test_predict_warns_outside_the_trusted_range_and_only_there(batch_size, warning):
+    d, engine, sent = initialized()
+    d.handle([0, 3, "analyze", [{"entry_point": "a.py"}]])
+    job = engine.jobs[0]
+    job.listener.on_result(job, document())  # measured at 8, 16 and 32
+    assert call(d, sent, "predict", {"batch_size": batch_size}, msgid=4)[1]["warning"] == warning
+
+
 def test_predict_without_models_says_why():
     d, engine, sent = initialized()
     d.handle([0, 3, "analyze", [{"entry_point": "a.py"}]])
