@@ -267,7 +267,7 @@ def predict(models: dict, batch_size: int) -> dict:
     return {
         "batch_size": batch_size,
         "run_time_ms": run_time_ms if predictable else None,
-        "samples_per_second": batch_size / run_time_ms * 1000 if predictable else None,
+        "samples_per_second": models.get("micro_batches", 1) * batch_size / run_time_ms * 1000 if predictable else None,
         "peak_memory_bytes": memory,
         "fits": memory <= models["usable_memory_bytes"],
         "extrapolated": not low <= batch_size <= high,
