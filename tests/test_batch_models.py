@@ -1,13 +1,14 @@
 """Least-squares lines, the peak-memory envelope and the batch-size models, on fixed measurements
 (no timing is involved: the numbers are written here)."""
 
+import dataclasses
 import math
 
 import pytest
 
 from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
 from skyline_engine.predict.batch_models import BatchSizeModels
-from skyline_engine.predict.linear import fit_line
+from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, fit_peak_memory
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -181,3 +182,71 @@ def test_the_document_gives_the_models_back():
     memory = document["peak_memory_bytes"]
     assert memory["phase_at_max_batch_size"] == FORWARD_BACKWARD
     assert (memory["slope"], memory["bias"]) == pytest.approx((54 * KiB, 200 * MiB))  # the deciding line
+
+
+# --- the boundaries, exactly (docs/analysis-document.md) --------------------------------------
+
+
+def models_of(times_ms, memory_bytes_per_sample=1000, memory_bias=5000, capacity=10**9, micro_batches=1):
+    """Models fitted to run times at batch sizes 8, 16 and 32 and one operation whose bytes are
+    `memory_bytes_per_sample * b + memory_bias`."""
+    sizes = (8, 16, 32)
+    memory = {b: profile(b, [(FORWARD_BACKWARD, memory_bytes_per_sample, memory_bias)]) for b in sizes}
+    return BatchSizeModels.fit(sizes, times_ms, memory, capacity, micro_batches=micro_batches)
+
+
+def with_run_time(models, slope, bias):
+    """`models` with a run-time line of exactly this slope and bias (a fit leaves rounding)."""
+    return dataclasses.replace(models, run_time=LinearModel(slope, bias, 1.0, 0.0, 3))
+
+
+def test_a_flat_run_time_predicts_no_time():
+    models = with_run_time(models_of((5.0, 5.0, 5.0)), 0.0, 5.0)  # time does not grow with the batch size
+    prediction = models.predict(16)
+    assert (prediction.run_time_ms, prediction.samples_per_second) == (None, None)
+    assert models.asymptotic_samples_per_second() is None
+
+
+def test_an_asymptote_needs_fixed_costs():
+    through_zero = with_run_time(models_of((0.8, 1.6, 3.2)), 0.1, 0.0)  # 0.1 ms a sample, nothing fixed
+    assert through_zero.asymptotic_samples_per_second() is None
+    with_fixed = with_run_time(through_zero, 0.1, 1.0)  # 0.1 ms a sample + 1 ms
+    assert with_fixed.asymptotic_samples_per_second() == pytest.approx(1000 / 0.1)
+
+
+def test_micro_batches_multiply_every_throughput():
+    models = models_of((1.8, 2.6, 4.2), micro_batches=4)
+    assert models.predict(16).samples_per_second == pytest.approx(4 * 16 / 2.6 * 1000)
+    assert models.asymptotic_samples_per_second() == pytest.approx(4 * 1000 / 0.1)
+    # The editor's and the service's predictions start from the document's models: k travels with them.
+    written = {**models.to_dict(), "samples": [{"batch_size": b} for b in (8, 16, 32)], "memory_samples": []}
+    read = BatchSizeModels.from_dict(written, 10**9)
+    assert read.micro_batches == 4
+    assert read.predict(16).samples_per_second == pytest.approx(4 * 16 / 2.6 * 1000)
+
+
+def test_a_peak_of_exactly_the_usable_memory_fits():
+    # As a document writes the models (a fit leaves rounding; these lines are exact).
+    line = {"slope": 1000.0, "bias": 5000.0, "r2": 1.0, "max_relative_residual": 0.0, "points": 3}
+    written = {
+        "samples": [{"batch_size": b} for b in (8, 16, 32)],
+        "memory_samples": [],
+        "run_time_ms": {**line, "slope": 0.1, "bias": 1.0},
+        "peak_memory_bytes": {**line, "fitted": "per_phase", "phases": [{"name": FORWARD_BACKWARD, **line}]},
+        "memory_headroom_fraction": 0.1,
+    }
+    models = BatchSizeModels.from_dict(written, 100_000)  # usable: 90,000 bytes
+    assert models.usable_memory_bytes == 90_000
+    assert models.predict(85).peak_memory_bytes == 90_000.0  # 1000 · 85 + 5000
+    assert models.predict(85).fits and not models.predict(86).fits
+    assert models.max_batch_size() == 85
+
+
+def test_a_largest_fit_at_the_end_of_the_trusted_range_is_no_extrapolation():
+    # usable memory: 0.9 · capacity; 1000 b + 5000 reaches it at b = 128, 4 × the largest measured (32).
+    at_the_end = models_of((1.8, 2.6, 4.2), capacity=int((1000 * 128 + 5000) / 0.9) + 1)
+    assert at_the_end.max_batch_size() == 128
+    assert not at_the_end.max_batch_size_extrapolated()
+    beyond = models_of((1.8, 2.6, 4.2), capacity=int((1000 * 129 + 5000) / 0.9) + 1)
+    assert beyond.max_batch_size() == 129
+    assert beyond.max_batch_size_extrapolated()

@@ -97,6 +97,10 @@ def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     assert entry["invocations"] == 1
     # No other line ran inside the step.
     assert sum(e["step_ms"] for e in document["lines"]) == entry["step_ms"]
+    # The step updates the parameters in place and returns them: no activations of its own, even
+    # when the next recorded iteration saves those parameters for backward.
+    assert document["attribution"]["recorded_iterations"] > 1  # the case that matters is recorded
+    assert entry["memory_bytes"] == 0
 
 
 def test_times_are_never_negative_and_add_up_to_the_iteration(document):

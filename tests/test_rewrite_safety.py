@@ -268,3 +268,24 @@ def test_a_hard_linked_file_keeps_its_link_and_permissions(tmp_path):
         )
         assert link.read_bytes() == path.read_bytes()
         assert defaults(link) == [str(batch_size)]
+
+
+def test_a_change_that_keeps_the_old_modification_time_is_still_seen(tmp_path):
+    """Some tools write a file and set its modification time back (copies that keep times, a
+    checkout): the quiet period cannot see that, the comparison of the file with what was
+    imported must. The entry point rewrites itself so at import, then dates itself back."""
+    path = write_entry(
+        tmp_path,
+        INPUT_PROVIDER
+        + "\nimport os as _os\n"
+        + "_old = _os.stat(__file__).st_mtime\n"
+        + 'with open(__file__, "a") as _f:\n    _f.write("# imported\\n")\n'
+        + "_os.utime(__file__, (_old - 3600, _old - 3600))\n",
+    )
+    old = path.stat().st_mtime - 3600
+    os.utime(path, (old, old))
+    with pytest.raises(SkylineError) as caught:
+        set_batch_size(tmp_path, 64)
+    assert "the file changed while Skyline imported it" in caught.value.message, caught.value.message
+    assert "nothing was written" in caught.value.message
+    assert defaults(path) == ["8"]

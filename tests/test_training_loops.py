@@ -71,6 +71,9 @@ def test_accumulated_micro_batches_count_in_the_throughput(accumulation):
         assert sample["micro_batches"] == 4
         assert sample["samples_per_second"] == pytest.approx(4 * sample["batch_size"] / sample["run_time_ms"] * 1000)
     assert doc["models"]["micro_batches"] == 4
+    line_ms = doc["models"]["run_time_ms"]
+    if doc["models"]["asymptotic_samples_per_second"] is not None:
+        assert doc["models"]["asymptotic_samples_per_second"] == pytest.approx(4 * 1000 / line_ms["slope"])
     for row in doc["predictions"]:
         if row["run_time_ms"] is not None:
             assert row["samples_per_second"] == pytest.approx(4 * row["batch_size"] / row["run_time_ms"] * 1000)
@@ -89,9 +92,10 @@ def test_a_fused_optimizer_and_its_scheduler_step_in_the_step_phase(accumulation
     assert step["step_ms"] > 0 and step["forward_ms"] == 0 and step["backward_ms"] == 0
 
 
-def test_one_micro_batch_when_the_model_runs_once_per_step():
-    doc = analysed("optimizers.py", predict=False)
-    assert doc["iteration"]["micro_batches"] == 1
+@pytest.mark.parametrize("entry", ["optimizers.py", "evaluates.py"])
+def test_one_micro_batch_without_accumulation(entry):
+    # optimizers.py calls the model once; evaluates.py twice, the second time without gradients.
+    assert analysed(entry, predict=False)["iteration"]["micro_batches"] == 1
 
 
 def test_several_optimizers_and_parameter_groups_each_at_their_constructor():

@@ -1,0 +1,353 @@
+"""Mutation testing of the core, by hand-listed mutations: each is one small change of the kind a
+real bug is (a boundary, a lost condition, the wrong operand), applied to the source, then the
+tests that cover its module run; a mutation they do not fail on *survives* and is reported.
+
+    .venv/bin/python scripts/mutations.py [--only NAME] [--output bench/mutations.md]
+
+A tool such as mutmut rewrites every expression it can and runs the tests in-process; this suite
+drives the real thing (services, workers, Neovim in subprocesses), which such a tool cannot
+follow, and a full run of it takes minutes per mutant. Listing the mutations by hand keeps each
+one meaningful and each run to the few test files that should catch it (about 10 minutes for
+the list). Every mutation must match its source exactly once, so a list that rots fails loudly.
+The source is restored after each mutant, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+MODELS_TESTS = ("tests/test_batch_models.py", "tests/test_terminal_report.py", "tests/test_impossible_numbers.py")
+RECORDER_TESTS = ("tests/test_breakdown.py", "tests/test_breakdown_edge_cases.py", "tests/test_training_loops.py")
+LITERAL_TESTS = (
+    "tests/test_batch_size_location.py",
+    "tests/test_rewrite_safety.py",
+    "tests/test_lua_units.py",
+    "tests/test_bad_input.py::test_entry_point_read_as_python_reads_it",
+)
+SERVICE_UNIT_TESTS = ("tests/test_service_units.py",)
+PARAMS_TESTS = (*SERVICE_UNIT_TESTS, "tests/test_service_stdio.py::test_wrong_parameters_get_errors_naming_them")
+LUA_FORMAT_TESTS = ("tests/test_parity.py", "tests/test_lua_units.py")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = [
+    # predict/batch_models.py: the batch-size models
+    Mutation(
+        "a flat run time predicts",
+        "skyline_engine/predict/batch_models.py",
+        "return self.run_time.slope > 0 and (r2 is None or r2 >= POOR_FIT_R2)",
+        "return self.run_time.slope >= 0 and (r2 is None or r2 >= POOR_FIT_R2)",
+        MODELS_TESTS,
+    ),
+    Mutation(
+        "R² at the threshold is poor",
+        "skyline_engine/predict/batch_models.py",
+        "return self.run_time.slope > 0 and (r2 is None or r2 >= POOR_FIT_R2)",
+        "return self.run_time.slope > 0 and (r2 is None or r2 > POOR_FIT_R2)",
+        (*MODELS_TESTS, "tests/test_parity.py"),
+    ),
+    Mutation(
+        "a zero run time is predicted",
+        "skyline_engine/predict/batch_models.py",
+        "if not self.time_predictable or run_time is None or run_time <= 0:",
+        "if not self.time_predictable or run_time is None or run_time < 0:",
+        (*MODELS_TESTS, "tests/test_parity.py"),
+    ),
+    Mutation(
+        "the usable memory itself does not fit",
+        "skyline_engine/predict/batch_models.py",
+        "memory <= self.usable_memory_bytes,",
+        "memory < self.usable_memory_bytes,",
+        (*MODELS_TESTS, "tests/test_parity.py"),
+    ),
+    Mutation(
+        "the smallest measured is extrapolated",
+        "skyline_engine/predict/batch_models.py",
+        "not low <= batch_size <= high,",
+        "not low < batch_size <= high,",
+        (*MODELS_TESTS, "tests/test_parity.py"),
+    ),
+    Mutation(
+        "the asymptote forgets micro-batches",
+        "skyline_engine/predict/batch_models.py",
+        "return self.micro_batches * 1000.0 / self.run_time.slope",
+        "return 1000.0 / self.run_time.slope",
+        (*MODELS_TESTS, "tests/test_training_loops.py"),
+    ),
+    Mutation(
+        "an asymptote without fixed costs",
+        "skyline_engine/predict/batch_models.py",
+        "if not self.time_predictable or self.run_time.bias <= 0:",
+        "if not self.time_predictable or self.run_time.bias < 0:",
+        MODELS_TESTS,
+    ),
+    Mutation(
+        "the trusted range ends at the smallest measured",
+        "skyline_engine/predict/batch_models.py",
+        "return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[-1]",
+        "return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[0]",
+        MODELS_TESTS + SERVICE_UNIT_TESTS,
+    ),
+    Mutation(
+        "a largest fit at the trusted end is extrapolated",
+        "skyline_engine/predict/batch_models.py",
+        "return largest is not None and largest > TRUSTED_FACTOR * self.memory_batch_sizes[-1]",
+        "return largest is not None and largest >= TRUSTED_FACTOR * self.memory_batch_sizes[-1]",
+        MODELS_TESTS,
+    ),
+    # attribute/recorder.py: backward linking and the phases
+    Mutation(
+        "the last operation owns a sequence number",
+        "skyline_engine/attribute/recorder.py",
+        "self._forward_by_sequence.setdefault(next_sequence - 1, record)",
+        "self._forward_by_sequence[next_sequence - 1] = record",
+        RECORDER_TESTS,
+    ),
+    Mutation(
+        "a closure's forward inside the step is step work",
+        "skyline_engine/attribute/recorder.py",
+        "stepping = self._steps_running and not torch.is_grad_enabled()",
+        "stepping = self._steps_running > 0",
+        RECORDER_TESTS,
+    ),
+    Mutation(
+        "a GradScaler's work is forward",
+        "skyline_engine/attribute/recorder.py",
+        "phase = OPTIMIZER if stepping or self.call_sites.runs_within(_SCALER_CODES, skip=2) else FORWARD",
+        "phase = OPTIMIZER if stepping else FORWARD",
+        RECORDER_TESTS,
+    ),
+    Mutation(
+        "a tensor saved twice counts twice",
+        "skyline_engine/attribute/recorder.py",
+        "if producer is not None and storage not in self._saved:",
+        "if producer is not None:",
+        RECORDER_TESTS,
+    ),
+    Mutation(
+        "accumulation without counting backward passes",
+        "skyline_engine/attribute/recorder.py",
+        "return k if k > 1 and backward_passes == k and steps_once else 1",
+        "return k if k > 1 and steps_once else 1",
+        RECORDER_TESTS,
+    ),
+    # entry/batch_size.py and entry/rewrite.py: the batch-size literal
+    Mutation(
+        "a batch size of 0 is a literal to edit",
+        "skyline_engine/entry/batch_size.py",
+        'return None if value > 0 else f"the default is `{text}`, but the batch size must be greater than 0"',
+        'return None if value >= 0 else f"the default is `{text}`, but the batch size must be greater than 0"',
+        LITERAL_TESTS,
+    ),
+    Mutation(
+        "the first def of the name, not the one that ran",
+        "skyline_engine/entry/batch_size.py",
+        "            if first_line == code.co_firstlineno:\n                return node",
+        "            if True:\n                return node",
+        LITERAL_TESTS,
+    ),
+    Mutation(
+        "keyword-only defaults are not looked at",
+        "skyline_engine/entry/batch_size.py",
+        "            return default  # None when the keyword-only parameter has no default",
+        "            return None",
+        LITERAL_TESTS,
+    ),
+    Mutation(
+        "a file changed meanwhile is written anyway",
+        "skyline_engine/entry/rewrite.py",
+        "        if decode_source(data, relative) != entry.source:\n            raise",
+        "        if False:\n            raise",
+        LITERAL_TESTS,
+    ),
+    Mutation(
+        "the BOM is not skipped",
+        "skyline_engine/entry/rewrite.py",
+        'return len(b"\\xef\\xbb\\xbf") + len(text[:index].encode("utf-8"))',
+        'return len(text[:index].encode("utf-8"))',
+        LITERAL_TESTS,
+    ),
+    # service/tokens.py and service/params.py: the token check, the protocol's parameters
+    Mutation(
+        "a prefix of the token opens",
+        "skyline_engine/service/tokens.py",
+        'return hmac.compare_digest(expected.encode("utf-8"), given.encode("utf-8", "surrogatepass"))',
+        "return expected.startswith(given)",
+        (*SERVICE_UNIT_TESTS, "tests/test_service_tcp.py"),
+    ),
+    Mutation(
+        "batch size 0 is accepted",
+        "skyline_engine/service/params.py",
+        "if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:",
+        "if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BATCH_SIZE:",
+        PARAMS_TESTS,
+    ),
+    Mutation(
+        "True is a batch size",
+        "skyline_engine/service/params.py",
+        "if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:",
+        "if not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:",
+        PARAMS_TESTS,
+    ),
+    Mutation(
+        "the largest world size is refused",
+        "skyline_engine/service/params.py",
+        "if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORLD_SIZE:",
+        "if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < MAX_WORLD_SIZE:",
+        PARAMS_TESTS,
+    ),
+    Mutation(
+        "predict warns at the smallest measured",
+        "skyline_engine/service/dispatcher.py",
+        "        if batch_size < low:",
+        "        if batch_size <= low:",
+        SERVICE_UNIT_TESTS,
+    ),
+    # lua/skyline/format.lua and models.lua: what the editor shows
+    Mutation(
+        "1024 bytes stay bytes",
+        "lua/skyline/format.lua",
+        "while math.abs(value) >= 1024 and unit < #UNITS do",
+        "while math.abs(value) > 1024 and unit < #UNITS do",
+        LUA_FORMAT_TESTS,
+    ),
+    Mutation(
+        "two decimals above bytes",
+        "lua/skyline/format.lua",
+        "return fixed(value, 1) .. ' ' .. UNITS[unit]",
+        "return fixed(value, 2) .. ' ' .. UNITS[unit]",
+        LUA_FORMAT_TESTS,
+    ),
+    Mutation(
+        "ties round away from zero",
+        "lua/skyline/format.lua",
+        "  if not tie then\n    return string.format(format, value)\n  end",
+        "  if true then\n    return string.format(format, value)\n  end",
+        LUA_FORMAT_TESTS,
+    ),
+    Mutation(
+        "thousands separators lost",
+        "lua/skyline/format.lua",
+        "return sign .. digits:reverse():gsub('(%d%d%d)', '%1,'):reverse():gsub('^,', '')",
+        "return sign .. digits",
+        (*LUA_FORMAT_TESTS, "tests/test_nvim_editor.py"),
+    ),
+    Mutation(
+        "the editor predicts without micro-batches",
+        "lua/skyline/models.lua",
+        "samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil,",
+        "samples_per_second = run_time_ms and b / run_time_ms * 1000 or nil,",
+        LUA_FORMAT_TESTS,
+    ),
+    Mutation(
+        "the editor predicts a zero run time",
+        "lua/skyline/models.lua",
+        "if not M.time_predictable(time) or run_time_ms <= 0 then",
+        "if not M.time_predictable(time) or run_time_ms < 0 then",
+        LUA_FORMAT_TESTS,
+    ),
+]
+
+
+def module_of(mutation: Mutation) -> str:
+    return mutation.path
+
+
+def run(mutation: Mutation, timeout_s: float) -> tuple[bool, float, str]:
+    """(killed, seconds, the tests' last line) for one mutant; the source restored afterwards."""
+    path = REPO / mutation.path
+    original = path.read_text(encoding="utf-8")
+    if original.count(mutation.old) != 1:
+        raise SystemExit(
+            f"mutation {mutation.name!r}: its text is in {mutation.path} {original.count(mutation.old)} times, not once"
+        )
+    started = time.perf_counter()
+    try:
+        path.write_text(original.replace(mutation.old, mutation.new), encoding="utf-8")
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            *mutation.tests,
+        ]
+        try:
+            result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
+            last = (result.stdout.strip().splitlines() or [""])[-1]
+            killed = result.returncode != 0
+        except subprocess.TimeoutExpired:
+            last, killed = f"timed out after {timeout_s:g} s", True
+    finally:
+        path.write_text(original, encoding="utf-8")
+    return killed, time.perf_counter() - started, last
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="run the mutations whose name contains this")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "mutations.md")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.only or args.only in m.name]
+    outcomes = []
+    for mutation in chosen:
+        killed, seconds, last = run(mutation, args.timeout)
+        outcomes.append((mutation, killed, seconds, last))
+        print(
+            f"{'killed  ' if killed else 'SURVIVED'} {seconds:6.1f} s  {mutation.path}: {mutation.name}  ({last})",
+            flush=True,
+        )
+    report = markdown(outcomes)
+    if not args.only:
+        args.output.write_text(report, encoding="utf-8")
+    print(report)
+    return 0 if all(killed for _, killed, _, _ in outcomes) else 1
+
+
+def markdown(outcomes: list[tuple[Mutation, bool, float, str]]) -> str:
+    by_module: dict[str, list[bool]] = defaultdict(list)
+    for mutation, killed, _, _ in outcomes:
+        by_module[module_of(mutation)].append(killed)
+    lines = [
+        "# Mutation testing (python scripts/mutations.py)",
+        "",
+        "Hand-listed mutations of the core (see the script's docstring), each run against the tests of its module.",
+        "",
+        "| module | mutations | survived | survival |",
+        "|---|---|---|---|",
+    ]
+    for module, results in by_module.items():
+        survived = results.count(False)
+        lines.append(f"| `{module}` | {len(results)} | {survived} | {survived / len(results):.0%} |")
+    total = [killed for _, killed, _, _ in outcomes]
+    lines.append(f"| all | {len(total)} | {total.count(False)} | {total.count(False) / len(total):.0%} |")
+    lines += ["", "| mutation | module | outcome | the tests' last line |", "|---|---|---|---|"]
+    for mutation, killed, seconds, last in outcomes:
+        outcome = "killed" if killed else "**survived**"
+        lines.append(f"| {mutation.name} | `{mutation.path}` | {outcome} ({seconds:.0f} s) | {last} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
