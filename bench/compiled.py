@@ -95,6 +95,10 @@ def _table(runs: dict[str, list[dict[str, Any]]], rounds: int) -> str:
         "| the transformer example | compiled | uncompiled |",
         "|---|---|---|",
         *(f"| {name} | {a} | {b} |" for name, a, b in rows),
+        "",
+        "Compiling happens in the warm-ups of each batch size and is reported apart; the timed iterations "
+        "run the compiled code. The peak memory and the per-line breakdown come from an eager replay of "
+        "the same iteration (docs/analysis-document.md, `compilation`).",
     ]
     return "\n".join(lines)
 
