@@ -180,7 +180,8 @@ class IterationRunner:
         self.model.register_forward_hook(self._remember_output)
         self._ran_once = False
         self._compiled: dict[int, CompilerWork] = {}  # by batch size, in the order they first compiled
-        self._stepped = not find_steady_state  # an optimizer has stepped: its state exists (steady state)
+        # Steady state reached (an optimizer stepped: its state exists), or sought and said to be out of reach.
+        self._steady = not find_steady_state
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self.live_tensors = LiveTensors()
         self._frozen = contextlib.ExitStack()
@@ -234,15 +235,15 @@ class IterationRunner:
             for _ in range(self.budget.warmup_iterations - 1):
                 run()
             last_ms = self.clock.time_ms(run)
-        if not self._stepped:
-            self._stepped = steps.count > 0 or self._until_an_optimizer_steps(run)
+        if not self._steady:
+            self._steady = steps.count > 0 or self._until_an_optimizer_steps(run)
         return last_ms
 
     def _until_an_optimizer_steps(self, run: Run) -> bool:
         """Steady state needs the optimizer's state, made by its first step; a GradScaler skips the
         step while the scaled gradients overflow (its first steps, with a large `init_scale`). So
         warm up until an optimizer steps, within STEADY_STATE_ITERATIONS and STEADY_STATE_S, and
-        say when none did."""
+        say when none did. True either way: there is nothing more to wait for."""
         started = time.perf_counter()
         ran = self.budget.warmup_iterations
         while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
@@ -258,7 +259,7 @@ class IterationRunner:
             "measured. Start the scaler lower (init_scale), or run enough iterations in the iteration "
             "provider before returning the iteration."
         )
-        return True  # said once; nothing more to wait for
+        return True
 
     def memory(self, run: Run) -> MemoryProfile:
         """The tensor memory of one iteration, operation by operation."""
