@@ -105,35 +105,40 @@ def test_under_torchrun_each_process_joins_and_rank_0_reports(tmp_path):
     assert result.stdout.count("Data parallel") == 1  # rank 0's report only
 
 
-def profile_failing_ranks(entry: str, *options: str) -> subprocess.CompletedProcess[str]:
-    """`skyline profile ENTRY --nproc 2` that must fail, checked to leave no process of its own behind."""
+def profile_failing_ranks(entry: str, tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`skyline profile ENTRY --nproc 2` that must fail, checked to leave no process and no file of
+    its own behind (the launcher's error files included)."""
     marker = uuid.uuid4().hex
-    env = dict(os.environ, SKYLINE_TEST_MARKER=marker)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = dict(os.environ, SKYLINE_TEST_MARKER=marker, TMPDIR=str(temporary))
     command = [sys.executable, "-m", "skyline_engine", "profile", entry, "--nproc", "2", "--quiet", *options]
     result = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 1
     assert _processes_with(marker) == []
+    # torch's compile cache is meant to stay (importing the compiler makes it).
+    assert sorted(path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor_")) == []
     return result
 
 
-def test_a_failing_rank_is_named_at_its_line_and_leaves_no_process():
-    result = profile_failing_ranks("rank_fails.py")
+def test_a_failing_rank_is_named_at_its_line_and_leaves_no_process(tmp_path):
+    result = profile_failing_ranks("rank_fails.py", tmp_path)
     first = result.stderr.splitlines()[0]
     assert first.startswith("skyline: error: rank_fails.py:23: rank 1 failed: ValueError: rank one cannot go on")
     assert "Traceback" not in result.stderr  # the launcher's own log is kept quiet
 
 
-def test_a_hanging_rank_is_named_at_the_line_it_was_running_and_leaves_no_process():
-    result = profile_failing_ranks("rank_hangs.py", "--collective-timeout", "3")
+def test_a_hanging_rank_is_named_at_the_line_it_was_running_and_leaves_no_process(tmp_path):
+    result = profile_failing_ranks("rank_hangs.py", tmp_path, "--collective-timeout", "3")
     assert result.stderr.splitlines() == [
         "skyline: error: rank_hangs.py:24: rank 1 hung: it was still running your code here when the other ranks "
         "gave up waiting for it in a collective (3 s, --collective-timeout)."
     ]
 
 
-def test_a_rank_killed_without_a_word_is_the_one_named():
+def test_a_rank_killed_without_a_word_is_the_one_named(tmp_path):
     # As the kernel's out-of-memory killer ends a rank: the rank that lost its peer is not the cause.
-    result = profile_failing_ranks("rank_killed.py")
+    result = profile_failing_ranks("rank_killed.py", tmp_path)
     assert result.stderr.splitlines() == [
         "skyline: error: rank 1 was killed by SIGKILL without an error of its own (the system may have run out of "
         "memory)."

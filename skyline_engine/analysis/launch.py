@@ -57,7 +57,7 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
         progress(f"starting {request.world_size} processes", 0.0)
         watcher = _ProgressWatcher(Path(folder) / "progress", progress)
         try:
-            with watcher, _launcher_logs_quiet():
+            with watcher, _launcher_logs_quiet(), _temporary_files_in(folder):
                 results = elastic_launch(config, rank_main)(request, threads, folder)
         except ChildFailedError as exc:
             raise _rank_failure(exc, Path(folder)) from None
@@ -67,6 +67,18 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
     if not isinstance(document, AnalysisDocument):
         raise SkylineError("rank 0 returned no analysis.")
     return document
+
+
+@contextlib.contextmanager
+def _temporary_files_in(folder: str) -> Iterator[None]:
+    """The launcher leaves a `pytorch-errorfile-*.pickle` in the temporary folder for each rank
+    that fails: made in `folder` instead, they go with it."""
+    before = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
 
 
 @contextlib.contextmanager
