@@ -257,3 +257,17 @@ def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(t
     (state,) = document["optimizer_state"]
     assert state["name"] == "Adam"
     assert state["contexts"][0] == {"path": "training.py", "line": marker_line(tmp_path / "training.py", "OPTIMIZER")}
+
+
+def test_activations_are_counted_once_per_tensor_at_the_line_that_made_it():
+    """tests/projects/activations: exp's output (batch × 256 float32) is saved by exp and twice by
+    the product that squares it; the product's own output is saved by nothing (a sum needs only
+    its shape), nor are the input and the parameter made by a line of the iteration."""
+    project = Path(__file__).parent / "projects" / "activations"
+    batch_size = 64
+    doc = analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False)).to_dict()
+    memory = {e["line"]: e["memory_bytes"] for e in doc["lines"] if e["path"] == "entry_point.py"}
+    model = project / "entry_point.py"
+    assert memory[marker_line(model, "EXP")] == batch_size * 256 * 4
+    assert memory[marker_line(model, "SQUARE")] == 0
+    assert doc["operations"]["activation_bytes"] == batch_size * 256 * 4

@@ -95,7 +95,7 @@ class OperationNode:
     contexts: list[Context] = field(default_factory=list)
     forward_ms: float = 0.0
     backward_ms: float = 0.0
-    activation_bytes: int = 0
+    activation_bytes: float = 0
     children: OrderedDict[tuple[Any, ...], OperationNode] = field(default_factory=OrderedDict)
 
     def child(self, key: tuple[Any, ...], name: str, module: str, kind: str, contexts: Stack) -> OperationNode:
@@ -132,7 +132,7 @@ class OperationNode:
             "module": self.module,
             "forward_ms": self.forward_ms,
             "backward_ms": self.backward_ms,
-            "activation_bytes": self.activation_bytes,
+            "activation_bytes": round(self.activation_bytes),
             "contexts": contexts_to_list(tuple(self.contexts)),
             "children": [c.to_dict() for c in self.children.values()],
         }
@@ -278,7 +278,7 @@ def _no_time() -> dict[str, float]:
 class _LineTotals:
     own_ms: dict[str, float] = field(default_factory=_no_time)  # by phase: operations it ran itself
     inclusive_ms: dict[str, float] = field(default_factory=_no_time)  # by phase: everything beneath it
-    memory_bytes: int = 0
+    memory_bytes: float = 0
     # (recorded iteration, invocation) of each call that ran forward or optimizer operations at it
     invocations: set[tuple[Any, ...]] = field(default_factory=set)
     ran_beneath: bool = False  # a forward or optimizer operation ran beneath it (or at it)
@@ -291,7 +291,7 @@ class _LineTotals:
             forward_ms=own[FORWARD],
             backward_ms=own[BACKWARD],
             step_ms=own[OPTIMIZER],
-            memory_bytes=self.memory_bytes,
+            memory_bytes=round(self.memory_bytes),
             invocations=invocations,
             inclusive=PhaseTimes(inclusive[FORWARD], inclusive[BACKWARD], inclusive[OPTIMIZER]),
         )
@@ -326,7 +326,7 @@ def build_breakdown(
             lines.setdefault(contexts[0], _LineTotals()).memory_bytes += size
 
     attributed_ms = sum(op.duration_ms for op in operations if op.context is not None)
-    tracked_memory = (
+    tracked_memory = round(
         sum(op.activation_bytes for op in operations)
         + sum(w.size_bytes + w.grad_size_bytes for w in weights)
         + sum(s.size_bytes for s in optimizer_state)
@@ -426,7 +426,9 @@ def _fit_to_iteration(operations: list[OperationRecord], recorded_ms: float, run
 def _per_iteration(operations: list[OperationRecord], iterations: int) -> list[OperationRecord]:
     """Copies of the records of `iterations` recorded iterations, scaled to one iteration."""
     copies = {
-        id(op): replace(op, duration_ms=op.duration_ms / iterations, activation_bytes=op.activation_bytes // iterations)
+        # Bytes too are divided exactly: one tensor saved in each of 3 iterations, divided per
+        # record with //, lost a byte of its 65,536 (the sums are rounded where they are written).
+        id(op): replace(op, duration_ms=op.duration_ms / iterations, activation_bytes=op.activation_bytes / iterations)
         for op in operations
     }
     for op in copies.values():

@@ -68,7 +68,8 @@ class OperationRecord:
     # function within one module invocation count once).
     invocation: tuple[int, int | None] | tuple[()]
     duration_ms: float = 0.0
-    activation_bytes: int = 0
+    # Bytes it left saved for backward; per iteration (a fraction) once averaged over the recorded ones.
+    activation_bytes: float = 0
     node_name: str | None = None
     creator: OperationRecord | None = None  # for backward: the forward operation of its node
     start_ms: float = 0.0  # from the start of the recording
