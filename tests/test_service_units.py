@@ -377,6 +377,15 @@ def test_predict_warns_outside_the_trusted_range_and_only_there(batch_size, warn
     assert call(d, sent, "predict", {"batch_size": batch_size}, msgid=4)[1]["warning"] == warning
 
 
+def test_analyze_after_shutdown_on_the_same_connection_is_shutting_down():
+    d, engine, sent = initialized()
+    assert call(d, sent, "shutdown", msgid=2)[1] == {}
+    error, result, _ = call(d, sent, "analyze", {"entry_point": "a.py"}, msgid=3)
+    assert result is None
+    assert error == {"code": "shutting_down", "message": "the connection is closing"}
+    assert engine.jobs == []  # nothing was started
+
+
 def test_predict_without_models_says_why():
     d, engine, sent = initialized()
     d.handle([0, 3, "analyze", [{"entry_point": "a.py"}]])
