@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sections import write_section
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.md"
 COMPILED = (REPO / "bench" / "models" / "compiled_transformer", "entry_point.py")
 EAGER = (REPO / "examples" / "transformer", "entry_point.py")
-BEGIN, END = "<!-- compiled: begin -->", "<!-- compiled: end -->"
 
 
 def analyse(root: Path, entry: str) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def main() -> None:
             runs[name].append(analyse(*(COMPILED if name == "compiled" else EAGER)))
     table = _table(runs, args.rounds)
     print(table)
-    _write(table)
+    write_section(RESULTS, "compiled", "A compiled model", table)
 
 
 def _median(runs: list[dict[str, Any]], figure: Any) -> float:
@@ -101,16 +102,6 @@ def _table(runs: dict[str, list[dict[str, Any]]], rounds: int) -> str:
         "the same iteration (docs/analysis-document.md, `compilation`).",
     ]
     return "\n".join(lines)
-
-
-def _write(table: str) -> None:
-    text = RESULTS.read_text(encoding="utf-8")
-    section = f"{BEGIN}\n## A compiled model\n\n{table}\n{END}"
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

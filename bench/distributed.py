@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sections import write_section
+
 from skyline_engine.predict.scaling import BucketTiming, Link, predict_scaling
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +32,6 @@ MODELS = {
     "cnn": (REPO / "examples" / "cnn", "entry_point.py"),
     "wide MLP (2.3 MiB of gradients)": (REPO / "tests" / "projects" / "data_parallel", "entry_point.py"),
 }
-BEGIN, END = "<!-- data-parallel: begin -->", "<!-- data-parallel: end -->"
 TARGET_ERROR = 0.15
 
 
@@ -106,7 +107,7 @@ def main() -> None:
         )
     table = _table(rows, args.rounds)
     print(table)
-    _write(table)
+    write_section(RESULTS, "data-parallel", "Data-parallel training", table)
 
 
 def _batch_size(root: Path, entry: str) -> int:
@@ -135,16 +136,6 @@ def _table(rows: list[dict[str, Any]], rounds: int) -> str:
     lines.append("")
     lines.append(f"Target: error within {TARGET_ERROR:.0%}.")
     return "\n".join(lines)
-
-
-def _write(table: str) -> None:
-    text = RESULTS.read_text(encoding="utf-8")
-    section = f"{BEGIN}\n## Data-parallel training\n\n{table}\n{END}"
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

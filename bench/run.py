@@ -35,6 +35,8 @@ from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.linear import fit_line
 
 sys.path.insert(0, str(Path(__file__).parent))
+from sections import with_sections_of
+
 from rpc import Service
 
 REPO = Path(__file__).resolve().parent.parent
@@ -475,7 +477,7 @@ def _percent(value) -> str:
 def rewrite_table(path: Path) -> None:
     """Render results.md again from results.json (after a change to the table only)."""
     results = json.loads(path.with_suffix(".json").read_text())
-    path.with_suffix(".md").write_text(markdown(results))
+    path.with_suffix(".md").write_text(with_sections_of(path.with_suffix(".md"), markdown(results)))
 
 
 def main() -> None:
@@ -513,7 +515,7 @@ def main() -> None:
     results["under_load"] = under_load(args.device)
     args.output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    args.output.with_suffix(".md").write_text(table)
+    args.output.with_suffix(".md").write_text(with_sections_of(args.output.with_suffix(".md"), table))
     print(table)
 
 
