@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
+from typing import Any
 
 
 def handle_names(uuid: str | None) -> list[str]:
@@ -28,27 +30,16 @@ def total_memory_bytes(uuid: str | None) -> int | None:
     names = handle_names(uuid)
     if not names:
         return None
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
         for name in names:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(name)
             except pynvml.NVMLError:
                 continue
             return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-        return None
-    except pynvml.NVMLError:
-        return None
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
+    return None
 
 
 def visible_gpu_count() -> int:
@@ -57,18 +48,31 @@ def visible_gpu_count() -> int:
     NVML is not usable here."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return 0
+    with _nvml() as pynvml:
+        if pynvml is not None:
+            return int(pynvml.nvmlDeviceGetCount())
+    return 0
+
+
+@contextlib.contextmanager
+def _nvml() -> Iterator[Any]:
+    """NVML, initialised, and shut down afterwards; None when it is not usable here (no package,
+    no driver). An NVML error inside the `with` ends it quietly: the caller goes on after it, where
+    it answers that it does not know."""
     try:
         import pynvml
     except ImportError:
-        return 0
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return 0
+        yield None
+        return
     try:
-        return int(pynvml.nvmlDeviceGetCount())
+        yield pynvml
     except pynvml.NVMLError:
-        return 0
+        pass
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
