@@ -7,10 +7,10 @@ import types
 import pytest
 import torch
 
+from skyline_engine.cli.serve import check_memory_limit_fits_the_device
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure import nvml
 from skyline_engine.measure.device import cpu_capacity, describe_device, resolve_device
-from skyline_engine.service.worker import check_memory_limit_fits_the_device
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 

@@ -196,8 +196,7 @@ def _write_hung(path: Path, exc: BaseException, request: AnalysisRequest, timeou
         "hint": None,
         "hung": True,
     }
-    with contextlib.suppress(OSError):
-        path.write_text(json.dumps(error), encoding="utf-8")
+    _write_json(path, error)
 
 
 def _write_error(path: Path, exc: BaseException) -> None:
@@ -207,6 +206,10 @@ def _write_error(path: Path, exc: BaseException) -> None:
         error = {"message": "interrupted"}
     else:
         error = {"message": f"{type(exc).__name__}: {_collective_text(exc)}"}
+    _write_json(path, error)
+
+
+def _write_json(path: Path, error: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):  # the launcher still reports how the process ended
         path.write_text(json.dumps(error), encoding="utf-8")
 

@@ -32,7 +32,7 @@ def measure_with_breakdown(
     with runner.at_batch_size(batch_size) as run:
         with creation.finding_optimizers(runner.entry.relative_path):
             warmup_ms = runner.warm_up(run)
-        # Compiled in the warm-up: recorded under a dispatch mode, the model runs its eager code.
+        # Compiled in the warm-up: the recording replays the iteration's eager code (measure/compilation.py).
         mode = RECORDED if runner.compilation is None else EAGER_REPLAY
         recording = IterationRecording(creation, runner.model, runner.device)
         memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)

@@ -173,8 +173,8 @@ class Untracked:
         return {"run_time_ms": self.run_time_ms, "memory_bytes": self.memory_bytes}
 
 
-# How the operations were obtained: recorded in the iteration that is timed, or replayed eagerly
-# (a compiled model: dynamo compiles nothing under a dispatch mode, see measure/compilation.py).
+# How the operations were obtained: recorded in the iteration that is timed, or in an eager replay
+# of it (a compiled model: the recorder needs its eager code, see measure/compilation.py).
 RECORDED = "recorded"
 EAGER_REPLAY = "eager_replay"
 

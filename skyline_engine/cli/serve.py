@@ -145,8 +145,6 @@ def build_config(args: argparse.Namespace) -> ServiceConfig:
     if min_run_s is not None and max_run_s is not None and min_run_s > max_run_s:
         raise SkylineError("--min-run-s is larger than --max-run-s.")
     if args.worker_memory_limit is not None:
-        from skyline_engine.service.worker import check_memory_limit_fits_the_device
-
         check_memory_limit_fits_the_device(args.device)
     return ServiceConfig(
         project_root=root.resolve(),
@@ -157,6 +155,24 @@ def build_config(args: argparse.Namespace) -> ServiceConfig:
         max_frame_bytes=args.max_frame_bytes,
         handshake_timeout_s=args.handshake_timeout,
     )
+
+
+def check_memory_limit_fits_the_device(device_spec: str) -> None:
+    """CUDA cannot start under an address-space limit: with a GPU, `auto` would quietly measure
+    on the CPU, and `cuda` would fail at its first use. Say so instead."""
+    from skyline_engine.measure import nvml  # NVML only when a limit is asked for
+
+    spec = device_spec.strip().lower()
+    if spec.startswith("cuda") or (spec == "auto" and nvml.visible_gpu_count() > 0):
+        raise SkylineError(
+            "--worker-memory-limit caps each worker's address space, and CUDA cannot start under such a cap"
+            + (
+                ": this machine has an NVIDIA GPU, which --device auto would quietly leave unused."
+                if spec == "auto"
+                else "."
+            )
+            + " Give --device cpu to analyse on the CPU under the limit, or leave the limit out to use the GPU."
+        )
 
 
 def _run_tcp(engine: EngineService, args: argparse.Namespace) -> int:

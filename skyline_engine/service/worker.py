@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     _volunteer_for_the_oom_killer()
     startup_error = None
     try:
-        _limit_memory(args.memory_limit, args.device)
+        _limit_memory(args.memory_limit)
         device = _warm_up(args.device)
         channel.send({"type": "ready", "pid": os.getpid(), "device": device, "error": None})
     except BaseException as exc:  # noqa: BLE001 - whatever stops the start is reported, not raised
@@ -143,32 +143,12 @@ def _volunteer_for_the_oom_killer() -> None:
         pass
 
 
-def _limit_memory(limit: int | None, device_spec: str) -> None:
+def _limit_memory(limit: int | None) -> None:
     if limit is None:
         return
-    check_memory_limit_fits_the_device(device_spec)
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def check_memory_limit_fits_the_device(device_spec: str) -> None:
-    """CUDA cannot start under an address-space limit: with a GPU, `auto` would quietly measure
-    on the CPU, and `cuda` would fail at its first use. Say so instead."""
-    from skyline_engine.errors import SkylineError
-    from skyline_engine.measure import nvml
-
-    spec = device_spec.strip().lower()
-    if spec.startswith("cuda") or (spec == "auto" and nvml.visible_gpu_count() > 0):
-        raise SkylineError(
-            "--worker-memory-limit caps each worker's address space, and CUDA cannot start under such a cap"
-            + (
-                ": this machine has an NVIDIA GPU, which --device auto would quietly leave unused."
-                if spec == "auto"
-                else "."
-            )
-            + " Give --device cpu to analyse on the CPU under the limit, or leave the limit out to use the GPU."
-        )
 
 
 def _warm_up(device_spec: str) -> dict[str, Any]:
