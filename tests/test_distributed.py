@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -143,6 +144,31 @@ def test_a_rank_killed_without_a_word_is_the_one_named(tmp_path):
         "skyline: error: rank 1 was killed by SIGKILL without an error of its own (the system may have run out of "
         "memory)."
     ]
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [
+        # Stopped by the launcher outside its own code (in a collective, say): rank 1's death is the cause.
+        ({"message": "stopped by the launcher after another rank failed", "stopped": True}, "rank 1 was killed"),
+        # Stopped while still in its code, the others having waited for it: still less sure than a death.
+        ({"message": "it was still running your code here", "hung": True, "path": "a.py", "line": 3}, "rank 1 was"),
+        # An error of its own is the cause, whatever happened to the others.
+        ({"message": "ValueError: bad", "path": "a.py", "line": 3}, "rank 0 failed: ValueError: bad"),
+    ],
+)
+def test_the_rank_named_is_the_likeliest_cause(tmp_path, written, named):
+    # torch's own failure records, as its launcher raises them: rank 1 SIGKILLed, rank 0 ended after.
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from skyline_engine.analysis.launch import _rank_failure
+
+    (tmp_path / "rank0.json").write_text(json.dumps(written))
+    failures = {
+        1: ProcessFailure(local_rank=1, pid=1, exitcode=-signal.SIGKILL, error_file=str(tmp_path / "none")),
+        0: ProcessFailure(local_rank=0, pid=2, exitcode=1, error_file=str(tmp_path / "none")),
+    }
+    assert _rank_failure(ChildFailedError("rank_main", failures), tmp_path).message.startswith(named)
 
 
 def test_nproc_under_torchrun_is_refused():

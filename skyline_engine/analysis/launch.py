@@ -179,14 +179,14 @@ def _stop_here(signum: int, frame: object) -> None:
 
 
 def _write_hung(path: Path, exc: BaseException, request: AnalysisRequest, timeout_s: float) -> None:
-    """A rank still running when another failed: where it was is what made the others wait
-    (a rank that waited in a collective itself is named by its own timeout instead)."""
+    """A rank still running its code when another failed: where it was is what made the others
+    wait (a rank that waited in a collective itself is named by its own timeout instead)."""
     from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame
 
     files = ProjectFiles(request.project_root)
     frame = innermost_user_frame(exc.__traceback__, files)
-    if frame is None:
-        _write_error(path, exc)
+    if frame is None:  # stopped in the engine or in torch (a collective, say): no cause of its own
+        _write_json(path, {"message": "stopped by the launcher after another rank failed", "stopped": True})
         return
     error = {
         "message": "it was still running your code here when the other ranks gave up waiting for it in a "
@@ -250,12 +250,13 @@ def _rank_failure(exc: Any, folder: Path) -> SkylineError:
 
 def _blame(error: dict[str, Any] | None) -> int:
     """How surely a rank caused the failure, most surely first: it failed by itself; it died without
-    a word; it was still running its code while the others waited for it; it waited for another."""
+    a word; it was still running its code while the others waited for it; it waited for another,
+    or was stopped outside its code."""
     if error is None:
         return 1
     if error.get("hung"):
         return 2
-    return 3 if _waited(error) else 0
+    return 3 if error.get("stopped") or _waited(error) else 0
 
 
 def _waited(error: dict[str, Any]) -> bool:
