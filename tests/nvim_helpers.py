@@ -255,6 +255,15 @@ def expected_annotation(record: dict, iteration: dict) -> str:
     return " · ".join(parts)
 
 
+def expected_grade(record: dict, iteration: dict, mid: float = 0.05, high: float = 0.20) -> str:
+    """The highlight of a line's costs, as doc/skyline.txt grades it (`cost_thresholds`, default
+    mid 0.05, high 0.20): by the larger of its own time's share of the iteration and its memory's
+    share of the peak."""
+    own = record["forward_ms"] + record["backward_ms"] + record.get("step_ms", 0.0)
+    share = max(own / iteration["run_time_ms"], record["memory_bytes"] / iteration["peak_memory_bytes"])
+    return "SkylineCostHigh" if share >= high else "SkylineCostMid" if share >= mid else "SkylineCostLow"
+
+
 def predict(models: dict, batch_size: int) -> dict:
     """docs/analysis-document.md's formulas, independently of the plugin's Lua: the peak is the
     highest of the memory model's lines; no time where the run-time line is not positive, does not

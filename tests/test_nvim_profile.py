@@ -7,6 +7,7 @@ from nvim_helpers import (
     assert_no_traceback,
     document,
     expected_annotation,
+    expected_grade,
     profile,
     state,
     wait_for,
@@ -43,10 +44,8 @@ def test_profile_annotates_every_project_buffer_on_the_documents_lines(nvim, pro
         expected = expected_rows(doc, path)
         assert expected, f"the document has no lines for {path}"
         assert {row: text for row, (text, _) in shown.items()} == expected
-        assert all(group.startswith("SkylineCost") for _, group in shown.values())
-    # The forward line of the model costs the most: graded high.
-    body_row = next(r["line"] - 1 for r in doc["lines"] if r["path"] == "model.py" and r["backward_ms"] > 0)
-    assert annotations(nvim, model_buf)[body_row][1] in ("SkylineCostHigh", "SkylineCostMid")
+        graded = {r["line"] - 1: expected_grade(r, doc["iteration"]) for r in doc["lines"] if r["path"] == path}
+        assert {row: group for row, (_, group) in shown.items()} == {row: graded[row] for row in shown}
     ns = nvim.api.create_namespace("skyline")
     details = nvim.api.buf_get_extmarks(entry_buf, ns, 0, -1, {"details": True})[0][3]
     assert details["virt_text_pos"] == "eol_right_align"
