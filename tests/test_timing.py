@@ -118,12 +118,18 @@ def write_stat(path, busy_ticks):
 
 
 class ChangingStat(CpuContention):
-    """The kernel's counters, as a file that other processes' work advances meanwhile."""
+    """The kernel's counters, as a file that other processes' work advances meanwhile; and the
+    clocks, injected: `wall_s` pass while this process uses no CPU of its own."""
 
-    def __init__(self, path, ticks_meanwhile):
+    def __init__(self, path, ticks_meanwhile, wall_s):
         super().__init__(str(path))
         self.path, self.ticks_meanwhile = path, ticks_meanwhile
+        self._clocks = iter([(100.0, 7.0), (100.0 + wall_s, 7.0)])  # (wall, our CPU) seconds
         write_stat(path, 0)
+
+    def _now(self):
+        wall, ours = next(self._clocks)
+        return wall, ours, self._busy_ticks()
 
     def __exit__(self, *exc):
         write_stat(self.path, self.ticks_meanwhile)
@@ -132,14 +138,13 @@ class ChangingStat(CpuContention):
 
 def test_the_share_of_the_cpus_other_processes_took(tmp_path, monkeypatch):
     import os
-    import time
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     hz = os.sysconf("SC_CLK_TCK")
     # Other processes ran one CPU's worth of ticks during 0.5 s on 2 CPUs: half the machine.
-    with ChangingStat(tmp_path / "stat", ticks_meanwhile=int(0.5 * hz)) as contention:
-        time.sleep(0.5)
-    assert contention.others_share == pytest.approx(0.5, abs=0.1)
+    with ChangingStat(tmp_path / "stat", ticks_meanwhile=int(0.5 * hz), wall_s=0.5) as contention:
+        pass
+    assert contention.others_share == pytest.approx(0.5, rel=1e-9)
     assert CpuContention(str(tmp_path / "missing")).__enter__().others_share is None
 
 
