@@ -32,7 +32,13 @@ from skyline_engine.service.protocol import (
     parse_message,
 )
 from skyline_engine.service.server import Admission, Connection, Seat, serve_client
-from skyline_engine.service.tokens import token_matches, write_token_file
+from skyline_engine.service.tokens import (
+    default_token_path,
+    new_token,
+    remove_token_file,
+    token_matches,
+    write_token_file,
+)
 from skyline_engine.service.worker_messages import WorkerProtocolError, check_message
 
 # --- framing --------------------------------------------------------------------------------
@@ -465,6 +471,34 @@ def test_the_token_file_is_private_and_replaced_atomically(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert [p.name for p in path.parent.iterdir()] == ["token"]
+
+
+def test_a_token_is_256_random_bits_in_url_safe_text():
+    tokens = {new_token() for _ in range(50)}
+    assert len(tokens) == 50
+    for token in tokens:
+        # 32 bytes in unpadded base64url: 43 characters of A-Z a-z 0-9 - _
+        assert len(token) == 43 and all(c.isascii() and (c.isalnum() or c in "-_") for c in token), token
+
+
+def test_the_default_token_path_follows_xdg_state_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_token_path() == tmp_path / "state" / "skyline" / "token"
+    for unset in (lambda: monkeypatch.delenv("XDG_STATE_HOME"), lambda: monkeypatch.setenv("XDG_STATE_HOME", "")):
+        unset()
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert default_token_path() == tmp_path / "home" / ".local" / "state" / "skyline" / "token"
+
+
+def test_the_token_file_is_removed_only_while_it_holds_our_token(tmp_path):
+    path = tmp_path / "token"
+    write_token_file(path, "ours")
+    remove_token_file(path, "theirs")  # a newer service replaced it: theirs now
+    assert path.read_text() == "ours\n"
+    remove_token_file(path, "ours")
+    assert not path.exists()
+    remove_token_file(path, "ours")  # already gone: nothing to do, nothing raised
+    remove_token_file(None, "ours")  # no file was written (stdio)
 
 
 def test_tokens_compare_exactly():
