@@ -278,15 +278,26 @@ def test_rewrite_rejects_non_editable_default_and_names_the_line():
     error = caught.value
     assert (error.path, error.line) == (PATH, 3)
     assert "`BATCH * 2`" in error.message
-    assert "integer literal" in error.hint
+    assert error.hint == HINT
     assert str(error).startswith("entry.py:3: ")
 
 
 def test_rewrite_rejects_missing_location():
     with pytest.raises(EntryPointError) as caught:
         rewrite("def skyline_input_provider(batch_size):\n    pass\n", 64)
-    assert caught.value.path == PATH
-    assert "skyline_input_provider" in caught.value.message
+    assert (caught.value.path, caught.value.line) == (PATH, None)
+    assert caught.value.message == "Found no `skyline_input_provider` with a `batch_size` default to rewrite."
+    assert caught.value.hint == HINT
+
+
+# What both refusals tell the user to write (docs/entry-points.md: the rewritten default is an integer literal).
+HINT = "Write the default as an integer literal, e.g. `def skyline_input_provider(batch_size=32):`."
+
+
+def test_the_smallest_batch_size_is_written():
+    assert rewrite("def skyline_input_provider(batch_size=32):\n    pass\n", 1) == (
+        "def skyline_input_provider(batch_size=1):\n    pass\n"
+    )
 
 
 # --- the columns as the editor counts them ---------------------------------------------------

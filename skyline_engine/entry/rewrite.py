@@ -86,10 +86,8 @@ def _rewrite_once(path: Path, project_root: Path, batch_size: int) -> None:
 
 
 def _byte_offset(text: str, index: int, encoding: str) -> int:
-    """The offset in the file's bytes of character `index` of its decoded `text`: after the BOM,
-    in the file's own `encoding`."""
-    if encoding == "utf-8-sig":
-        return len(b"\xef\xbb\xbf") + len(text[:index].encode("utf-8"))
+    """The offset in the file's bytes of character `index` of its decoded `text`, in the file's own
+    `encoding` (`utf-8-sig` writes the BOM first, as the file has it)."""
     return len(text[:index].encode(encoding))
 
 
