@@ -7,7 +7,7 @@ import math
 import pytest
 
 from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
-from skyline_engine.predict.batch_models import BatchSizeModels
+from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, fit_peak_memory
 
@@ -250,3 +250,139 @@ def test_a_largest_fit_at_the_end_of_the_trusted_range_is_no_extrapolation():
     beyond = models_of((1.8, 2.6, 4.2), capacity=int((1000 * 129 + 5000) / 0.9) + 1)
     assert beyond.max_batch_size() == 129
     assert beyond.max_batch_size_extrapolated()
+
+
+def test_a_document_gives_back_the_very_models_it_was_written_from():
+    # Timed at 16-64 with some noise; memory also probed at 128 and 256; a headroom of its own.
+    timed, probed = [16, 32, 64], [128, 256]
+    memory = {b: profile(b, OPTIMIZER_DOMINATED) for b in timed + probed}
+    fitted = BatchSizeModels.fit(timed, [2.7, 4.1, 7.4], memory, 1 << 30)
+    models = dataclasses.replace(fitted, headroom_fraction=0.25)
+    written = {
+        **models.to_dict(),
+        "samples": [{"batch_size": b} for b in timed],
+        "memory_samples": [{"batch_size": b} for b in probed],
+    }
+    again = BatchSizeModels.from_dict(written, 1 << 30)
+    assert again == models
+    assert again.memory_batch_sizes == (16, 32, 64, 128, 256) and again.measured_batch_sizes == (16, 32, 64)
+
+
+def test_two_timed_batch_sizes_say_the_fit_cannot_be_checked_and_survive_the_document():
+    memory = {b: profile(b, OPTIMIZER_DOMINATED) for b in (16, 32)}
+    models = BatchSizeModels.fit([16, 32], [2.6, 4.2], memory, 1 << 30)
+    assert models.run_time.r2 is None
+    written = {**models.to_dict(), "samples": [{"batch_size": b} for b in (16, 32)], "memory_samples": []}
+    again = BatchSizeModels.from_dict(written, 1 << 30)
+    assert again == models
+    assert again.warnings()[0] == (
+        "The run-time model rests on 2 batch sizes only, so its fit cannot be checked: treat predicted times as "
+        "rough, or lower the batch size (--batch-size) so that three batch sizes can be measured."
+    )
+
+
+def test_a_run_time_that_does_not_grow_at_all_is_warned_about():
+    flat = with_run_time(models_of((5.0, 5.0, 5.0)), 0.0, 5.0)
+    assert flat.warnings()[0] == (
+        "Iteration time did not grow with the batch size over the measured range, so no time or throughput is "
+        "predicted at other batch sizes: re-run on a quiet machine, or profile a larger batch size (--batch-size) "
+        "if the model is too small to keep the device busy."
+    )
+    growing = with_run_time(flat, 1e-9, 5.0).warnings()
+    assert not any("did not grow" in warning for warning in growing)  # growing at all: no such warning
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "measured", "largest", "ladder"),
+    [
+        # powers of two from the smallest measured up to 16 × the user's (512 included)
+        (32, [8, 16, 32], None, [8, 16, 32, 64, 128, 256, 512]),
+        # ... but not above the largest that fits, which is shown
+        (32, [8, 16, 32], 100, [8, 16, 32, 64, 100]),
+        # measured ones are shown even above it, and in-between ones are kept
+        (32, [8, 48, 200], 100, [8, 16, 32, 48, 64, 100, 200]),
+        # so is the user's own
+        (256, [64, 128], 100, [64, 100, 128, 256]),
+        # nothing below the smallest measured
+        (4, [3, 5], None, [3, 4, 5, 8, 16, 32, 64]),
+    ],
+)
+def test_the_prediction_ladder(batch_size, measured, largest, ladder):
+    assert prediction_ladder(batch_size, measured, largest) == ladder
+
+
+# --- what the models recommend, and the warnings, at their edges ----------------------------
+
+RISING = (1.8, 2.6, 4.2)  # 0.1 ms a sample + 1 ms at 8, 16, 32
+
+
+def test_a_negative_intercept_recommends_the_smallest_measured_or_what_fits_below_it():
+    def falling(models):
+        return with_run_time(models, 0.1, -0.5)
+
+    assert falling(models_of(RISING)).best_batch_size() == 8
+    tight = falling(models_of(RISING, capacity=int((1000 * 5 + 5000) / 0.9) + 1))  # 5 samples fit
+    assert (tight.max_batch_size(), tight.best_batch_size()) == (5, 5)
+    unbounded = falling(models_of(RISING, memory_bytes_per_sample=0))  # memory does not grow
+    assert (unbounded.max_batch_size(), unbounded.best_batch_size()) == (None, 8)
+
+
+def test_fixed_costs_recommend_the_end_of_the_trusted_range_or_what_fits_below_it():
+    assert models_of(RISING).best_batch_size() == 128  # 4 × the largest measured
+    assert with_run_time(models_of(RISING), 0.1, 0.0).best_batch_size() == 128  # no fixed cost: flat
+    tight = models_of(RISING, capacity=int((1000 * 100 + 5000) / 0.9) + 1)  # 100 samples fit
+    assert (tight.max_batch_size(), tight.best_batch_size()) == (100, 100)
+
+
+def test_the_knee_is_never_below_one_sample():
+    assert with_run_time(models_of(RISING), 1.0, 0.01).throughput_knee_batch_size() == 1
+
+
+def test_a_time_of_zero_is_not_predicted_but_any_time_above_it_is():
+    models = with_run_time(models_of(RISING), 0.5, -8.0)  # 0 ms at 16 samples, 1 ms at 18
+    assert models.predict(16).run_time_ms is None and models.predict(16).samples_per_second is None
+    assert models.predict(18).run_time_ms == 1.0
+
+
+NOT_GROWING = (
+    "Iteration time did not grow with the batch size over the measured range, so no time or throughput is "
+    "predicted at other batch sizes: re-run on a quiet machine, or profile a larger batch size (--batch-size) if "
+    "the model is too small to keep the device busy."
+)
+POOR_FIT = (
+    "The run-time model fits the measurements poorly (R² = 0.70), even after timing them again: no time or "
+    "throughput is predicted at other batch sizes. Re-run on a quiet machine."
+)
+FALLING = (
+    "Iteration time grows faster than the batch size over the measured range (the run-time line has a negative "
+    "intercept), so throughput is predicted to fall at larger batch sizes: prefer the smallest measured batch "
+    "size, and re-run on a quiet machine to confirm it."
+)
+EXTRAPOLATED = (
+    "The largest batch size predicted to fit (129) is 4× the largest measured (32): an extrapolation far beyond "
+    "the measurements, where the allocator, caches and the machine can bend the lines; plan with a capacity "
+    "(--memory-capacity) to get an answer nearer to them."
+)
+FITS_AT_128 = int((1000 * 128 + 5000) / 0.9) + 1  # the largest that fits: 4 × the largest measured
+FITS_AT_129 = int((1000 * 129 + 5000) / 0.9) + 1  # just beyond
+
+
+def with_line(slope, bias, r2, capacity=FITS_AT_128):
+    return dataclasses.replace(models_of(RISING, capacity=capacity), run_time=LinearModel(slope, bias, r2, 0.0, 3))
+
+
+@pytest.mark.parametrize(
+    ("models", "warnings"),
+    [
+        (with_line(0.1, 1.0, 1.0), []),
+        (with_line(0.0, 5.0, 1.0), [NOT_GROWING]),
+        (with_line(0.1, 1.0, 0.7), [POOR_FIT]),
+        (with_line(0.1, 1.0, 0.95), []),  # at the threshold the fit is good enough
+        (with_line(0.1, -0.5, 1.0), [FALLING]),
+        (with_line(0.1, 0.0, 1.0), []),  # through zero: throughput flat, not falling
+        (with_line(0.1, 1.0, 1.0, capacity=FITS_AT_129), [EXTRAPOLATED]),
+    ],
+    ids=["none", "not growing", "poor fit", "fit at threshold", "falling", "through zero", "extrapolated"],
+)
+def test_each_warning_at_its_edge(models, warnings):
+    assert models.warnings() == warnings
