@@ -22,6 +22,12 @@ def test_fit_recovers_an_exact_line():
     assert line.max_relative_residual == pytest.approx(0, abs=1e-12)
 
 
+def test_identical_measurements_give_an_exactly_flat_line():
+    line = fit_line([8, 16, 32], [12582912.0] * 3)  # 12 MiB at every batch size
+    assert (line.slope, line.bias, line.r2, line.max_relative_residual) == (0.0, 12582912.0, 1.0, 0.0)
+    assert line.inverse(2**30) is None
+
+
 def test_two_points_give_no_r2_and_a_noisy_fit_a_low_one():
     assert fit_line([1, 2], [3, 5]).r2 is None
     noisy = fit_line([1, 2, 3, 4], [10, 1, 10, 1])
@@ -305,6 +311,9 @@ def test_a_run_time_that_does_not_grow_at_all_is_warned_about():
         (256, [64, 128], 100, [64, 100, 128, 256]),
         # nothing below the smallest measured
         (4, [3, 5], None, [3, 4, 5, 8, 16, 32, 64]),
+        # 16 × 31 = 496: 512 is beyond it, with or without a largest that fits above it
+        (31, [8, 16, 31], None, [8, 16, 31, 32, 64, 128, 256]),
+        (31, [8, 16, 31], 1000, [8, 16, 31, 32, 64, 128, 256, 1000]),
     ],
 )
 def test_the_prediction_ladder(batch_size, measured, largest, ladder):
@@ -386,3 +395,11 @@ def with_line(slope, bias, r2, capacity=FITS_AT_128):
 )
 def test_each_warning_at_its_edge(models, warnings):
     assert models.warnings() == warnings
+
+
+def test_memory_that_nothing_bounds_is_described_by_the_line_at_the_largest_measured():
+    flat = [(FORWARD_BACKWARD, 0, 5 * MiB), (OPTIMIZER, 0, 7 * MiB)]  # neither grows with the batch size
+    models = BatchSizeModels.fit([8, 16, 32], RISING, {b: profile(b, flat) for b in (8, 16, 32)}, 1 << 30)
+    assert models.max_batch_size() is None
+    memory = models.to_dict()["peak_memory_bytes"]
+    assert (memory["slope"], memory["bias"]) == pytest.approx((0, 7 * MiB))

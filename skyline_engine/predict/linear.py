@@ -48,8 +48,13 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LinearModel:
     y = np.asarray(ys, dtype=np.float64)
     if len(x) < 2 or len(np.unique(x)) < 2:
         raise ValueError("a line needs at least two distinct x values")
-    design = np.stack([x, np.ones_like(x)], axis=1)
-    (slope, bias), *_ = np.linalg.lstsq(design, y, rcond=None)
+    if np.all(y == y[0]):
+        # Identical measurements: exactly flat. Least squares leaves float dust there (see
+        # predict/peak_memory.py: a largest batch size that fits of 3.7e19).
+        slope, bias = 0.0, float(y[0])
+    else:
+        design = np.stack([x, np.ones_like(x)], axis=1)
+        (slope, bias), *_ = np.linalg.lstsq(design, y, rcond=None)
     fitted = slope * x + bias
     residual = y - fitted
     with np.errstate(divide="ignore", invalid="ignore"):

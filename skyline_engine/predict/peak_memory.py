@@ -136,6 +136,11 @@ def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[Memo
     """Least-squares lines through each column of `y` (samples × columns) against `x`."""
     design = np.stack([x, np.ones_like(x)], axis=1)
     (slopes, biases), *_ = np.linalg.lstsq(design, y, rcond=None)
+    # A column that holds the same bytes at every batch size is exactly flat: least squares leaves
+    # float dust there (±1e-11 bytes a sample, which put the largest batch size that fits at
+    # 3.7e19 when nothing else grew).
+    flat = (y == y[0]).all(axis=0)
+    slopes, biases = np.where(flat, 0.0, slopes), np.where(flat, y[0], biases)
     r2: list[float | None] = [None] * y.shape[1]
     if len(x) >= 3:
         residual = ((y - (np.outer(x, slopes) + biases)) ** 2).sum(axis=0)
