@@ -154,28 +154,32 @@ def test_missing_default_gives_none(signature):
 
 def test_syntax_error_is_raised():
     code = provider_code("def skyline_input_provider(batch_size=32):\n    pass\n")
-    with pytest.raises(SyntaxError):
+    with pytest.raises(SyntaxError) as caught:
         find_batch_size_location("def skyline_input_provider(batch_size=32:\n", PATH, code)
+    assert (caught.value.filename, caught.value.lineno) == (PATH, 1)  # the error names the file
 
 
 @pytest.mark.parametrize(
-    "default, value, words",
+    "default, value, reason",
     [
-        ("BATCH * 2", None, "the expression `BATCH * 2`, not an integer literal"),
-        ("BATCH", None, "the expression `BATCH`"),
-        ("True", None, "a boolean"),
-        ("32.0", None, "a float"),
-        ("'32'", None, "a string"),
-        ("-5", None, "greater than 0"),
-        ("0", 0, "greater than 0"),
+        ("BATCH * 2", None, "the default is the expression `BATCH * 2`, not an integer literal"),
+        ("BATCH", None, "the default is the expression `BATCH`, not an integer literal"),
+        ("True", None, "the default is `True`, a boolean, not an integer literal"),
+        ("32.0", None, "the default is `32.0`, a float, not an integer literal"),
+        ("'32'", None, "the default is `'32'`, a string, not an integer literal"),
+        ("2j", None, "the default is `2j`, a complex number, not an integer literal"),
+        ("None", None, "the default is `None`, not an integer literal"),
+        ("b'32'", None, "the default is `b'32'`, bytes, not an integer literal"),
+        ("-5", None, "the default is `-5`, but the batch size must be greater than 0"),
+        ("0", 0, "the default is `0`, but the batch size must be greater than 0"),
     ],
 )
-def test_non_editable_defaults(default, value, words):
+def test_non_editable_defaults(default, value, reason):
     source = f"def skyline_input_provider(batch_size={default}):\n    pass\n"
     location = find(source)
     assert not location.editable
     assert location.value == value
-    assert words in location.reason
+    assert location.reason == reason
     assert literal_bytes(source, location) == default.encode()
 
 
@@ -292,6 +296,11 @@ def test_rewrite_rejects_missing_location():
 
 # What both refusals tell the user to write (docs/entry-points.md: the rewritten default is an integer literal).
 HINT = "Write the default as an integer literal, e.g. `def skyline_input_provider(batch_size=32):`."
+
+
+def test_a_literal_on_the_last_line_without_a_line_break():
+    source = "import torch\ndef skyline_input_provider(batch_size=8): return (torch.ones(batch_size),)"
+    assert rewrite(source, 64) == source.replace("batch_size=8", "batch_size=64")
 
 
 def test_the_smallest_batch_size_is_written():

@@ -21,6 +21,7 @@ from skyline_engine.errors import EntryPointError
 
 _HINT = "Write the default as an integer literal, e.g. `def skyline_input_provider(batch_size=32):`."
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_CONSTANT_KINDS = {bool: "a boolean", float: "a float", str: "a string", bytes: "bytes", complex: "a complex number"}
 
 
 @dataclass(frozen=True)
@@ -166,10 +167,8 @@ def _not_editable_reason(node: ast.expr, value: int | None) -> str | None:
     if node.end_lineno != node.lineno:
         return f"the default `{text}` spans lines {node.lineno}-{node.end_lineno}, not one integer literal"
     if isinstance(node, ast.Constant):
-        kind = {bool: "a boolean", float: "a float", str: "a string", complex: "a complex number"}.get(
-            type(node.value), f"a {type(node.value).__name__}"
-        )
-        return f"the default is `{text}`, {kind}, not an integer literal"
+        kind = _CONSTANT_KINDS.get(type(node.value))  # None and `...` need no name
+        return f"the default is `{text}`, {kind + ', ' if kind else ''}not an integer literal"
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return f"the default is `{text}`, but the batch size must be greater than 0"
     return f"the default is the expression `{text}`, not an integer literal"
