@@ -19,7 +19,7 @@ import pytest
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.cli import _set_batch_size  # what `skyline profile --set-batch-size N` runs first
-from skyline_engine.entry.rewrite import ATTEMPTS
+from skyline_engine.entry.rewrite import ATTEMPTS, FileChanged, _write_in_place
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure.timing import TimingBudget
 
@@ -329,3 +329,99 @@ def test_a_change_that_keeps_the_old_modification_time_is_still_seen(tmp_path):
         "Run the command again.",
     )
     assert defaults(path) == ["8"]
+
+
+# --- the file's own encoding ------------------------------------------------------------------
+
+LATIN_1 = "# -*- coding: latin-1 -*-\n"
+NON_ASCII = "# Modèle à l'échelle\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "encoding"),
+    [(b"\xef\xbb\xbf", "utf-8"), (b"", "latin-1")],
+    ids=["bom", "latin-1-declared"],
+)
+def test_a_file_keeps_its_bom_or_declared_encoding(tmp_path, head, encoding):
+    """The literal's place among the bytes is counted in the file's encoding, after its BOM: the
+    non-ASCII text before the literal takes 2 bytes a character in UTF-8 and 1 in latin-1."""
+    text = (LATIN_1 if encoding == "latin-1" else "") + HEAD + NON_ASCII + INPUT_PROVIDER
+    path = tmp_path / ENTRY
+    path.write_bytes(head + text.encode(encoding))
+    for batch_size in (1024, 8):
+        set_batch_size(tmp_path, batch_size)
+        expected = text.replace("batch_size=8", f"batch_size={batch_size}")
+        assert path.read_bytes() == head + expected.encode(encoding)
+
+
+def test_a_file_that_stops_decoding_meanwhile_is_named(tmp_path):
+    """The entry point writes a byte UTF-8 cannot decode into itself when imported, then dates
+    itself back: the bytes read again before the write are refused as text, naming the file."""
+    path = write_entry(
+        tmp_path,
+        INPUT_PROVIDER
+        + "\nimport os as _os\n"
+        + "_old = _os.stat(__file__).st_mtime\n"
+        + 'with open(__file__, "ab") as _f:\n    _f.write(b"# \\xff\\n")\n'
+        + "_os.utime(__file__, (_old - 3600, _old - 3600))\n",
+    )
+    old = path.stat().st_mtime - 3600
+    os.utime(path, (old, old))
+    with pytest.raises(SkylineError) as caught:
+        set_batch_size(tmp_path, 64)
+    assert caught.value.path == ENTRY
+    assert caught.value.message.startswith("the file is not UTF-8 text (byte 0xff cannot be decoded)")
+    assert b"batch_size=8" in path.read_bytes()  # nothing written
+
+
+# --- what the user is told when the write itself meets another program -----------------------
+
+
+def test_an_entry_point_that_is_no_longer_a_file_is_named(tmp_path):
+    """The entry point replaces itself by a folder when imported: the file cannot be opened for
+    the write, and the message says why, naming it."""
+    moves = "\nimport os as _os\n_os.remove(__file__)\n_os.mkdir(__file__)\n"
+    write_entry(tmp_path, INPUT_PROVIDER + moves)
+    with pytest.raises(SkylineError) as caught:
+        set_batch_size(tmp_path, 64)
+    assert (caught.value.path, caught.value.message) == (
+        ENTRY,
+        "cannot write the batch size into the entry point: Is a directory.",
+    )
+
+
+def test_bytes_changed_just_before_the_write_are_not_written_over(tmp_path):
+    """`_write_in_place` reads the file once more right before writing: bytes another program
+    wrote since the read are left alone, and the message says so."""
+    path = tmp_path / "entry.py"
+    path.write_bytes(b"batch_size=8\n# theirs\n")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with pytest.raises(FileChanged) as caught:
+            _write_in_place(fd, b"batch_size=8\n", b"batch_size=64\n", 11, 13, ENTRY)
+    finally:
+        os.close(fd)
+    assert (caught.value.path, caught.value.message, caught.value.hint) == (
+        ENTRY,
+        "the file changed while Skyline rewrote its batch size (another program wrote to it); nothing was written.",
+        "Run the command again.",
+    )
+    assert path.read_bytes() == b"batch_size=8\n# theirs\n"
+
+
+def test_a_write_that_does_not_land_where_it_was_made_is_reported(tmp_path):
+    """After the write the file is read back: when it does not start with what was written (here
+    the file is open for appending, so the kernel puts the bytes at its end, as a program
+    appending meanwhile could), the user is told to check the file."""
+    path = tmp_path / "entry.py"
+    path.write_bytes(b"batch_size=8\n")
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        with pytest.raises(SkylineError) as caught:
+            _write_in_place(fd, b"batch_size=8\n", b"batch_size=64\n", 11, 13, ENTRY)
+    finally:
+        os.close(fd)
+    assert (caught.value.path, caught.value.message) == (
+        ENTRY,
+        "another program wrote to the entry point while Skyline rewrote its batch size; check the file.",
+    )
