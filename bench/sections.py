@@ -1,6 +1,7 @@
 """bench/results.md is written by several scripts: bench/run.py its tables, and each of the others
-(bench/distributed.py, bench/compiled.py) a section of its own between two markers. Each keeps
-what the others wrote: a script replaces only its own section, and run.py keeps every section."""
+(bench/distributed.py, bench/compiled.py, bench/profiler_agreement.py) a section of its own
+between two markers. Each keeps what the others wrote: a script replaces only its own section,
+and run.py keeps every section."""
 
 from __future__ import annotations
 
