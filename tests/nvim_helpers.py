@@ -16,7 +16,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -138,6 +141,30 @@ def project(tmp_path) -> Path:
     root = tmp_path / "project"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("__pycache__"))
     return root
+
+
+@contextlib.contextmanager
+def serving_remotely(project: Path, *args: str, env: dict[str, str] | None = None):
+    """`skyline serve --listen` on a free port serving `project` (quick timings, CPU), as a user
+    on a remote machine starts it: yields the address it prints; stopped afterwards."""
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "skyline_engine", "serve", "--listen", "127.0.0.1:0"),
+            *("--project-root", str(project), "--quick", "--device", "cpu", *args),
+        ],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        match = re.search(r"listening on (\S+)", server.stdout.readline())
+        assert match, "the service did not start"
+        yield match.group(1)
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 # --- waiting and reading the editor --------------------------------------------------------

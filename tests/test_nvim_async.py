@@ -3,22 +3,19 @@ analysis, results follow edits made meanwhile, stop, engine errors as diagnostic
 crashed engine, a remote engine and its token."""
 
 import os
-import re
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from nvim_helpers import (
     FAST_SETUP,
-    REPO,
     annotations,
     assert_no_traceback,
     document,
     expected_annotation,
     messages,
     profile,
+    serving_remotely,
     state,
     wait_for,
     wait_for_done,
@@ -189,34 +186,8 @@ def test_a_crashed_engine_is_reported_and_restarted(nvim, project, nvim_session)
 def remote_engine(project, tmp_path):
     """`skyline serve --listen` on a free port, serving the project: (address, token file)."""
     token_file = tmp_path / "state" / "token"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "skyline_engine",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token-file",
-            str(token_file),
-            "--project-root",
-            str(project),
-            "--quick",
-            "--device",
-            "cpu",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        match = re.search(r"listening on (\S+)", server.stdout.readline())
-        assert match, "the service did not start"
-        yield match.group(1), token_file
-    finally:
-        server.terminate()
-        server.wait(30)
+    with serving_remotely(project, "--token-file", str(token_file)) as address:
+        yield address, token_file
 
 
 def test_a_remote_engine_needs_the_right_token(nvim, project, remote_engine, tmp_path):

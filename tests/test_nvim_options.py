@@ -9,20 +9,16 @@ that meets the time limit never returns at all.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from nvim_helpers import (
-    REPO,
     annotations,
     assert_no_traceback,
     document,
     profile,
+    serving_remotely,
     wait_for,
     wait_for_message,
 )
@@ -116,25 +112,11 @@ def remote_engine_with_default_token(nvim_session, project):
     editor's $XDG_STATE_HOME/skyline/token (no --token-file on either side)."""
     state_home = nvim_session.home / "state"
     token_file = state_home / "skyline" / "token"
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "skyline_engine", "serve", "--listen", "127.0.0.1:0"),
-            *("--project-root", str(project), "--quick", "--device", "cpu"),
-        ],
-        cwd=REPO,
-        env={**os.environ, "XDG_STATE_HOME": str(state_home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     try:
-        match = re.search(r"listening on (\S+)", server.stdout.readline())
-        assert match, "the service did not start"
-        assert token_file.exists(), "the service wrote no token at the default path"
-        yield match.group(1)
+        with serving_remotely(project, env={"XDG_STATE_HOME": str(state_home)}) as address:
+            assert token_file.exists(), "the service wrote no token at the default path"
+            yield address
     finally:
-        server.terminate()
-        server.wait(30)
         token_file.unlink(missing_ok=True)
 
 
