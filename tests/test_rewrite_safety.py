@@ -307,20 +307,28 @@ def test_a_hard_linked_file_keeps_its_link_and_permissions(tmp_path):
         assert defaults(link) == [str(batch_size)]
 
 
+def write_entry_that_appends_to_itself(root: Path, appended: bytes) -> Path:
+    """An entry point that appends `appended` to its own file when imported and then sets the
+    file's modification time back to an hour ago, where it already was: a change the quiet period
+    cannot see."""
+    path = write_entry(
+        root,
+        INPUT_PROVIDER
+        + "\nimport os as _os\n"
+        + "_old = _os.stat(__file__).st_mtime\n"
+        + f'with open(__file__, "ab") as _f:\n    _f.write({appended!r})\n'
+        + "_os.utime(__file__, (_old, _old))\n",
+    )
+    old = path.stat().st_mtime - 3600
+    os.utime(path, (old, old))
+    return path
+
+
 def test_a_change_that_keeps_the_old_modification_time_is_still_seen(tmp_path):
     """Some tools write a file and set its modification time back (copies that keep times, a
     checkout): the quiet period cannot see that, the comparison of the file with what was
     imported must. The entry point rewrites itself so at import, then dates itself back."""
-    path = write_entry(
-        tmp_path,
-        INPUT_PROVIDER
-        + "\nimport os as _os\n"
-        + "_old = _os.stat(__file__).st_mtime\n"
-        + 'with open(__file__, "a") as _f:\n    _f.write("# imported\\n")\n'
-        + "_os.utime(__file__, (_old - 3600, _old - 3600))\n",
-    )
-    old = path.stat().st_mtime - 3600
-    os.utime(path, (old, old))
+    path = write_entry_that_appends_to_itself(tmp_path, b"# imported\n")
     with pytest.raises(SkylineError) as caught:
         set_batch_size(tmp_path, 64)
     assert (caught.value.path, caught.value.message, caught.value.hint) == (
@@ -357,16 +365,7 @@ def test_a_file_keeps_its_bom_or_declared_encoding(tmp_path, head, encoding):
 def test_a_file_that_stops_decoding_meanwhile_is_named(tmp_path):
     """The entry point writes a byte UTF-8 cannot decode into itself when imported, then dates
     itself back: the bytes read again before the write are refused as text, naming the file."""
-    path = write_entry(
-        tmp_path,
-        INPUT_PROVIDER
-        + "\nimport os as _os\n"
-        + "_old = _os.stat(__file__).st_mtime\n"
-        + 'with open(__file__, "ab") as _f:\n    _f.write(b"# \\xff\\n")\n'
-        + "_os.utime(__file__, (_old - 3600, _old - 3600))\n",
-    )
-    old = path.stat().st_mtime - 3600
-    os.utime(path, (old, old))
+    path = write_entry_that_appends_to_itself(tmp_path, b"# \xff\n")
     with pytest.raises(SkylineError) as caught:
         set_batch_size(tmp_path, 64)
     assert caught.value.path == ENTRY
