@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import platform
 import statistics
+import sys
 from pathlib import Path
 
 from sections import write_section
@@ -30,27 +30,14 @@ from skyline_engine.measure.timing import TimingBudget
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.md"
-PROJECT = REPO / "tests" / "projects" / "annotated"
-ENTRY = PROJECT / "entry_point.py"
+sys.path.insert(0, str(REPO / "tests"))
+from annotated_model import PROJECT, iteration_and_inputs, marker_lines  # noqa: E402 - tests/, put on the path above
+
 PROFILED_ITERATIONS = 5
 
 
-def marker_lines() -> dict[str, int]:
-    return {
-        text.split("# ")[-1].strip(): number
-        for number, text in enumerate(ENTRY.read_text().splitlines(), 1)
-        if "# LINE_" in text
-    }
-
-
 def profiler_forward_ms() -> dict[str, float]:
-    spec = importlib.util.spec_from_file_location("annotated_entry", ENTRY)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.skyline_model_provider()
-    iteration = module.skyline_iteration_provider(model)
-    inputs = module.skyline_input_provider()
+    iteration, inputs = iteration_and_inputs()
     for _ in range(3):
         iteration(*inputs)
     # The profiler's own warm-up step is left out (its first range carries a setup cost), and the

@@ -7,34 +7,16 @@ profiler also shows what they call inside, such as `aten::linear` and `aten::as_
 Exact and free of timing; the agreement of the times is measured in bench/profiler_agreement.py.
 """
 
-import importlib.util
-from pathlib import Path
-
 from torch.profiler import ProfilerActivity, profile
 
+from annotated_model import PROJECT, iteration_and_inputs, marker_lines
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure.timing import TimingBudget
-
-PROJECT = Path(__file__).parent / "projects" / "annotated"
-ENTRY = PROJECT / "entry_point.py"
-
-
-def marker_lines() -> dict[str, int]:
-    return {
-        text.split("# ")[-1].strip(): number
-        for number, text in enumerate(ENTRY.read_text().splitlines(), 1)
-        if "# LINE_" in text
-    }
 
 
 def profiler_operations() -> dict[str, set[str]]:
     """{range: names of the aten operations beneath it} in one profiled iteration."""
-    spec = importlib.util.spec_from_file_location("annotated_entry", ENTRY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.skyline_model_provider()
-    iteration = module.skyline_iteration_provider(model)
-    inputs = module.skyline_input_provider()
+    iteration, inputs = iteration_and_inputs()
     iteration(*inputs)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         iteration(*inputs)
