@@ -27,6 +27,11 @@ REPO = HERE.parent
 WAIT_S = 90.0  # generous: workers import torch, CI machines are slow; tests never assert on time
 
 
+def is_final(method: str, params: dict) -> bool:
+    """Whether a notification ends its analysis: a complete `analysis`, or `analysis_error`."""
+    return method == "analysis_error" or (method == "analysis" and not params["partial"])
+
+
 class RpcError(Exception):
     def __init__(self, error: Any) -> None:
         super().__init__(repr(error))
@@ -98,13 +103,7 @@ class RpcClient:
 
     def wait_final(self, analysis_id: int, timeout: float = WAIT_S) -> tuple[str, dict]:
         """The notification that ends an analysis: complete `analysis` or `analysis_error`."""
-        return self.wait_notification(
-            lambda m, p: (
-                p.get("analysis_id") == analysis_id
-                and (m == "analysis_error" or (m == "analysis" and not p["partial"]))
-            ),
-            timeout,
-        )
+        return self.wait_notification(lambda m, p: p.get("analysis_id") == analysis_id and is_final(m, p), timeout)
 
     def about(self, analysis_id: int) -> list[tuple[str, dict]]:
         with self._cond:

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from fuzz_frames import assert_well_formed, chunked, message_like, mutated_stream, valid_frames
 from nvim_helpers import wait_for
-from service_client import WAIT_S, ServiceProcess, children_of, copy_project, zombie_children
+from service_client import WAIT_S, ServiceProcess, children_of, copy_project, is_final, zombie_children
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -154,10 +154,6 @@ requests = st.lists(
     min_size=1,
     max_size=6,
 )
-
-
-def is_final(method: str, params: dict) -> bool:
-    return method == "analysis_error" or (method == "analysis" and not params["partial"])
 
 
 class Session:
