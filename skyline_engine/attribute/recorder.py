@@ -174,10 +174,10 @@ class OperationRecorder(TorchDispatchMode):
         call_sites: CallSites,
         module_names: dict[int, str],
         device: torch.device,
-        memory: MemoryMeter | None = None,
         model: torch.nn.Module | None = None,
     ) -> None:
-        """`model`: the provider's model, whose calls are counted (Recording.model_calls)."""
+        """`model`: the provider's model, whose calls are counted (Recording.model_calls). The
+        timer, hooks and step count are set each time the recorder is entered."""
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         self.call_sites = call_sites
         self.module_names = module_names
@@ -185,20 +185,20 @@ class OperationRecorder(TorchDispatchMode):
         self._model_id = id(model) if model is not None else None
         # Shown every operation's outputs, outside the timed span: the memory profile of the
         # recorded iteration without a second dispatch mode (which cost the transformer example
-        # 9 ms a recorded iteration of 43 ms).
-        self.memory = memory
-        self.timer: _Timer = _CpuTimer()
+        # 9 ms a recorded iteration of 43 ms). Set for the first recorded iteration only.
+        self.memory: MemoryMeter | None = None
+        self.timer: _Timer
         self.recording = Recording()
         self._forward_by_sequence: dict[int, OperationRecord] = {}
         self._producer = WeakIdKeyDictionary()  # storage -> forward OperationRecord that created it
         self._saved = WeakIdKeyDictionary()  # storages already counted as activations
         self._call_stack: list[tuple[str, int]] = []  # (module path, invocation id) of the modules running
-        self._steps_running = 0  # optimizer.step() calls under way (an optimizer may step another)
+        self._steps_running: int  # optimizer.step() calls under way (an optimizer may step another)
         self._module_call_count = 0
         self._users_module_types: dict[type, bool] = {}
-        self._hooks: list[RemovableHandle] = []
+        self._hooks: list[RemovableHandle]
         self._saved_tensor_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
-        self._iteration_thread = threading.get_ident()  # the thread that runs the iteration
+        self._iteration_thread: int  # the thread that runs the iteration
 
     # -- lifetime -------------------------------------------------------------------------------
 
