@@ -90,6 +90,11 @@ EQUIVALENT = [
     (re.compile(r"if start <= len\(source\):"), "an empty last line holds no literal and moves none"),
 ]
 
+# Code only a GPU runs: on a machine without one no test can reach it, so its mutants are counted
+# apart ("GPU only"), neither caught nor surviving; the GPU tests (tests/test_gpu.py) reach it.
+GPU_ONLY_FUNCTIONS = re.compile(r"^_CudaTimer\.")
+GPU_ONLY_LINES = re.compile(r'device\.type == "(CUDA|XXcudaXX)"')
+
 
 def copy_tree(destination: Path) -> None:
     """The working tree's files that git would carry (tracked, and untracked but not ignored)."""
@@ -164,11 +169,22 @@ def equivalence(mutated: list[str]) -> str | None:
     return None
 
 
+def needs_gpu(function: str, mutated: list[str]) -> bool:
+    """A surviving mutant of code only a GPU runs: a function of the CUDA timer, or the choice of it."""
+    added = [line for line in mutated if line.startswith("+")]
+    if GPU_ONLY_FUNCTIONS.match(function):
+        return True
+    return bool(added) and all(GPU_ONLY_LINES.search(line) for line in added)
+
+
 def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[str]], seconds: float) -> str:
-    equivalent = {name: reason for name, lines in survivors.items() if (reason := equivalence(lines))}
+    gpu_only = {name for name, _, function, _ in found if name in survivors and needs_gpu(function, survivors[name])}
+    equivalent = {
+        name: reason for name, lines in survivors.items() if name not in gpu_only and (reason := equivalence(lines))
+    }
     by_module: dict[str, Counter[str]] = defaultdict(Counter)
     for name, module, _, status in found:
-        by_module[module]["equivalent" if name in equivalent else status] += 1
+        by_module[module]["GPU only" if name in gpu_only else "equivalent" if name in equivalent else status] += 1
     lines = [
         "# Mutation testing with mutmut (python scripts/mutmut_report.py)",
         "",
@@ -176,10 +192,11 @@ def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[s
         f"the tests it lists ({len(found)} mutants, {seconds / 60:.0f} min on this machine). Caught: a test",
         "failed, or the mutant ran past mutmut's time limit. Surviving: the tests passed, or no test",
         "reached the function in process. Equivalent: the mutant changes nothing observable (the",
-        "reasons are listed below); not counted in the survival rate.",
+        "reasons are listed below). GPU only: code only a GPU runs, which no test can reach on a",
+        "machine without one (the GPU tests do). Neither is counted in the survival rate.",
         "",
-        "| module | mutants | caught | survived | no tests | equivalent | survival |",
-        "|---|---|---|---|---|---|---|",
+        "| module | mutants | caught | survived | no tests | equivalent | GPU only | survival |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     total: Counter[str] = Counter()
     for module in sorted(by_module):
@@ -188,7 +205,7 @@ def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[s
         lines.append(_row(f"`{module}`", counts))
     lines.append(_row("all", total))
     lines += ["", "## The surviving mutants", ""]
-    surviving = {name: mutated for name, mutated in survivors.items() if name not in equivalent}
+    surviving = {name: mutated for name, mutated in survivors.items() if name not in equivalent | gpu_only}
     if not surviving:
         lines.append("None.")
     status_of = {name: status for name, _, _, status in found}
@@ -206,11 +223,11 @@ def _row(name: str, counts: Counter[str]) -> str:
     mutants = sum(counts.values())
     caught = sum(counts[s] for s in CAUGHT)
     surviving = sum(counts[s] for s in SURVIVING)
-    counted = mutants - counts["equivalent"]
+    counted = mutants - counts["equivalent"] - counts["GPU only"]
     share = surviving / counted if counted else 0.0
     return (
         f"| {name} | {mutants} | {caught} | {counts['survived']} | {counts['no tests']} | {counts['equivalent']} "
-        f"| {share:.0%} |"
+        f"| {counts['GPU only']} | {share:.0%} |"
     )
 
 
