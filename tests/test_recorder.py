@@ -1,10 +1,13 @@
-"""Gradient accumulation told from the recorded iteration itself (Recording.micro_batches): the
-model called k times, k backward passes and each optimizer stepping once is k micro-batches per
-step; anything else is one. The real recorder on real iterations, recorded once or twice."""
+"""The recorder (attribute/recorder.py) on purpose-built iterations, recorded once or twice: the
+phase of each operation where optimizers step inside one another or the model runs without
+gradients after the step; the CPU timer's times; gradient accumulation told from the recorded
+iteration itself (Recording.micro_batches: the model called k times, k backward passes and each
+optimizer stepping once is k micro-batches per step; anything else is one)."""
 
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import torch
 
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
+from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
@@ -97,7 +101,7 @@ LOOPS = {
 }
 
 
-def recorded(project: Path, loop: str, iterations: int) -> IterationRecording:
+def recorded(project: Path, loop: str, iterations: int = 1) -> IterationRecording:
     """`iterations` recorded iterations of the entry point `PROVIDERS` + `loop`."""
     (project / "entry.py").write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
     entry = load_entry_point(project / "entry.py", project)
@@ -128,3 +132,74 @@ def test_the_first_iteration_ends_where_the_second_starts(tmp_path):
     second = recording.operations[recording.iteration_starts[1] :]
     assert [op.name for op in first] == [op.name for op in second]
     assert recording.model_calls == 2  # the first iteration's, not both
+
+
+def marked(operations: list[OperationRecord], loop: str, marker: str) -> list[OperationRecord]:
+    """The operations recorded at the line of `loop` that ends with `# marker`."""
+    lines = (PROVIDERS + textwrap.dedent(loop)).splitlines()
+    number = next(n for n, text in enumerate(lines, 1) if text.endswith(f"# {marker}"))
+    return [op for op in operations if op.context == ("entry.py", number)]
+
+
+def test_the_work_of_an_optimizer_stepped_inside_another_is_the_optimizers(tmp_path):
+    # A wrapper that steps its inner optimizer, then updates on its own (as Lookahead does): the
+    # work after the inner step is still inside the outer step.
+    loop = """
+        class Averaged(torch.optim.Optimizer):
+            def __init__(self, inner):
+                self.inner = inner
+                super().__init__(inner.param_groups, {})
+                self.average = [p.detach().clone() for p in inner.param_groups[0]["params"]]
+
+            @torch.no_grad()
+            def step(self):
+                self.inner.step()
+                for average, p in zip(self.average, self.inner.param_groups[0]["params"]):
+                    average.lerp_(p, 0.5)  # OUTER
+
+        def skyline_iteration_provider(model):
+            optimizer = Averaged(torch.optim.SGD(model.parameters(), lr=0.1))
+            def iteration(x):
+                model(x).sum().backward()
+                optimizer.step()
+                model.zero_grad()
+            return iteration
+        """
+    operations = recorded(tmp_path, loop).recorder.recording.operations
+    outer = marked(operations, loop, "OUTER")
+    assert [op.name for op in outer] == ["lerp_", "lerp_"]  # the weight's and the bias's
+    assert {op.phase for op in outer} == {OPTIMIZER}
+
+
+def test_the_model_run_without_gradients_after_the_step_is_forward_work(tmp_path):
+    loop = """
+        def skyline_iteration_provider(model):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            def iteration(x):
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+                with torch.no_grad():
+                    model(x).argmax(dim=1)  # EVALUATE
+            return iteration
+        """
+    operations = recorded(tmp_path, loop, iterations=2).recorder.recording.operations
+    evaluation = marked(operations, loop, "EVALUATE")
+    assert [op.name for op in evaluation] == ["t", "addmm", "argmax"] * 2  # the Linear's and argmax, each iteration
+    assert {op.phase for op in evaluation} == {FORWARD}
+    assert {op.phase for op in operations} == {FORWARD, BACKWARD, OPTIMIZER}
+
+
+def test_each_operation_is_timed_within_the_recording_one_after_another(tmp_path):
+    loop = LOOPS["two micro-batches"][0]
+    started = time.perf_counter_ns()
+    recording = recorded(tmp_path, loop, iterations=2).recorder.recording
+    elapsed_ms = (time.perf_counter_ns() - started) / 1e6
+    assert recording.operations and all(op.duration_ms > 0 for op in recording.operations)
+    # Each recorded iteration is timed from the moment the recorder was entered for it; on the
+    # CPU, its operations run one at a time on the iteration's thread (backward too).
+    first, second = recording.iteration_starts
+    for operations in (recording.operations[first:second], recording.operations[second:]):
+        for before, after in zip(operations, operations[1:]):
+            assert after.start_ms >= before.start_ms + before.duration_ms
+        assert operations[0].start_ms >= 0 and operations[-1].start_ms + operations[-1].duration_ms <= elapsed_ms
