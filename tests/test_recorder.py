@@ -203,3 +203,17 @@ def test_each_operation_is_timed_within_the_recording_one_after_another(tmp_path
         for before, after in zip(operations, operations[1:]):
             assert after.start_ms >= before.start_ms + before.duration_ms
         assert operations[0].start_ms >= 0 and operations[-1].start_ms + operations[-1].duration_ms <= elapsed_ms
+
+
+def test_an_operation_leaving_two_tensors_for_backward_holds_the_bytes_of_both(tmp_path):
+    loop = """
+        def skyline_iteration_provider(model):
+            def iteration(x):
+                var, mean = torch.var_mean(model(x), dim=1)  # BOTH
+                (var * mean).sum().backward()  # `mul` saves both operands
+                model.zero_grad()
+            return iteration
+        """
+    operations = recorded(tmp_path, loop).recorder.recording.operations
+    (var_mean,) = [op for op in marked(operations, loop, "BOTH") if op.name == "var_mean"]
+    assert var_mean.activation_bytes == 2 * 12 * 4  # two float32 values for each of 12 samples
