@@ -217,3 +217,25 @@ def test_an_operation_leaving_two_tensors_for_backward_holds_the_bytes_of_both(t
     operations = recorded(tmp_path, loop).recorder.recording.operations
     (var_mean,) = [op for op in marked(operations, loop, "BOTH") if op.name == "var_mean"]
     assert var_mean.activation_bytes == 2 * 12 * 4  # two float32 values for each of 12 samples
+
+
+def test_a_module_outside_the_model_is_named_by_its_class(tmp_path):
+    loop = """
+        def skyline_iteration_provider(model):
+            loss_function = torch.nn.MSELoss()
+            def iteration(x):
+                loss = loss_function(model(x), torch.zeros(len(x), 4))  # LOSS
+                loss.backward()
+                model.zero_grad()
+            return iteration
+        """
+    recording = recorded(tmp_path, loop).recorder.recording
+    forward = [op for op in marked(recording.operations, loop, "LOSS") if op.phase == FORWARD]
+    assert [(op.name, op.module) for op in forward] == [
+        ("t", "model"),
+        ("addmm", "model"),
+        ("zeros", ""),  # outside any module
+        ("mse_loss", "MSELoss"),
+    ]
+    (line,) = {op.context for op in forward}
+    assert [(call.path, call.context) for call in recording.module_calls] == [("model", line), ("MSELoss", line)]
