@@ -239,3 +239,33 @@ def test_a_module_outside_the_model_is_named_by_its_class(tmp_path):
     ]
     (line,) = {op.context for op in forward}
     assert [(call.path, call.context) for call in recording.module_calls] == [("model", line), ("MSELoss", line)]
+
+
+def test_each_call_of_a_users_module_is_an_invocation_of_its_lines(tmp_path):
+    # Invocations: the user's module calls, each its own; torch's modules run within their caller's.
+    loop = """
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                return self.inner(x).relu()  # BLOCK
+
+        def skyline_iteration_provider(model):
+            block = Block()
+            def iteration(x):
+                h = block(block(x * 2))  # TWICE
+                model(h).sum().backward()  # MODEL
+                model.zero_grad()
+            return iteration
+        """
+    operations = [op for op in recorded(tmp_path, loop).recorder.recording.operations if op.phase == FORWARD]
+    blocks = marked(operations, loop, "BLOCK")
+    assert [op.name for op in blocks] == ["t", "addmm", "relu"] * 2
+    first, second = {op.invocation[0] for op in blocks[:3]}, {op.invocation[0] for op in blocks[3:]}
+    assert len(first) == len(second) == 1 and first != second and 0 not in first | second
+    # Outside any of the user's modules (torch's Linear as the model included): no invocation.
+    outside = marked(operations, loop, "TWICE") + marked(operations, loop, "MODEL")
+    assert [op.name for op in outside] == ["mul", "t", "addmm", "sum", "ones_like"]  # ones_like: backward's seed
+    assert {op.invocation[0] for op in outside} == {0}
