@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,11 @@ import torch
 
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
-from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord
+from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
+from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
 
 PROVIDERS = """
@@ -101,7 +103,14 @@ LOOPS = {
 }
 
 
-def recorded(project: Path, loop: str, iterations: int = 1) -> IterationRecording:
+@dataclass
+class Recorded:
+    recording: Recording
+    micro_batches: int
+    memory: MemoryProfile  # of the first recorded iteration
+
+
+def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
     """`iterations` recorded iterations of the entry point `PROVIDERS` + `loop`."""
     (project / "entry.py").write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
     entry = load_entry_point(project / "entry.py", project)
@@ -111,23 +120,24 @@ def recorded(project: Path, loop: str, iterations: int = 1) -> IterationRecordin
         runner = IterationRunner(entry, device, TimingBudget())
     with runner, runner.at_batch_size(12) as run:
         recording = IterationRecording(creation, runner.model, device)
-        recording.record_first(run, runner.clock, runner.live_tensors)
+        memory, _ = recording.record_first(run, runner.clock, runner.live_tensors)
         if iterations == 2:
             # One more: min(MAX_RECORDED_ITERATIONS, RECORDING_BUDGET_MS // 100 ms) - 1.
             recording.record_more(run, run_time_ms=100.0)
-    assert len(recording.recorder.recording.iteration_starts) == iterations
-    return recording
+    operations = recording.recorder.recording
+    assert len(operations.iteration_starts) == iterations
+    return Recorded(operations, recording.micro_batches(), memory)
 
 
 @pytest.mark.parametrize("iterations", [1, 2])
 @pytest.mark.parametrize("case", sorted(LOOPS))
 def test_micro_batches_are_counted_in_the_first_iteration(tmp_path, case, iterations):
     loop, micro_batches = LOOPS[case]
-    assert recorded(tmp_path, loop, iterations).micro_batches() == micro_batches
+    assert recorded(tmp_path, loop, iterations).micro_batches == micro_batches
 
 
 def test_the_first_iteration_ends_where_the_second_starts(tmp_path):
-    recording = recorded(tmp_path, LOOPS["two micro-batches"][0], iterations=2).recorder.recording
+    recording = recorded(tmp_path, LOOPS["two micro-batches"][0], iterations=2).recording
     first = recording.first_iteration()
     second = recording.operations[recording.iteration_starts[1] :]
     assert [op.name for op in first] == [op.name for op in second]
@@ -165,7 +175,7 @@ def test_the_work_of_an_optimizer_stepped_inside_another_is_the_optimizers(tmp_p
                 model.zero_grad()
             return iteration
         """
-    operations = recorded(tmp_path, loop).recorder.recording.operations
+    operations = recorded(tmp_path, loop).recording.operations
     outer = marked(operations, loop, "OUTER")
     assert [op.name for op in outer] == ["lerp_", "lerp_"]  # the weight's and the bias's
     assert {op.phase for op in outer} == {OPTIMIZER}
@@ -183,7 +193,7 @@ def test_the_model_run_without_gradients_after_the_step_is_forward_work(tmp_path
                     model(x).argmax(dim=1)  # EVALUATE
             return iteration
         """
-    operations = recorded(tmp_path, loop, iterations=2).recorder.recording.operations
+    operations = recorded(tmp_path, loop, iterations=2).recording.operations
     evaluation = marked(operations, loop, "EVALUATE")
     assert [op.name for op in evaluation] == ["t", "addmm", "argmax"] * 2  # the Linear's and argmax, each iteration
     assert {op.phase for op in evaluation} == {FORWARD}
@@ -193,7 +203,7 @@ def test_the_model_run_without_gradients_after_the_step_is_forward_work(tmp_path
 def test_each_operation_is_timed_within_the_recording_one_after_another(tmp_path):
     loop = LOOPS["two micro-batches"][0]
     started = time.perf_counter_ns()
-    recording = recorded(tmp_path, loop, iterations=2).recorder.recording
+    recording = recorded(tmp_path, loop, iterations=2).recording
     elapsed_ms = (time.perf_counter_ns() - started) / 1e6
     assert recording.operations and all(op.duration_ms > 0 for op in recording.operations)
     # Each recorded iteration is timed from the moment the recorder was entered for it; on the
@@ -214,7 +224,7 @@ def test_an_operation_leaving_two_tensors_for_backward_holds_the_bytes_of_both(t
                 model.zero_grad()
             return iteration
         """
-    operations = recorded(tmp_path, loop).recorder.recording.operations
+    operations = recorded(tmp_path, loop).recording.operations
     (var_mean,) = [op for op in marked(operations, loop, "BOTH") if op.name == "var_mean"]
     assert var_mean.activation_bytes == 2 * 12 * 4  # two float32 values for each of 12 samples
 
@@ -229,7 +239,7 @@ def test_a_module_outside_the_model_is_named_by_its_class(tmp_path):
                 model.zero_grad()
             return iteration
         """
-    recording = recorded(tmp_path, loop).recorder.recording
+    recording = recorded(tmp_path, loop).recording
     forward = [op for op in marked(recording.operations, loop, "LOSS") if op.phase == FORWARD]
     assert [(op.name, op.module) for op in forward] == [
         ("t", "model"),
@@ -260,7 +270,7 @@ def test_each_call_of_a_users_module_is_an_invocation_of_its_lines(tmp_path):
                 model.zero_grad()
             return iteration
         """
-    operations = [op for op in recorded(tmp_path, loop).recorder.recording.operations if op.phase == FORWARD]
+    operations = [op for op in recorded(tmp_path, loop).recording.operations if op.phase == FORWARD]
     blocks = marked(operations, loop, "BLOCK")
     assert [op.name for op in blocks] == ["t", "addmm", "relu"] * 2
     first, second = {op.invocation[0] for op in blocks[:3]}, {op.invocation[0] for op in blocks[3:]}
@@ -269,3 +279,21 @@ def test_each_call_of_a_users_module_is_an_invocation_of_its_lines(tmp_path):
     outside = marked(operations, loop, "TWICE") + marked(operations, loop, "MODEL")
     assert [op.name for op in outside] == ["mul", "t", "addmm", "sum", "ones_like"]  # ones_like: backward's seed
     assert {op.invocation[0] for op in outside} == {0}
+
+
+def test_the_memory_profile_sees_each_operations_outputs(tmp_path):
+    loop = """
+        def skyline_iteration_provider(model):
+            def iteration(x):
+                big = torch.ones(1 << 20)  # BIG
+                (model(x).sum() * big.mean()).backward()
+                model.zero_grad()
+            return iteration
+        """
+    result = recorded(tmp_path, loop)
+    first = result.recording.operations
+    # Named by overload (`ones.default`), each after its recorded operation.
+    assert [name.split(".")[0] for name in result.memory.operation_names] == [op.name for op in first]
+    (ones,) = [n for n, op in enumerate(first) if op in marked(first, loop, "BIG")]
+    before = result.memory.operation_bytes[ones - 1] if ones else result.memory.start_bytes
+    assert result.memory.operation_bytes[ones] - before >= 4 << 20  # a MiB of float32 ones
