@@ -297,3 +297,26 @@ def test_the_memory_profile_sees_each_operations_outputs(tmp_path):
     (ones,) = [n for n, op in enumerate(first) if op in marked(first, loop, "BIG")]
     before = result.memory.operation_bytes[ones - 1] if ones else result.memory.start_bytes
     assert result.memory.operation_bytes[ones] - before >= 4 << 20  # a MiB of float32 ones
+
+
+def test_backward_work_carries_its_nodes_name_and_the_module_of_the_operation_that_made_the_node(tmp_path):
+    loop = """
+        def skyline_iteration_provider(model):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            def iteration(x):
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            return iteration
+        """
+    backward = [op for op in recorded(tmp_path, loop).recording.operations if op.phase == BACKWARD]
+    linked = [op for op in backward if op.creator is not None]
+    assert {(op.node_name, op.creator.name, op.module) for op in linked} == {
+        ("SumBackward0", "sum", ""),  # outside any module
+        ("AddmmBackward0", "addmm", "model"),
+        ("TBackward0", "t", "model"),
+    }
+    # Gradient accumulation into the weight and the bias: no forward operation made those nodes,
+    # so the operation tree names the work after them (attribute/breakdown.py).
+    unlinked = [(op.name, op.node_name, op.module) for op in backward if op.creator is None]
+    assert unlinked == [("detach", "torch::autograd::AccumulateGrad", "")] * 2

@@ -62,11 +62,10 @@ class OperationRecord:
     phase: str  # FORWARD, BACKWARD or OPTIMIZER
     stack: tuple[Context, ...]  # the project frames at the operation, innermost first
     module: str
-    sequence_nr: int | None
-    # One execution of the call site: the invocation of the innermost user module running, and
-    # the frame (frames of calls made one after the other may share an id, so calls of a helper
-    # function within one module invocation count once).
-    invocation: tuple[int, int | None] | tuple[()]
+    # Forward and optimizer work: one execution of the call site, the invocation of the innermost
+    # user module running and the frame (frames of calls made one after the other may share an id,
+    # so calls of a helper function within one module invocation count once).
+    invocation: tuple[int, int | None] | tuple[()] = ()
     duration_ms: float = 0.0
     # Bytes it left saved for backward; per iteration (a fraction) once averaged over the recorded ones.
     activation_bytes: float = 0
@@ -300,7 +299,7 @@ class OperationRecorder(TorchDispatchMode):
             # with them, and that is forward work.
             stepping = self._steps_running and not torch.is_grad_enabled()
             phase = OPTIMIZER if stepping or self.call_sites.runs_within(_SCALER_CODES, skip=2) else FORWARD
-            record = OperationRecord(op_name, phase, stack, module, next_sequence - 1, (call_id, frame_id))
+            record = OperationRecord(op_name, phase, stack, module, (call_id, frame_id))
             # The first operation to see a sequence number is the one whose node it is: later
             # operations that create no node see the same counter. The optimizer's run without
             # gradients and create none.
@@ -314,8 +313,6 @@ class OperationRecorder(TorchDispatchMode):
                 BACKWARD,
                 creator.stack if creator else self._backward_callers_stack(),
                 creator.module if creator else "",
-                sequence,
-                (),
                 node_name=node.name(),
                 creator=creator,
             )
