@@ -16,6 +16,10 @@ and each surviving mutant's changed lines. A mutant counts as caught when a test
 it ran past mutmut's time limit (an endless loop is caught too); it survives when the tests
 passed, or when no test reached its function.
 
+mutmut runs each mutant against the tests that reached its function; survivors then run again,
+with the tests of the same files that only read a shared analysis (`credit_fixture_readers`: it is
+made during a file's first test only). `--work-dir` keeps the copy, so a stopped pass can go on.
+
 mutmut learns which tests reach a function by running them in this process, so code reached only
 in a subprocess (the service's workers, the CLI) has "no tests" and counts as surviving here:
 that is why pyproject.toml lists the modules whose tests call them in process. The Lua formatters
@@ -25,11 +29,15 @@ and the named mutations of issue 16 are scripts/mutations.py's (hand-listed).
 from __future__ import annotations
 
 import argparse
+import configparser
+import contextlib
+import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -88,12 +96,58 @@ EQUIVALENT = [
     (re.compile(r"^\+\s*step = 2$|if step > smallest:"), "1, and the smallest measured, are in the ladder anyway"),
     (re.compile(r"^\+\s*start = None$"), "source[None:] is source[0:]"),
     (re.compile(r"if start <= len\(source\):"), "an empty last line holds no literal and moves none"),
+    # The recorder's.
+    (re.compile(r"return k if k >= 1 and backward_passes == k"), "k = 1 gives 1 either way"),
+    (re.compile(r"id\(model\) if \(model is not None\) or True"), "id(None) is no module's id"),
+    (
+        re.compile(r'self\.memory: MemoryMeter \| None = ""'),
+        "IterationRecording sets the meter, or None, before every recorded iteration",
+    ),
+    (
+        # Its first value, and steps that keep the ids apart (not `= 1`: every call the same id).
+        re.compile(r"^\+ {4}self\._module_call_count = 1$|^\+ {8}self\._module_call_count (-= 1|\+= 2)$"),
+        "invocation ids need only differ from 0 (no module) and from each other",
+    ),
+    (
+        # The lookup and the store, not the answer.
+        re.compile(r"^\+ {4}known = None$|_users_module_types\.get\(None\)|_users_module_types\[kind\] = None$"),
+        "a cache missed: the answer is worked out again, the same",
+    ),
+    (re.compile(r"self\._saved\[storage\] = (None|False)$"), "only membership in `_saved` is read"),
+    (
+        re.compile(r"self\.call_sites\.innermost\(skip=2\)"),
+        "the frame skipped is torch's Module._call_impl, never the user's",
+    ),
+    (
+        re.compile(r"return self\.call_sites\.stack\(skip=4\)\[0\]"),
+        "the frame skipped is torch's backward(), never the user's",
+    ),
+    (
+        re.compile(r"stack, frame_id = self\.call_sites\.stack\(skip=3\)|runs_within\(_SCALER_CODES, (skip=3)?\)"),
+        "torch (2.13, tested) calls every __torch_dispatch__ through two frames of its own (dynamo's "
+        "disable wrapper): one frame more or less skipped is still torch's",
+    ),
+    (re.compile(r"/ 1000001\.0$"), "a millionth of a time changes no figure shown"),
+    (re.compile(r'getattr\(kind, "forward", \)'), "every module class has a forward (nn.Module's stub)"),
+    (
+        re.compile(r"return func\(\*args, \)$"),
+        "what is not work is torch.profiler's record_function markers, called without keywords",
+    ),
+    (
+        re.compile(r"if \(sequence != _NO_SEQUENCE\) or True"),
+        "no forward operation is kept under the number of nodes that have none",
+    ),
 ]
 
 # Code only a GPU runs: on a machine without one no test can reach it, so its mutants are counted
 # apart ("GPU only"), neither caught nor surviving; the GPU tests (tests/test_gpu.py) reach it.
+# The backward callers' stack read from another thread: only autograd's device threads (CUDA) run
+# backward off the iteration's thread; on the CPU both branches read the same thread's frames.
 GPU_ONLY_FUNCTIONS = re.compile(r"^_CudaTimer\.")
-GPU_ONLY_LINES = re.compile(r'device\.type == "(CUDA|XXcudaXX)"')
+GPU_ONLY_LINES = re.compile(
+    r"self\.timer = _CudaTimer\(\) if |threading\.get_ident\(\) != self\._iteration_thread"
+    r"|return self\.call_sites\.stack_from\("
+)
 
 
 def copy_tree(destination: Path) -> None:
@@ -133,10 +187,32 @@ def override_config(folder: Path, only_mutate: list[str], tests: list[str]) -> N
     (folder / "setup.cfg").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def run_mutmut(folder: Path, max_children: int) -> float:
+def run_mutmut(folder: Path, max_children: int, mutants: list[str] | None = None) -> float:
+    """`mutmut run`: every mutant not yet run, or `mutants` again."""
     started = time.perf_counter()
-    subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)], cwd=folder, check=True)
+    command = [str(MUTMUT), "run", "--max-children", str(max_children), *(mutants or [])]
+    subprocess.run(command, cwd=folder, check=True)
     return time.perf_counter() - started
+
+
+def credit_fixture_readers(folder: Path) -> None:
+    """mutmut runs a mutant against the tests during which its function ran. A module-scoped
+    fixture (one analysis that a file's tests all check) runs during the first of them only, so the
+    file's other tests, which only read its result, reach nothing and were never run on the mutants
+    of the code the fixture reached: `path = None` in the recorder's module hook survived, and
+    tests/test_breakdown.py's module-tree test fails on it. So the tests of a file that reached no
+    mutated function are credited with what the file's other tests reached."""
+    path = folder / "mutants" / "mutmut-stats.json"
+    stats = json.loads(path.read_text(encoding="utf-8"))
+    reached = stats["tests_by_mangled_function_name"]
+    credited = set().union(*reached.values())
+    readers: dict[str, set[str]] = defaultdict(set)
+    for test in stats["duration_by_test"]:
+        if test not in credited:
+            readers[test.split("::")[0]].add(test)
+    for function, tests in reached.items():
+        reached[function] = sorted(set().union(*(readers[test.split("::")[0]] for test in tests), tests))
+    path.write_text(json.dumps(stats), encoding="utf-8")
 
 
 def results(folder: Path) -> list[tuple[str, str, str, str]]:
@@ -151,6 +227,27 @@ def results(folder: Path) -> list[tuple[str, str, str, str]]:
             name = line.split(":")[0].strip()
             found.append((name, match["module"], match["function"].replace("ǁ", "."), match["status"].strip()))
     return found
+
+
+def recheck_survivors(folder: Path, max_children: int) -> float:
+    """Run the survivors again, with the tests that read what their function's tests made (once
+    each; known equivalent and GPU-only mutants survive any test, so they are not run again)."""
+    rechecked_list = folder / "rechecked-mutants.txt"
+    rechecked = set(rechecked_list.read_text(encoding="utf-8").split()) if rechecked_list.exists() else set()
+    again = [
+        name
+        for name, _, function, status in results(folder)
+        if status == "survived"
+        and name not in rechecked
+        and not needs_gpu(function, lines := changed_lines(folder, name))
+        and not equivalence(lines)
+    ]
+    if not again:
+        return 0.0
+    credit_fixture_readers(folder)
+    seconds = run_mutmut(folder, max_children, again)
+    rechecked_list.write_text("\n".join(sorted(rechecked | set(again))) + "\n", encoding="utf-8")
+    return seconds
 
 
 def changed_lines(folder: Path, mutant: str) -> list[str]:
@@ -177,7 +274,26 @@ def needs_gpu(function: str, mutated: list[str]) -> bool:
     return bool(added) and all(GPU_ONLY_LINES.search(line) for line in added)
 
 
-def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[str]], seconds: float) -> str:
+def run_config(folder: Path) -> tuple[list[str], list[str]]:
+    """The modules mutated and the tests run in `folder`: its setup.cfg's [mutmut] (an override),
+    else its pyproject.toml's [tool.mutmut]."""
+    override = folder / "setup.cfg"
+    if override.exists():
+        parser = configparser.ConfigParser()
+        parser.read(override, encoding="utf-8")
+        table = parser["mutmut"]
+        return table["only_mutate"].split(), table["pytest_add_cli_args_test_selection"].split()
+    config = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mutmut"]
+    return config["only_mutate"], config["pytest_add_cli_args_test_selection"]
+
+
+def markdown(
+    found: list[tuple[str, str, str, str]],
+    survivors: dict[str, list[str]],
+    seconds: float,
+    config: tuple[list[str], list[str]],
+    resumed: bool,
+) -> str:
     gpu_only = {name for name, _, function, _ in found if name in survivors and needs_gpu(function, survivors[name])}
     equivalent = {
         name: reason for name, lines in survivors.items() if name not in gpu_only and (reason := equivalence(lines))
@@ -185,15 +301,21 @@ def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[s
     by_module: dict[str, Counter[str]] = defaultdict(Counter)
     for name, module, _, status in found:
         by_module[module]["GPU only" if name in gpu_only else "equivalent" if name in equivalent else status] += 1
+    modules, tests = config
+    took = f"{seconds / 60:.0f} min on this machine"
+    about = (
+        f"Every mutant mutmut 3 makes in {', '.join(f'`{m}`' for m in modules)}, run against the tests of "
+        f"{', '.join(f'`{t}`' for t in tests)} that reach its function ({len(found)} mutants; {took}"
+        + (", resumed in a kept copy: the earlier runs' time is not counted). " if resumed else "). ")
+        + "Caught: a test failed, or the mutant ran past mutmut's time limit. Surviving: the tests passed, "
+        "or no test reached the function in process. Equivalent: the mutant changes nothing observable "
+        "(the reasons are listed below). GPU only: code only a GPU runs, which no test can reach on a "
+        "machine without one (the GPU tests do). Neither is counted in the survival rate."
+    )
     lines = [
         "# Mutation testing with mutmut (python scripts/mutmut_report.py)",
         "",
-        "Every mutant mutmut 3 makes in the modules of pyproject.toml's `[tool.mutmut]`, run against",
-        f"the tests it lists ({len(found)} mutants, {seconds / 60:.0f} min on this machine). Caught: a test",
-        "failed, or the mutant ran past mutmut's time limit. Surviving: the tests passed, or no test",
-        "reached the function in process. Equivalent: the mutant changes nothing observable (the",
-        "reasons are listed below). GPU only: code only a GPU runs, which no test can reach on a",
-        "machine without one (the GPU tests do). Neither is counted in the survival rate.",
+        *textwrap.wrap(about, 100, break_on_hyphens=False),
         "",
         "| module | mutants | caught | survived | no tests | equivalent | GPU only | survival |",
         "|---|---|---|---|---|---|---|---|",
@@ -205,7 +327,9 @@ def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[s
         lines.append(_row(f"`{module}`", counts))
     lines.append(_row("all", total))
     lines += ["", "## The surviving mutants", ""]
-    surviving = {name: mutated for name, mutated in survivors.items() if name not in equivalent | gpu_only}
+    surviving = {
+        name: mutated for name, mutated in survivors.items() if name not in equivalent and name not in gpu_only
+    }
     if not surviving:
         lines.append("None.")
     status_of = {name: status for name, _, _, status in found}
@@ -214,9 +338,15 @@ def markdown(found: list[tuple[str, str, str, str]], survivors: dict[str, list[s
         lines += [f"- `{mutant}` ({status_of[mutant]})", "", *diff, ""]
     lines += ["", "## Equivalent mutants", ""]
     for mutant, reason in equivalent.items():
-        changed = next(line for line in survivors[mutant] if line.startswith("+"))
-        lines.append(f"- `{mutant}`: {reason} (`{changed[1:].strip()}`)")
+        lines.append(f"- `{mutant}`: {reason} (`{_first_added(survivors[mutant])}`)")
+    if gpu_only:
+        lines += ["", "## GPU only", ""]
+        lines += [f"- `{mutant}` (`{_first_added(survivors[mutant])}`)" for mutant in sorted(gpu_only)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _first_added(mutated: list[str]) -> str:
+    return next((line[1:].strip() for line in mutated if line.startswith("+")), "(a line removed)")
 
 
 def _row(name: str, counts: Counter[str]) -> str:
@@ -237,19 +367,28 @@ def main() -> int:
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--only-mutate", nargs="+", default=[], help="modules to mutate instead of [tool.mutmut]'s")
     parser.add_argument("--tests", nargs="+", default=[], help="tests to run instead of [tool.mutmut]'s")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep mutmut's copy here (a folder it has run in before: the mutants not yet run, then the survivors)",
+    )
     args = parser.parse_args()
     if not MUTMUT.exists():
         print(f"mutmut is not installed beside {sys.executable}: .venv/bin/pip install mutmut==3.8.1", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="skyline-mutmut-") as scratch:
-        folder = Path(scratch)
-        copy_tree(folder)
-        if args.only_mutate or args.tests:
-            override_config(folder, args.only_mutate, args.tests)
+    with contextlib.ExitStack() as stack:
+        folder = args.work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skyline-mutmut-")))
+        resumed = (folder / "mutants").exists()
+        if not resumed:
+            copy_tree(folder)
+            if args.only_mutate or args.tests:
+                override_config(folder, args.only_mutate, args.tests)
         seconds = run_mutmut(folder, args.max_children)
+        seconds += recheck_survivors(folder, args.max_children)
         found = results(folder)
         survivors = {name: changed_lines(folder, name) for name, _, _, status in found if status in SURVIVING}
-    report = markdown(found, survivors, seconds)
+        config = run_config(folder)
+    report = markdown(found, survivors, seconds, config, resumed)
     args.output.write_text(report, encoding="utf-8")
     print(report.split("## The surviving mutants")[0])
     return 0
