@@ -60,8 +60,8 @@ def _exit_rank(code: int) -> NoReturn:
     """Leave a torchrun rank without finalizing the interpreter. After the last collective, gloo's
     worker threads still let go of that collective's tensors, which takes the GIL; one that tries
     while the interpreter is finalizing aborts the whole process ("terminate called without an
-    active exception", SIGABRT: 1 run in 12 on a busy 2-core machine, pytorch/pytorch#179291 on the
-    same cause), and torchrun reports the rank as failed. Outputs are written and closed by now;
+    active exception", SIGABRT: 2 torchrun runs in 27 on a busy 2-core machine; pytorch/pytorch#179291
+    on the same cause), and torchrun reports the rank as failed. Outputs are written and closed by now;
     the user's atexit handlers do not run, as in the service's workers."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing to keep
