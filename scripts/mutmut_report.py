@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import contextlib
+import functools
 import json
 import re
 import shutil
@@ -250,6 +251,7 @@ def recheck_survivors(folder: Path, max_children: int) -> float:
     return seconds
 
 
+@functools.cache  # a mutant's lines do not change; the recheck and the report both read them
 def changed_lines(folder: Path, mutant: str) -> list[str]:
     diff = subprocess.run([str(MUTMUT), "show", mutant], cwd=folder, check=True, capture_output=True, text=True)
     return [

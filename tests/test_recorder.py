@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from service_client import marked_line
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
@@ -23,6 +24,7 @@ from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
 
+ENTRY = "entry.py"  # in each test's own project folder
 PROVIDERS = """
 import torch
 
@@ -112,21 +114,21 @@ class Recorded:
 
 def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
     """`iterations` recorded iterations of the entry point `PROVIDERS` + `loop`."""
-    (project / "entry.py").write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
-    entry = load_entry_point(project / "entry.py", project)
+    (project / ENTRY).write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
+    entry = load_entry_point(project / ENTRY, project)
     device = torch.device("cpu")
     creation = CreationSites(CallSites(entry.files))
     with creation.recording_modules():
         runner = IterationRunner(entry, device, TimingBudget())
     with runner, runner.at_batch_size(12) as run:
-        recording = IterationRecording(creation, runner.model, device)
-        memory, _ = recording.record_first(run, runner.clock, runner.live_tensors)
+        iteration_recording = IterationRecording(creation, runner.model, device)
+        memory, _ = iteration_recording.record_first(run, runner.clock, runner.live_tensors)
         if iterations == 2:
             # One more: min(MAX_RECORDED_ITERATIONS, RECORDING_BUDGET_MS // 100 ms) - 1.
-            recording.record_more(run, run_time_ms=100.0)
-    operations = recording.recorder.recording
-    assert len(operations.iteration_starts) == iterations
-    return Recorded(operations, recording.micro_batches(), memory)
+            iteration_recording.record_more(run, run_time_ms=100.0)
+    recording = iteration_recording.recorder.recording
+    assert len(recording.iteration_starts) == iterations
+    return Recorded(recording, iteration_recording.micro_batches(), memory)
 
 
 @pytest.mark.parametrize("iterations", [1, 2])
@@ -144,11 +146,10 @@ def test_the_first_iteration_ends_where_the_second_starts(tmp_path):
     assert recording.model_calls == 2  # the first iteration's, not both
 
 
-def marked(operations: list[OperationRecord], loop: str, marker: str) -> list[OperationRecord]:
-    """The operations recorded at the line of `loop` that ends with `# marker`."""
-    lines = (PROVIDERS + textwrap.dedent(loop)).splitlines()
-    number = next(n for n, text in enumerate(lines, 1) if text.endswith(f"# {marker}"))
-    return [op for op in operations if op.context == ("entry.py", number)]
+def marked(operations: list[OperationRecord], project: Path, marker: str) -> list[OperationRecord]:
+    """The operations recorded at the line of the project's entry point marked `# marker`."""
+    number = marked_line(project / ENTRY, f"# {marker}")
+    return [op for op in operations if op.context == (ENTRY, number)]
 
 
 def test_the_work_of_an_optimizer_stepped_inside_another_is_the_optimizers(tmp_path):
@@ -176,7 +177,7 @@ def test_the_work_of_an_optimizer_stepped_inside_another_is_the_optimizers(tmp_p
             return iteration
         """
     operations = recorded(tmp_path, loop).recording.operations
-    outer = marked(operations, loop, "OUTER")
+    outer = marked(operations, tmp_path, "OUTER")
     assert [op.name for op in outer] == ["lerp_", "lerp_"]  # the weight's and the bias's
     assert {op.phase for op in outer} == {OPTIMIZER}
 
@@ -194,7 +195,7 @@ def test_the_model_run_without_gradients_after_the_step_is_forward_work(tmp_path
             return iteration
         """
     operations = recorded(tmp_path, loop, iterations=2).recording.operations
-    evaluation = marked(operations, loop, "EVALUATE")
+    evaluation = marked(operations, tmp_path, "EVALUATE")
     assert [op.name for op in evaluation] == ["t", "addmm", "argmax"] * 2  # the Linear's and argmax, each iteration
     assert {op.phase for op in evaluation} == {FORWARD}
     assert {op.phase for op in operations} == {FORWARD, BACKWARD, OPTIMIZER}
@@ -225,7 +226,7 @@ def test_an_operation_leaving_two_tensors_for_backward_holds_the_bytes_of_both(t
             return iteration
         """
     operations = recorded(tmp_path, loop).recording.operations
-    (var_mean,) = [op for op in marked(operations, loop, "BOTH") if op.name == "var_mean"]
+    (var_mean,) = [op for op in marked(operations, tmp_path, "BOTH") if op.name == "var_mean"]
     assert var_mean.activation_bytes == 2 * 12 * 4  # two float32 values for each of 12 samples
 
 
@@ -240,7 +241,7 @@ def test_a_module_outside_the_model_is_named_by_its_class(tmp_path):
             return iteration
         """
     recording = recorded(tmp_path, loop).recording
-    forward = [op for op in marked(recording.operations, loop, "LOSS") if op.phase == FORWARD]
+    forward = [op for op in marked(recording.operations, tmp_path, "LOSS") if op.phase == FORWARD]
     assert [(op.name, op.module) for op in forward] == [
         ("t", "model"),
         ("addmm", "model"),
@@ -271,12 +272,12 @@ def test_each_call_of_a_users_module_is_an_invocation_of_its_lines(tmp_path):
             return iteration
         """
     operations = [op for op in recorded(tmp_path, loop).recording.operations if op.phase == FORWARD]
-    blocks = marked(operations, loop, "BLOCK")
+    blocks = marked(operations, tmp_path, "BLOCK")
     assert [op.name for op in blocks] == ["t", "addmm", "relu"] * 2
     first, second = {op.invocation[0] for op in blocks[:3]}, {op.invocation[0] for op in blocks[3:]}
     assert len(first) == len(second) == 1 and first != second and 0 not in first | second
     # Outside any of the user's modules (torch's Linear as the model included): no invocation.
-    outside = marked(operations, loop, "TWICE") + marked(operations, loop, "MODEL")
+    outside = marked(operations, tmp_path, "TWICE") + marked(operations, tmp_path, "MODEL")
     assert [op.name for op in outside] == ["mul", "t", "addmm", "sum", "ones_like"]  # ones_like: backward's seed
     assert {op.invocation[0] for op in outside} == {0}
 
@@ -294,7 +295,7 @@ def test_the_memory_profile_sees_each_operations_outputs(tmp_path):
     first = result.recording.operations
     # Named by overload (`ones.default`), each after its recorded operation.
     assert [name.split(".")[0] for name in result.memory.operation_names] == [op.name for op in first]
-    (ones,) = [n for n, op in enumerate(first) if op in marked(first, loop, "BIG")]
+    (ones,) = [n for n, op in enumerate(first) if op in marked(first, tmp_path, "BIG")]
     before = result.memory.operation_bytes[ones - 1] if ones else result.memory.start_bytes
     assert result.memory.operation_bytes[ones] - before >= 4 << 20  # a MiB of float32 ones
 
