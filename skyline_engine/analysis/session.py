@@ -20,11 +20,13 @@ from skyline_engine.attribute.breakdown import EAGER_REPLAY, Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
+from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
 from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError
 from skyline_engine.measure.compilation import is_compiled
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
+from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
@@ -156,9 +158,17 @@ class _Analysis:
             self._send(users, breakdown, notes)
             usable = usable_memory_bytes(self.device.memory_capacity_bytes)
             probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
-            sizes = probing.probe()
-            probing.settle_memory(users.run_time_ms / self.batch_size / 1000, self.request.budget.memory_probe_s)
-            samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
+            try:
+                sizes = probing.probe()
+                probing.settle_memory(users.run_time_ms / self.batch_size / 1000, self.request.budget.memory_probe_s)
+                samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
+            except InputsIgnoreBatchSize as exc:
+                # Every batch size would measure the same iteration: the user's alone, timed in full.
+                samples, timing_notes = self._time_together(runner, [users.batch_size], users, probing.memory)
+                ignored = exc.warning(INPUT_PROVIDER, self._input_provider_line())
+                return self.document(
+                    samples=samples, breakdown=breakdown, models=None, warnings=notes + timing_notes + [ignored]
+                )
         self.progress("fitting the batch-size models", 0.95)
         models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device)
         warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
@@ -221,6 +231,9 @@ class _Analysis:
             )
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, self.device, self.location, self.request.memory_limit_source, self.entry) from None
+
+    def _input_provider_line(self) -> str:
+        return f"{self.entry.relative_path}:{self.entry.line_of(self.entry.input_provider)}"
 
     def _send(self, sample: Sample, breakdown: Breakdown, notes: list[str]) -> None:
         if self.partial is not None:

@@ -35,6 +35,7 @@ from skyline_engine.measure.compilation import (
     compiler_work,
     quiet_about_global_hooks,
 )
+from skyline_engine.measure.inputs import InputShapesSeen
 from skyline_engine.measure.memory import (
     LiveTensors,
     MemoryProfile,
@@ -184,6 +185,7 @@ class IterationRunner:
         self._steady = not find_steady_state
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self.live_tensors = LiveTensors()
+        self._input_shapes = InputShapesSeen()
         self._frozen = contextlib.ExitStack()
 
     def __enter__(self) -> IterationRunner:
@@ -203,8 +205,9 @@ class IterationRunner:
     def at_batch_sizes(self, batch_sizes: Sequence[int]) -> Iterator[dict[int, Run]]:
         """The iteration at each of `batch_sizes`, ready to run (the inputs made once each). An
         iteration, or its inputs, that run out of memory raise OutOfMemoryAtBatchSize naming their
-        batch size; whatever happens, the inputs and what the iterations left are released
-        afterwards."""
+        batch size; inputs of the same shapes as another batch size's raise InputsIgnoreBatchSize
+        (measure/inputs.py) before their iteration runs; whatever happens, the inputs and what the
+        iterations left are released afterwards."""
         inputs: dict[int, Sequence[Any]] = {}
         try:
             for batch_size in batch_sizes:
@@ -322,7 +325,9 @@ class IterationRunner:
                 line=entry.line_of(entry.input_provider),
                 hint="Wrap the inputs in a tuple, e.g. `return (images, labels)` or `return (x,)`.",
             )
-        return tuple(inputs)
+        inputs = tuple(inputs)
+        self._input_shapes.check(batch_size, inputs)
+        return inputs
 
     @property
     def compilation(self) -> Compilation | None:

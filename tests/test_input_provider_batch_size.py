@@ -1,0 +1,126 @@
+"""An input provider that ignores its `batch_size` gets no predictions, and is told why.
+
+`def skyline_input_provider(batch_size=16): return (torch.randn(16, 8),)` made every batch size
+measure the same iteration: a flat time line, throughputs counted from samples that were never
+there (477,639/s "at batch size 32" for an iteration of 16) and a largest batch size of 34 billion.
+The analysis now sees the same input shapes at two batch sizes, keeps the user's batch size
+(timed in full) and withholds the models, with a warning at the provider's line. The analyses run
+the real engine on tiny models; the shape comparison is checked on real tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure.inputs import InputShapesSeen, InputsIgnoreBatchSize, input_shapes
+from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.render.terminal import render_report
+
+QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+
+ENTRY = """\
+import torch
+import torch.nn as nn
+
+
+def skyline_model_provider():
+    return nn.Linear(8, 2)
+
+
+def skyline_input_provider(batch_size=16):  # <- HERE
+    return {inputs}
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def iteration(*inputs):
+        optimizer.zero_grad()
+        model(inputs[0]).pow(2).mean().backward()
+        optimizer.step()
+
+    return iteration
+"""
+
+
+def analysis(tmp_path, inputs: str) -> dict:
+    source = ENTRY.format(inputs=inputs)
+    (tmp_path / "entry_point.py").write_text(source, encoding="utf-8")
+    return analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
+
+
+def provider_line(tmp_path) -> int:
+    lines = (tmp_path / "entry_point.py").read_text(encoding="utf-8").splitlines()
+    return next(number for number, text in enumerate(lines, 1) if "# <- HERE" in text)
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    ["(torch.randn(16, 8),)", "(torch.randn(16, 8), {'mask': torch.ones(16, 8), 'scale': 2})"],
+    ids=["fixed-tensor", "fixed-tensor-and-dict"],
+)
+def test_inputs_that_ignore_the_batch_size_get_no_predictions(tmp_path, inputs):
+    doc = analysis(tmp_path, inputs)
+    assert doc["models"] is None
+    assert doc["predictions"] == []
+    assert doc["batch_size"] == 16
+    # The user's batch size is timed in full, as the others would have been (not its quick first timing).
+    assert doc["iteration"]["repetitions"] > 1
+    said = [w for w in doc["warnings"] if "skyline_input_provider" in w]
+    assert len(said) == 1, doc["warnings"]
+    assert f"entry_point.py:{provider_line(tmp_path)}" in said[0]
+    assert "same shapes" in said[0] and "(16, 8)" in said[0] and "nothing is predicted" in said[0]
+    report = render_report(doc)
+    assert "none to recommend" in report
+    assert "largest that fits" not in report
+
+
+def test_inputs_that_follow_the_batch_size_are_predicted(tmp_path):
+    """The control: the same entry point with `batch_size` as the batch dimension."""
+    doc = analysis(tmp_path, "(torch.randn(batch_size, 8),)")
+    assert doc["models"] is not None
+    assert len(doc["models"]["samples"]) >= 2
+    assert not [w for w in doc["warnings"] if "skyline_input_provider" in w]
+
+
+def test_the_same_shapes_at_two_batch_sizes_are_caught():
+    seen = InputShapesSeen()
+    seen.check(16, (torch.randn(16, 8), torch.zeros(16, dtype=torch.long)))
+    seen.check(16, (torch.randn(16, 8), torch.zeros(16, dtype=torch.long)))  # the same batch size again
+    with pytest.raises(InputsIgnoreBatchSize) as caught:
+        seen.check(8, (torch.randn(16, 8), torch.zeros(16, dtype=torch.long)))
+    assert caught.value.batch_sizes == (8, 16)
+    assert "(16, 8), (16,)" in caught.value.warning("skyline_input_provider", "entry_point.py:9")
+
+
+def test_inputs_that_differ_anywhere_are_not_judged_the_same():
+    seen = InputShapesSeen()
+    seen.check(4, (torch.randn(4, 8),))
+    seen.check(8, (torch.randn(8, 8),))  # the tensor follows the batch size
+    seen.check(16, (torch.randn(8, 8), 16))  # a number that does: the iteration may build from it
+    seen.check(32, ([torch.randn(8, 8)] * 2,))  # another structure
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        (torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8)), batch_size=4),),
+        (8, "mean"),  # no tensor at all: the iteration makes its data
+        (torch.randn(4, 8), object()),
+    ],
+    ids=["data-loader", "no-tensor", "an-object"],
+)
+def test_inputs_whose_size_cannot_be_read_are_not_judged(inputs):
+    """A DataLoader, or any object, may hold its batch size inside: nothing is concluded from it."""
+    assert input_shapes(inputs) is None
+    seen = InputShapesSeen()
+    seen.check(4, inputs)
+    seen.check(8, inputs)
+
+
+def test_a_structure_of_tensors_reads_every_shape():
+    shapes = input_shapes((torch.randn(2, 3), {"mask": torch.ones(2), "n": 2}, [None, 1.5]))
+    assert shapes is not None
+    assert [tuple(s) for s in shapes if isinstance(s, torch.Size)] == [(2, 3), (2,)]
