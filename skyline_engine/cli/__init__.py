@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 from skyline_engine import __version__
 from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
 from skyline_engine.cli.progress import Progress
+from skyline_engine.entry.project_root import default_project_root
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure.openmp import settle_openmp
 
@@ -148,7 +149,11 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--project-root",
         default=None,
-        help="the project's root folder (default: the working directory); results name files relative to it",
+        help=(
+            "the project's root folder (default: the working directory, or for an entry point outside it the "
+            "nearest folder above it with .git, pyproject.toml, setup.py or setup.cfg, else its own folder); "
+            "results name files relative to it"
+        ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -209,7 +214,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _project_root(args: argparse.Namespace, cwd: Path) -> Path:
-    return Path(args.project_root) if args.project_root else cwd
+    return Path(args.project_root) if args.project_root else default_project_root(args.entry_point, cwd)
 
 
 def _analyze(
