@@ -104,7 +104,7 @@ def test_batch_size_command_forms_and_bad_values(profiled):
     assert "batch_size=64" in literal_line(nvim)
     nvim.command("SkylineBatchSize! max")  # (! : no question, see test_nvim_editor.py)
     models = document(nvim)["models"]
-    expected = min(models["max_batch_size"], models["trusted_range"][1])  # not beyond the measured range
+    expected = min(models["max_batch_size"], models["trusted_range"][1])  # not beyond the trusted range
     assert f"batch_size={expected}" in literal_line(nvim)
     assert state(nvim)["prediction"]["fits"] is True
 

@@ -1,7 +1,7 @@
 """The editor's second pass (issue 11), in a real Neovim: the float laid out for the window, its
 memory section, one figure per batch size and nothing negative; one message when a profile ends;
 errors in one line with the full text in a diagnostic over the statement; costs with what a line
-calls; batch-size keys in every project file, with dot-repeat; `max` within the measured range and
+calls; batch-size keys in every project file, with dot-repeat; `max` within the trusted range and
 a question before a batch size that could fill the machine; :SkylineToggle; priorities.
 
 Most tests show a real analysis document of the default example (made once by `skyline profile
@@ -353,7 +353,7 @@ def test_batch_keys_work_in_every_project_file_and_repeat_with_dot(editor, proje
     assert_no_traceback(nvim)
 
 
-def test_max_stays_in_the_measured_range_and_asks_before_filling_the_machine(editor, project, real_document):
+def test_max_stays_in_the_trusted_range_and_asks_before_filling_the_machine(editor, project, real_document):
     nvim = editor
     doc = fixed_document(real_document, project)
     doc["device"]["memory_capacity_bytes"] = 24 * 2**20  # half of it: batch size 2,816 and above
@@ -362,7 +362,7 @@ def test_max_stays_in_the_measured_range_and_asks_before_filling_the_machine(edi
     assert "batch_size=1024" in entry_literal(nvim, project)
 
     nvim.ui_attach(160, 50, rgb=True)  # confirm() asks only with a screen to ask on
-    nvim.command("SkylineBatchSize max", async_=True)  # 4,096 (measured up to): 17 MiB predicted
+    nvim.command("SkylineBatchSize max", async_=True)  # 4,096 (the trusted range's end): 17 MiB predicted
     wait_for(lambda: nvim.api.get_mode()["mode"] == "r?", "the question", timeout=10)
     nvim.input("n")
     # Back to Normal mode, no hit-enter prompt ("r") after the answer (else the next call hangs).
@@ -371,9 +371,15 @@ def test_max_stays_in_the_measured_range_and_asks_before_filling_the_machine(edi
     nvim.ui_detach()
 
     nvim.command("SkylineBatchSize! max")  # no question
-    wait_for_message(nvim, "beyond the measured range (up to 4,096): using 4,096")
+    wait_for_message(nvim, "beyond the trusted range (up to 4,096): using 4,096")
     assert "batch_size=4096" in entry_literal(nvim, project)
     assert state(nvim)["batch_size"] == 4096
+
+    nvim.command("SkylineBatchSize! 8192")
+    low = doc["models"]["trusted_range"][0]
+    wait_for_message(
+        nvim, f"batch size 8,192 is outside the trusted range ({low:,}-4,096: up to 4× the largest measured)"
+    )
     assert_no_traceback(nvim)
 
 

@@ -175,10 +175,10 @@ local function warn_if_unreliable(prediction)
   if prediction.extrapolated then
     util.warn(
       string.format(
-        'batch size %d is outside the measured range (%d-%d): the prediction is an extrapolation',
-        prediction.batch_size,
-        low,
-        high
+        'batch size %s is outside the trusted range (%s-%s: up to 4× the largest measured): the prediction is an extrapolation',
+        format.integer(prediction.batch_size),
+        format.integer(low),
+        format.integer(high)
       )
     )
   end
@@ -302,7 +302,7 @@ local function parse(arg, current)
     local high = state.models.trusted_range[2]
     if max > high then
       local note = string.format(
-        'the largest batch size predicted to fit is %s, beyond the measured range (up to %s): using %s',
+        'the largest batch size predicted to fit is %s, beyond the trusted range (up to %s): using %s',
         format.integer(max),
         format.integer(high),
         format.integer(high)

@@ -179,6 +179,7 @@ def _advice(doc: dict[str, Any]) -> str:
             doc, best, "throughput does not rise with the batch size: the smallest measured is fastest per sample"
         )
     low, high = models["trusted_range"]
+    measured = max(sample["batch_size"] for sample in models["samples"])
     ceiling = high if largest is None else min(largest, high)
     approached = f"the {format_rate(models['asymptotic_samples_per_second'], SAMPLES)} this model approaches"
     if knee <= ceiling:
@@ -190,8 +191,9 @@ def _advice(doc: dict[str, Any]) -> str:
     return _use(
         doc,
         high,
-        f"the largest within the measured range; throughput still rises beyond it (90% of {approached} at "
-        f"{knee:,}):\nprofile with --batch-size {high} to measure further",
+        f"the largest of the trusted range (up to {high // measured}× {measured:,}, the largest measured); "
+        f"throughput still rises beyond it (90% of {approached} at {knee:,}):\n"
+        f"profile with --batch-size {high} to measure further",
     )
 
 
