@@ -507,4 +507,6 @@ def _optimizer_state(creation: CreationSites) -> list[OptimizerStateMemory]:
 
 
 def _bytes(tensor: torch.Tensor) -> int:
+    if tensor.layout == torch.sparse_coo:  # a sparse Embedding's gradient: its rows, not the table
+        return _bytes(tensor._indices()) + _bytes(tensor._values())
     return tensor.numel() * tensor.element_size()

@@ -1,7 +1,10 @@
 """Where the model's parameters and the optimizer were created, in the user's code.
 
 Weight memory belongs to the line that created the module (`self.fc = nn.Linear(...)`), found
-while the model provider runs through torch's global parameter/buffer registration hooks.
+while the model provider runs through torch's global parameter/buffer registration hooks. A copied
+module (`copy.deepcopy`, as `nn.TransformerEncoder` clones its layer) registers none of its
+parameters: they belong to the line that registered the module holding the copies
+(`self.encoder = nn.TransformerEncoder(layer, 6)`), seen by the module registration hook.
 Optimizer state belongs to the line that constructed the optimizer. torch offers no construction
 hook for optimizers, and a profile function active while the iteration provider runs would slow
 everything it does (torch imports its compiler stack on the first optimizer), so the optimizers
@@ -32,9 +35,10 @@ Stack = tuple[Context, ...]
 class CreationSites:
     def __init__(self, call_sites: CallSites) -> None:
         self.call_sites = call_sites
-        # The project frames (innermost first) where each parameter or buffer was registered and
-        # each optimizer constructed, keyed by the object's id.
-        self.tensors: dict[int, Stack] = {}
+        # The project frames (innermost first) where each parameter or buffer was registered, by
+        # the tensor's id, with a weak reference that tells a later tensor under a reused id apart.
+        self._tensors: dict[int, tuple[weakref.ref[torch.Tensor], Stack]] = {}
+        # Where each optimizer was constructed, by its id.
         self.optimizers: dict[int, Stack] = {}
         self._optimizer_refs: list[weakref.ref[torch.optim.Optimizer]] = []
         self._entry_path = ""
@@ -44,7 +48,14 @@ class CreationSites:
         return [o for o in (ref() for ref in self._optimizer_refs) if o is not None]
 
     def tensor_stack(self, tensor: torch.Tensor) -> Stack:
-        return self.tensors.get(id(tensor), ())
+        ref, stack = self._tensors.get(id(tensor), (None, ()))
+        return stack if ref is not None and ref() is tensor else ()
+
+    def created(self, tensor: torch.Tensor, stack: Stack) -> None:
+        """`tensor` was registered at `stack`, unless an earlier registration named it already (a
+        tied weight keeps the line of the module that made it)."""
+        if stack and not self.tensor_stack(tensor):
+            self._tensors[id(tensor)] = (weakref.ref(tensor), stack)
 
     def optimizer_stack(self, optimizer: torch.optim.Optimizer) -> Stack:
         """Where `optimizer` was constructed: looked up in the entry point first, then in the other
@@ -114,6 +125,7 @@ class _ModuleCreation:
         self._handles = [
             register.register_module_parameter_registration_hook(self._registered),
             register.register_module_buffer_registration_hook(self._registered),
+            register.register_module_module_registration_hook(self._module_registered),
         ]
         return self
 
@@ -122,8 +134,15 @@ class _ModuleCreation:
             handle.remove()
 
     def _registered(self, module: torch.nn.Module, name: str, tensor: torch.Tensor | None) -> None:
-        if tensor is None:
+        if tensor is not None:
+            self.sites.created(tensor, self.sites.call_sites.stack(skip=1)[0])
+
+    def _module_registered(self, module: torch.nn.Module, name: str, submodule: torch.nn.Module | None) -> None:
+        """The tensors of a registered module that no registration named: copies."""
+        if submodule is None:
             return
-        stack, _ = self.sites.call_sites.stack(skip=1)
-        if stack:
-            self.sites.tensors.setdefault(id(tensor), stack)
+        unnamed = [t for t in (*submodule.parameters(), *submodule.buffers()) if not self.sites.tensor_stack(t)]
+        if unnamed:
+            stack, _ = self.sites.call_sites.stack(skip=1)
+            for tensor in unnamed:
+                self.sites.created(tensor, stack)
