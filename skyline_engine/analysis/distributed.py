@@ -27,12 +27,14 @@ from skyline_engine.analysis.session import (
     batch_size_location,
     breakdown_notes,
     no_progress,
+    with_output_note,
 )
 from skyline_engine.attribute.communication import ParameterCallSites, attribute_buckets
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
+from skyline_engine.entry.user_output import first_lines_of_user_output
 from skyline_engine.errors import OutOfMemory
 from skyline_engine.measure.device import describe_device, torch_version
 from skyline_engine.measure.distributed import (
@@ -62,9 +64,11 @@ def analyze_rank(request: AnalysisRequest, rank: Rank, progress: Progress = no_p
     progress("loading the entry point", 0.0)
     entry = load_entry_point(path, root)
     try:
-        return _RankAnalysis(request, entry, rank, progress).run()
+        with first_lines_of_user_output() as output:
+            document = _RankAnalysis(request, entry, rank, progress).run()
     finally:
         entry.unload()
+    return None if document is None else with_output_note(document, output)
 
 
 class _RankAnalysis:

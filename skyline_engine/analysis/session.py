@@ -7,6 +7,7 @@ load the entry point → build the iteration (recording where parameters are cre
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
+from skyline_engine.entry.user_output import UserOutput, first_lines_of_user_output
 from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError
 from skyline_engine.measure.compilation import is_compiled
 from skyline_engine.measure.contention import CpuContention
@@ -104,11 +106,18 @@ def analyze(
     device_info = describe_device(device, request.memory_capacity_bytes)
     entry = load_entry_point(path, root)
     try:
-        document = _Analysis(request, entry, device_info, progress, partial).run()
+        with first_lines_of_user_output() as output:
+            document = _Analysis(request, entry, device_info, progress, partial).run()
     finally:
         entry.unload()
     progress("done", 1.0)
-    return document
+    return with_output_note(document, output)
+
+
+def with_output_note(document: AnalysisDocument, output: UserOutput) -> AnalysisDocument:
+    """The document, warning of the user's output that was not shown."""
+    note = output.note()
+    return document if note is None else dataclasses.replace(document, warnings=[*document.warnings, note])
 
 
 class _Analysis:
