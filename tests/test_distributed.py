@@ -41,6 +41,7 @@ def test_every_rank_is_measured_and_the_slowest_named(profiled):
     slowest = max(dp["ranks"], key=lambda r: r["compute_ms"])["rank"]
     assert dp["slowest_rank"] == slowest
     assert doc["iteration"]["run_time_ms"] == dp["ranks"][0]["run_time_ms"]
+    assert doc["models"] is None and "one batch size" in doc["models_withheld"]
 
 
 def test_buckets_hold_every_gradient_once_with_the_lines_that_made_them(profiled):

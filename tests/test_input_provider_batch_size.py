@@ -72,6 +72,7 @@ def test_inputs_that_ignore_the_batch_size_get_no_predictions(tmp_path, inputs):
     assert len(said) == 1, doc["warnings"]
     assert f"entry_point.py:{provider_line(tmp_path)}" in said[0]
     assert "same shapes" in said[0] and "(16, 8)" in said[0] and "nothing is predicted" in said[0]
+    assert doc["models_withheld"] == said[0]
     report = render_report(doc)
     assert "none to recommend" in report
     assert "largest that fits" not in report
@@ -80,7 +81,7 @@ def test_inputs_that_ignore_the_batch_size_get_no_predictions(tmp_path, inputs):
 def test_inputs_that_follow_the_batch_size_are_predicted(tmp_path):
     """The control: the same entry point with `batch_size` as the batch dimension."""
     doc = analysis(tmp_path, "(torch.randn(batch_size, 8),)")
-    assert doc["models"] is not None
+    assert doc["models"] is not None and doc["models_withheld"] is None
     assert len(doc["models"]["samples"]) >= 2
     assert not [w for w in doc["warnings"] if "skyline_input_provider" in w]
 
@@ -124,3 +125,11 @@ def test_a_structure_of_tensors_reads_every_shape():
     shapes = input_shapes((torch.randn(2, 3), {"mask": torch.ones(2), "n": 2}, [None, 1.5]))
     assert shapes is not None
     assert [tuple(s) for s in shapes if isinstance(s, torch.Size)] == [(2, 3), (2,)]
+
+
+def test_the_breakdown_asked_for_alone_says_so(tmp_path):
+    (tmp_path / "entry_point.py").write_text(ENTRY.format(inputs="(torch.randn(batch_size, 8),)"), encoding="utf-8")
+    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
+    doc = analyze(request).to_dict()
+    assert doc["models"] is None
+    assert "breakdown alone" in doc["models_withheld"]

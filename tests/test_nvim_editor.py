@@ -353,6 +353,22 @@ def test_batch_keys_work_in_every_project_file_and_repeat_with_dot(editor, proje
     assert_no_traceback(nvim)
 
 
+def test_batch_keys_without_models_say_why_in_one_sentence(editor, project, real_document):
+    nvim = editor
+    withheld = "Only one batch size could be measured, so nothing is predicted."
+    other = "Operations ran 57% slower while recorded than in the measured iteration."
+    show(
+        nvim, fixed_document(real_document, project, models=None, models_withheld=withheld, warnings=[other, withheld])
+    )
+    before = entry_literal(nvim, project)
+    nvim.command(f"edit {project}/entry_point.py")
+    nvim.input("\\+")
+    said = wait_for_message(nvim, f"the last profile has no batch-size models: {withheld}")
+    assert other not in said  # the reason, not every warning of the document
+    assert entry_literal(nvim, project) == before
+    assert_no_traceback(nvim)
+
+
 def test_max_stays_in_the_trusted_range_and_asks_before_filling_the_machine(editor, project, real_document):
     nvim = editor
     doc = fixed_document(real_document, project)

@@ -399,6 +399,7 @@ def test_predict_without_models_says_why():
     job.listener.on_result(job, document(models=False))
     error = call(d, sent, "predict", {"batch_size": 8}, msgid=4)[0]
     assert error["code"] == "no_models" and "Only one batch size" in error["message"]
+    assert "slower while recorded" not in error["message"]  # the reason, not every warning
 
 
 def test_client_root_maps_documents_errors_and_entry_points():

@@ -95,7 +95,7 @@ local function target()
     if state.running then
       return nil, 'no results yet: the profile is still running; try again when it is done'
     elseif state.document then
-      local why = table.concat(state.document.warnings or {}, ' ')
+      local why = state.document.models_withheld or table.concat(state.document.warnings or {}, ' ')
       return nil, 'the last profile has no batch-size models: ' .. why
     end
     return nil, 'no results yet: run :SkylineProfile first'

@@ -71,6 +71,12 @@ def analyze_rank(request: AnalysisRequest, rank: Rank, progress: Progress = no_p
     return None if document is None else with_output_note(document, output)
 
 
+NO_BATCH_SIZE_MODELS = (
+    "Data-parallel training is measured at one batch size: every rank must run the same iterations and "
+    "collectives, so batch-size models are not fitted. Profile one process (without --nproc) for them."
+)
+
+
 class _RankAnalysis:
     def __init__(self, request: AnalysisRequest, entry: EntryPoint, rank: Rank, progress: Progress) -> None:
         self.request = request
@@ -159,6 +165,7 @@ class _RankAnalysis:
             warnings=breakdown_notes(breakdown) + _notes(data_parallel),
             distributed=data_parallel,
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
+            models_withheld=NO_BATCH_SIZE_MODELS,
         )
 
     @contextlib.contextmanager

@@ -52,6 +52,7 @@ class AnalysisDocument:
     memory_only: dict[int, MemoryProfile]  # batch sizes probed for the memory model alone
     distributed: DataParallel | None = None  # data-parallel training (--nproc, torchrun)
     compilation: Compilation | None = None  # what torch.compile compiled, apart from the iteration
+    models_withheld: str | None = None  # why a complete document has no models
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class AnalysisDocument:
             "batch_size": self.batch_size,
             "iteration": self.iteration.to_dict(),
             "models": self._models(),
+            "models_withheld": self.models_withheld,
             "predictions": [row.to_dict() for row in self.predictions],
             "batch_size_location": self.batch_size_location.to_dict() if self.batch_size_location else None,
             "warnings": list(self.warnings),
@@ -101,6 +103,7 @@ def build_document(
     distributed: DataParallel | None = None,
     breakdown_time_ms: float | None = None,
     compilation: Compilation | None = None,
+    models_withheld: str | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
@@ -127,4 +130,5 @@ def build_document(
         memory_only=dict(memory_only or {}),
         distributed=distributed,
         compilation=compilation,
+        models_withheld=models_withheld,
     )

@@ -42,6 +42,7 @@ ONE_SAMPLE = (
     "Only one batch size could be measured, so nothing is predicted: lower the batch size (--batch-size) so "
     "that half and twice it can be measured too."
 )
+NOT_ASKED = "The analysis was asked for the breakdown alone, without predictions."
 
 # Below this, the recorded operations ran notably slower than the measured iteration.
 NOTABLE_SCALING = 0.8
@@ -163,7 +164,9 @@ class _Analysis:
             users, breakdown = self._users_batch_size(runner, creation)
             notes = runner.notes + breakdown_notes(breakdown)
             if not self.request.predict:
-                return self.document(samples=[users], breakdown=breakdown, models=None, warnings=notes)
+                return self.document(
+                    samples=[users], breakdown=breakdown, models=None, warnings=notes, models_withheld=NOT_ASKED
+                )
             self._send(users, breakdown, notes)
             usable = usable_memory_bytes(self.device.memory_capacity_bytes)
             probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
@@ -176,13 +179,22 @@ class _Analysis:
                 samples, timing_notes = self._time_together(runner, [users.batch_size], users, probing.memory)
                 ignored = exc.warning(INPUT_PROVIDER, self._input_provider_line())
                 return self.document(
-                    samples=samples, breakdown=breakdown, models=None, warnings=notes + timing_notes + [ignored]
+                    samples=samples,
+                    breakdown=breakdown,
+                    models=None,
+                    warnings=notes + timing_notes + [ignored],
+                    models_withheld=ignored,
                 )
         self.progress("fitting the batch-size models", 0.95)
         models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device)
         warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
         return self.document(
-            samples=samples, breakdown=breakdown, models=models, warnings=warnings, memory_only=probing.memory_only
+            samples=samples,
+            breakdown=breakdown,
+            models=models,
+            warnings=warnings,
+            memory_only=probing.memory_only,
+            models_withheld=None if models else ONE_SAMPLE,
         )
 
     def _time_together(

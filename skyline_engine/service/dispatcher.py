@@ -230,7 +230,7 @@ class Dispatcher:
             raise RpcError(NO_MODELS, "no analysis has completed on this connection yet; run `analyze` first")
         document = latest.document
         if document.get("models") is None:
-            reason = " ".join(document.get("warnings") or []) or "fewer than two batch sizes could be measured."
+            reason = document.get("models_withheld") or "fewer than two batch sizes could be measured."
             raise RpcError(NO_MODELS, f"analysis {latest.analysis_id} has no batch-size models: {reason}")
         models = BatchSizeModels.from_dict(document["models"], document["device"]["memory_capacity_bytes"])
         batch_size = args["batch_size"]
