@@ -1,4 +1,5 @@
-"""An input provider that ignores its `batch_size` gets no predictions, and is told why.
+"""An input provider that ignores its `batch_size` gets no predictions, and is told why (as is
+every document without models: `models_withheld`).
 
 `def skyline_input_provider(batch_size=16): return (torch.randn(16, 8),)` made every batch size
 measure the same iteration: a flat time line, throughputs counted from samples that were never

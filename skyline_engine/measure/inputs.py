@@ -72,10 +72,10 @@ class InputsIgnoreBatchSize(Exception):
         tensors = ", ".join(shapes[:SHOWN_SHAPES]) + (", …" if len(shapes) > SHOWN_SHAPES else "")
         return (
             f"`{provider}` ({where}) made inputs of the same shapes at batch sizes {low} and {high} "
-            f"(tensors {tensors}): it does not build them from its `batch_size`, so other batch sizes cannot be "
-            "measured and nothing is predicted; the throughput counts the batch size as the samples of an "
-            "iteration, which holds only if the inputs have that many. Make `batch_size` their batch dimension, "
-            "e.g. `torch.randn(batch_size, 256)`."
+            f"(tensors {tensors}): it does not build them from its `batch_size` (or caps it, as a data set "
+            "smaller than the batch does), so other batch sizes cannot be measured and nothing is predicted; the "
+            "throughput counts the batch size as the samples of an iteration, which holds only if the inputs have "
+            "that many. Make `batch_size` their batch dimension, e.g. `torch.randn(batch_size, 256)`."
         )
 
 
