@@ -7,7 +7,9 @@ nothing: the borrowed GPU machine has no network. Writes bench/results-gpu.md an
 the table, and exits 0 only when every check passed on CUDA: 2 without CUDA (a GPU check that
 passes without a GPU proves nothing), 1 when a check failed (the others still ran), 3 after a
 rehearsal (`--rehearse-on-cpu`: every step on the CPU, to catch mistakes here before GPU minutes
-are spent; never a result).
+are spent; never a result). The results are written after every check, so a run cut short keeps
+what it measured (its first line says so); `--only tests,oom` runs again just those checks, and
+`--output DIR/name` writes them elsewhere (on a borrowed machine, into the folder that comes back).
 
 The checks:
 0. every torch API the engine names exists in this torch (`tests/test_torch_apis.py`; the GPU
@@ -380,7 +382,9 @@ def markdown(report: Report, facts: dict[str, Any]) -> str:
         "# GPU check",
         "",
         f"{facts['gpu']}; torch {facts['torch']} (CUDA {facts['cuda']}); Python {facts['python']}; "
-        f"{'all passed' if report.passed else 'FAILED'}.",
+        f"{'all passed' if report.passed else 'FAILED'}"
+        f"{'' if facts.get('complete') else ' so far (the run did not finish)'}"
+        f"{'; checks: ' + facts['checks'] if facts.get('checks') else ''}.",
         "",
         "| check | passed | seconds | figures |",
         "|---|---|---|---|",
@@ -392,11 +396,48 @@ def markdown(report: Report, facts: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHECKS: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
+    # key (for --only): (the report's name, the check)
+    "apis": ("torch APIs the engine uses", torch_apis),
+    "tests": ("GPU tests", gpu_tests),
+    "recorded": ("recorded iterations against torch.profiler", recorded_iterations),
+    "memory": ("peak memory four ways", memory),
+    "oom": ("a real out-of-memory", out_of_memory),
+    "serve": ("skyline serve on the device", service),
+    "accuracy": ("accuracy at held-out batch sizes", accuracy),
+    "ddp": ("data-parallel training on 2 ranks", data_parallel),
+}
+
+
+def _checks(only: str | None) -> list[str]:
+    if not only:
+        return list(CHECKS)
+    keys = [key.strip() for key in only.split(",") if key.strip()]
+    unknown = [key for key in keys if key not in CHECKS]
+    if unknown:
+        raise SystemExit(f"gpu_check: unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
+    return keys
+
+
+def _write(output: Path, facts: dict[str, Any], report: Report, complete: bool) -> str:
+    """The results so far, written after every check: a run cut short still leaves what it measured."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    facts = {**facts, "complete": complete}
+    output.with_suffix(".json").write_text(json.dumps({"facts": facts, **report.sections}, indent=2, default=str))
+    table = markdown(report, facts)
+    output.with_suffix(".md").write_text(table)
+    return table
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rehearse-on-cpu", action="store_true", help="run every step on the CPU (never a result)")
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-gpu")
+    parser.add_argument(
+        "--output", type=Path, default=REPO / "bench" / "results-gpu", help="where to write .md and .json (no suffix)"
+    )
+    parser.add_argument("--only", help=f"a comma-separated subset of the checks: {', '.join(CHECKS)}")
     args = parser.parse_args()
+    keys = _checks(args.only)
     if not args.rehearse_on_cpu and not torch.cuda.is_available():
         print(
             f"gpu_check: no CUDA device is available (torch {torch.__version__}, "
@@ -411,22 +452,18 @@ def main() -> int:
         "cuda": torch.version.cuda,
         "python": sys.version.split()[0],
     }
-    report = Report()
-    for name, check in (
-        ("torch APIs the engine uses", torch_apis),
-        ("GPU tests", gpu_tests),
-        ("recorded iterations against torch.profiler", recorded_iterations),
-        ("peak memory four ways", memory),
-        ("a real out-of-memory", out_of_memory),
-        ("skyline serve on the device", service),
-        ("accuracy at held-out batch sizes", accuracy),
-        ("data-parallel training on 2 ranks", data_parallel),
-    ):
-        report.run(name, lambda check=check: check(device))
+    if keys != list(CHECKS):
+        facts["checks"] = ", ".join(keys)
     output = args.output if device == "cuda" else Path(os.environ.get("TMPDIR", "/tmp")) / "gpu-check-rehearsal"
-    output.with_suffix(".json").write_text(json.dumps({"facts": facts, **report.sections}, indent=2, default=str))
-    table = markdown(report, facts)
-    output.with_suffix(".md").write_text(table)
+    report = Report()
+    for key in keys:
+        name, check = CHECKS[key]
+        report.run(name, lambda check=check: check(device))
+        section = report.sections[name]
+        print(f"gpu_check: {name}: {'passed' if section['passed'] else 'FAILED'} in {section['seconds']} s",
+              file=sys.stderr, flush=True)  # fmt: skip
+        _write(output, facts, report, complete=False)
+    table = _write(output, facts, report, complete=True)
     print(table)
     if device == "cpu":
         print(f"gpu_check: a rehearsal on the CPU, not a GPU check (written to {output}.md)", file=sys.stderr)
