@@ -72,9 +72,10 @@ class UserOutput:
         if not hidden:
             return None
         return (
-            f"Your code printed {hidden:,} more lines while it was measured than the first {SHOWN_LINES} shown "
-            "(Skyline runs the iteration many times); writing them is left out of the times. Print from the "
-            "iteration only where it helps, or guard it (`if step % 100 == 0:`)."
+            f"Your code printed {hidden:,} more lines while it was measured, beyond the first {SHOWN_LINES} of "
+            "stdout and of stderr, which were passed on (Skyline runs the iteration many times); writing them is "
+            "left out of the times. Print from the iteration only where it helps, or guard it "
+            "(`if step % 100 == 0:`)."
         )
 
 
