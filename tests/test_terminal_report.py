@@ -126,11 +126,13 @@ def test_a_knee_beyond_the_measurements_is_not_advised_as_if_measured():
     lines = summary(doc)
     assert lines[2] == (f"Batch size   use 1,024 for {predicted_rate(1024, 1 / 64, 8.0)}, 3.3× yours (128)")
     knee = doc["models"]["throughput_knee_batch_size"]
-    assert lines[3] == (
-        "             the largest of the trusted range (up to 4× 256, the largest measured); throughput still rises "
-        f"beyond it (90% of the 64,000 samples/s this model approaches at {knee:,}):"
+    assert lines[3] == "             the largest of the trusted range (up to 4× 256, the largest measured);"
+    indent = " " * 13
+    assert (
+        lines[4]
+        == f"{indent}throughput still rises beyond it (90% of the 64,000 samples/s this model approaches at {knee:,}):"
     )
-    assert lines[4] == "             profile with --batch-size 1024 to measure further"
+    assert lines[5] == "             profile with --batch-size 1024 to measure further"
 
 
 def test_the_users_measured_batch_size_keeps_its_measured_figure():

@@ -191,7 +191,7 @@ def _advice(doc: dict[str, Any]) -> str:
     return _use(
         doc,
         high,
-        f"the largest of the trusted range (up to {high // measured}× {measured:,}, the largest measured); "
+        f"the largest of the trusted range (up to {high // measured}× {measured:,}, the largest measured);\n"
         f"throughput still rises beyond it (90% of {approached} at {knee:,}):\n"
         f"profile with --batch-size {high} to measure further",
     )
