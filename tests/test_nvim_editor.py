@@ -220,12 +220,13 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     doc["optimizer_state"] = [{"name": "Adam", "size_bytes": 4 * 2**20, "contexts": []}]
     doc["operations"]["activation_bytes"] = 3 * 2**20
     doc["untracked"]["memory_bytes"] = 512
+    doc["peak_memory_operation"] = {"operation": "_foreach_add_", "phase": "optimizer", "path": "train.py", "line": 7}
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
     section = lines[start : start + 7]
     assert "10.9 MiB of 16.0 GiB (cpu, Test CPU)" in section[0]
-    assert "peak reached in the optimizer step" in section[1]
+    assert "peak reached in the optimizer step, at train.py:7 (_foreach_add_)" in section[1]
     expected = [("weights", "2.0 MiB"), ("gradients", "1.0 MiB"), ("optimizer", "4.0 MiB")]
     expected += [("activations", "3.0 MiB"), ("untracked", "512 B")]
     for line, (part, size) in zip(section[2:], expected):

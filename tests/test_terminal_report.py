@@ -109,6 +109,16 @@ def test_what_a_cuda_allocator_reserved_stands_beside_the_peak():
     assert document(run_time(1 / 64, 0.75))["iteration"]["peak_memory_reserved_bytes"] is None
 
 
+def test_the_line_where_memory_peaked_follows_the_phase():
+    doc = document(run_time(1 / 64, 0.75))
+    doc["peak_memory_operation"] = {"operation": "addmm", "phase": "backward", "path": "model.py", "line": 12}
+    lines = summary(doc)
+    assert lines[1].endswith("reached in the forward and backward pass,")
+    assert lines[2] == "             at model.py:12 (addmm, backward)"
+    doc["peak_memory_operation"] = {"operation": "empty", "phase": "forward", "path": None, "line": None}
+    assert summary(doc)[1].endswith("reached in the forward and backward pass")  # no line of the project: none named
+
+
 def test_when_memory_runs_out_before_the_knee_the_largest_that_fits_is_advised():
     doc = document(run_time(1 / 64, 0.5), capacity=9_120_000)
     largest = doc["models"]["max_batch_size"]

@@ -216,7 +216,18 @@ local function add_memory(sheet, document)
     { string.format(' %s of %s (%s, %s)', format.bytes(peak), format.bytes(capacity), device.type, device.name) },
   })
   if phase then
-    sheet:add({ { pad('', LABEL) }, { 'peak reached in ' .. phase, 'SkylineFloatMuted' } })
+    local at = document.peak_memory_operation
+    local where = ''
+    if at and at.path then -- where the recorded iteration's memory peaked
+      where = string.format(
+        ', at %s:%d (%s%s)',
+        at.path,
+        at.line,
+        at.operation,
+        at.phase == 'backward' and ', backward' or ''
+      )
+    end
+    sheet:add({ { pad('', LABEL) }, { 'peak reached in ' .. phase .. where, 'SkylineFloatMuted' } })
   end
   local reserved = iteration.peak_memory_reserved_bytes -- CUDA only: the peak plus the allocator's cache
   if type(reserved) == 'number' then

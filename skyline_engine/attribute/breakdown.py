@@ -173,6 +173,25 @@ class Untracked:
         return {"run_time_ms": self.run_time_ms, "memory_bytes": self.memory_bytes}
 
 
+@dataclass(frozen=True)
+class PeakOperation:
+    """The operation after which the recorded iteration's memory was at its peak, and its line
+    (for backward work, the forward line whose node it runs)."""
+
+    name: str
+    phase: str
+    path: str | None
+    line: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"operation": self.name, "phase": self.phase, "path": self.path, "line": self.line}
+
+    @staticmethod
+    def of(record: OperationRecord) -> PeakOperation:
+        path, line = record.context if record.context else (None, None)
+        return PeakOperation(record.name, record.phase, path, line)
+
+
 # How the operations were obtained: recorded in the iteration that is timed, or in an eager replay
 # of it (a compiled model: the recorder needs its eager code, see measure/compilation.py).
 RECORDED = "recorded"
@@ -232,6 +251,7 @@ class Breakdown:
     untracked: Untracked
     attribution: Attribution
     timeline: list[TimelineEntry] | None = None  # only when asked for
+    peak_operation: PeakOperation | None = None  # None when the peak came before any operation
 
     def to_dict(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -241,6 +261,7 @@ class Breakdown:
             "optimizer_state": [s.to_dict() for s in self.optimizer_state],
             "untracked": self.untracked.to_dict(),
             "attribution": self.attribution.to_dict(),
+            "peak_memory_operation": self.peak_operation.to_dict() if self.peak_operation else None,
         }
         if self.timeline is not None:
             fields["timeline"] = [entry.to_dict() for entry in self.timeline]
@@ -305,6 +326,7 @@ def build_breakdown(
     peak_memory_bytes: int,
     timeline: bool = False,
     mode: str = RECORDED,
+    peak_operation: PeakOperation | None = None,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
     iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The
@@ -350,6 +372,7 @@ def build_breakdown(
             mode=mode,
         ),
         timeline=first_iteration,
+        peak_operation=peak_operation,
     )
 
 

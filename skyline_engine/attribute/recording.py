@@ -12,9 +12,9 @@ from typing import Callable
 
 import torch
 
-from skyline_engine.attribute.breakdown import RECORDED, Breakdown, build_breakdown
+from skyline_engine.attribute.breakdown import RECORDED, Breakdown, PeakOperation, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
-from skyline_engine.attribute.recorder import OperationRecorder
+from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
 from skyline_engine.measure.compilation import eager_replay
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
 from skyline_engine.measure.timing import Clock
@@ -35,6 +35,7 @@ class IterationRecording:
         self.device = device
         module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
         self.recorder = OperationRecorder(creation.call_sites, module_names, device, model=model)
+        self._peak: PeakOperation | None = None
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
         """One iteration recorded operation by operation: its memory profile and its wall time."""
@@ -43,7 +44,9 @@ class IterationRecording:
             self.recorder.start_iteration()
             wall_ms = clock.time_ms(run)
         self.recorder.memory = None  # further recorded iterations only add to the breakdown
-        return meter.profile(), wall_ms
+        profile = meter.profile()
+        self._peak = _operation_at_peak(profile, self.recorder.recording.operations)
+        return profile, wall_ms
 
     def record_more(self, run: Run, run_time_ms: float) -> None:
         """Fast models: average the breakdown over a few more iterations, within RECORDING_BUDGET_MS."""
@@ -63,5 +66,22 @@ class IterationRecording:
         self, run_time_ms: float, peak_memory_bytes: int, timeline: bool = False, mode: str = RECORDED
     ) -> Breakdown:
         return build_breakdown(
-            self.recorder.recording, self.model, self.creation, run_time_ms, peak_memory_bytes, timeline, mode
+            self.recorder.recording,
+            self.model,
+            self.creation,
+            run_time_ms,
+            peak_memory_bytes,
+            timeline,
+            mode,
+            peak_operation=self._peak,
         )
+
+
+def _operation_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> PeakOperation | None:
+    """The recorded operation after which memory peaked: the meter saw the first recorded
+    iteration's operations one for one, in the order they were recorded. None when memory was
+    highest before the first operation."""
+    peak = profile.peak_bytes
+    if not profile.operation_bytes or profile.start_bytes >= peak or len(operations) < len(profile.operation_bytes):
+        return None
+    return PeakOperation.of(operations[profile.operation_bytes.index(peak)])

@@ -152,8 +152,17 @@ def _memory(doc: dict[str, Any]) -> str:
     held = f" ({format_bytes(reserved)} reserved by the allocator)" if reserved else ""
     return (
         f"{format_bytes(it['peak_memory_bytes'])} peak{held} of {format_bytes(capacity)} {source} "
-        f"{bar(share, 20)} {share:.1%}, reached in {phase}"
+        f"{bar(share, 20)} {share:.1%}, reached in {phase}{_peak_operation(doc)}"
     )
+
+
+def _peak_operation(doc: dict[str, Any]) -> str:
+    """`, at model.py:12 (addmm)`: where the recorded iteration's memory peaked, if at a line."""
+    peak = doc.get("peak_memory_operation")
+    if not peak or peak.get("path") is None:
+        return ""
+    backward = ", backward" if peak["phase"] == "backward" else ""
+    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward})"
 
 
 def _advice(doc: dict[str, Any]) -> str:
