@@ -111,8 +111,9 @@ def test_inputs_that_differ_anywhere_are_not_judged_the_same():
         (torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8)), batch_size=4),),
         (8, "mean"),  # no tensor at all: the iteration makes its data
         (torch.randn(4, 8), object()),
+        (torch.nested.nested_tensor([torch.randn(2, 8), torch.randn(3, 8)]),),  # no single shape
     ],
-    ids=["data-loader", "no-tensor", "an-object"],
+    ids=["data-loader", "no-tensor", "an-object", "a-nested-tensor"],
 )
 def test_inputs_whose_size_cannot_be_read_are_not_judged(inputs):
     """A DataLoader, or any object, may hold its batch size inside: nothing is concluded from it."""

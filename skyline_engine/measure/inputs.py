@@ -40,7 +40,10 @@ def input_shapes(inputs: Sequence[Any]) -> Shapes | None:
 
 def _walk(value: Any, leaves: list[Any]) -> None:
     if isinstance(value, torch.Tensor):
-        leaves.append(value.shape)
+        try:
+            leaves.append(value.shape)
+        except RuntimeError:  # a nested tensor has no single shape
+            raise _Opaque from None
     elif value is None or isinstance(value, (bool, int, float, str)):
         leaves.append(value)
     elif isinstance(value, (tuple, list)):
