@@ -144,7 +144,8 @@ def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
     name, doc, result = profiled
     report = result.stdout
     assert f"examples/{name}/entry_point.py" in report
-    first = report.splitlines()[2:5]  # after the header and a blank line: the answers
+    summary = report.split("\n\n")[1].splitlines()  # after the header and a blank line: the answers
+    first = [line for line in summary if not line.startswith(" ")][:3]  # each with its continued lines
     assert [line.split("  ")[0] for line in first] == ["Speed", "Memory", "Batch size"], report
     assert "samples/s" in first[0] and "peak of" in first[1]
     assert f"{doc['models']['max_batch_size']:,}" in report
