@@ -414,8 +414,9 @@ def _checks(only: str | None) -> list[str]:
         return list(CHECKS)
     keys = [key.strip() for key in only.split(",") if key.strip()]
     unknown = [key for key in keys if key not in CHECKS]
-    if unknown:
-        raise SystemExit(f"gpu_check: unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
+    if unknown or not keys:
+        named = f"unknown check {', '.join(unknown)}" if unknown else "--only names no check"
+        raise SystemExit(f"gpu_check: {named}; the checks are {', '.join(CHECKS)}")
     return keys
 
 
@@ -462,8 +463,7 @@ def main() -> int:
         section = report.sections[name]
         print(f"gpu_check: {name}: {'passed' if section['passed'] else 'FAILED'} in {section['seconds']} s",
               file=sys.stderr, flush=True)  # fmt: skip
-        _write(output, facts, report, complete=False)
-    table = _write(output, facts, report, complete=True)
+        table = _write(output, facts, report, complete=len(report.sections) == len(keys))
     print(table)
     if device == "cpu":
         print(f"gpu_check: a rehearsal on the CPU, not a GPU check (written to {output}.md)", file=sys.stderr)
