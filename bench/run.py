@@ -1,7 +1,7 @@
 """The benchmark: Skyline's own speed, prediction accuracy, attribution and editor responsiveness,
 side by side with what a user would otherwise run, measured in one run on one machine.
 
-    python bench/run.py [--device cpu|cuda] [--rounds 3] [--models default,cnn,...]
+    python bench/run.py [--device cpu|cuda] [--rounds 3] [--models default,cnn,...] [--only accuracy,...]
 
 Writes bench/results.json and bench/results.md and prints the table. Times are medians of
 interleaved rounds (A B C, B C A, ...) so that drifts of a shared machine hit every variant alike;
@@ -167,46 +167,81 @@ def accuracy(entry: str, device: str, rounds: int) -> dict:
     return {
         **typical,
         "rounds_time_error_median": [r["time_error_median"] for r in results],
+        "rounds_line_error_median": [r["line_error_median"] for r in results],
         "rounds_memory_error_median": [r["memory_error_median"] for r in results],
     }
 
 
 def accuracy_once(entry: str, device: str) -> dict:
-    """Fit the models as the engine does, then measure held-out batch sizes for real."""
+    """Fit the models as the engine does, then measure held-out batch sizes for real.
+
+    The held-out batch sizes are timed in interleaved rounds together with the fitted ones timed
+    again, which splits the prediction's time error in two: the line's own error (a line through
+    the fitted batch sizes as timed again, against the held-out ones timed beside them) and the
+    machine's drift (how far the fitted batch sizes moved since the analysis timed them). On this
+    shared machine the drift, seconds apart in one process, is most of it."""
     document = analyze(AnalysisRequest(entry, REPO, device=device)).to_dict()
     models = document["models"]
     predicted = BatchSizeModels.from_dict(models, document["device"]["memory_capacity_bytes"])
+    analysed_ms = {s["batch_size"]: s["run_time_ms"] for s in models["samples"]}
+    held_out = sorted({b for f in HELD_OUT if (b := max(1, round(document["batch_size"] * f))) not in analysed_ms})
     loaded = load_entry_point(REPO / entry, REPO)
     try:
         with IterationRunner(loaded, torch.device(device if device != "auto" else "cpu"), TimingBudget()) as runner:
-            rows = []
-            for factor in HELD_OUT:
-                batch_size = max(1, round(document["batch_size"] * factor))
-                prediction = predicted.predict(batch_size)
-                if not prediction.fits:
+            memory = {}
+            for batch_size in held_out:
+                if not predicted.predict(batch_size).fits:
                     continue
                 try:
-                    sample = runner.measure(batch_size)
+                    memory[batch_size] = runner.memory_at(batch_size).peak_bytes
                 except OutOfMemoryAtBatchSize:
                     continue
-                time_error = None
-                if prediction.run_time_ms is not None:
-                    time_error = abs(prediction.run_time_ms - sample.run_time_ms) / sample.run_time_ms
-                memory_error = abs(prediction.peak_memory_bytes - sample.peak_memory_bytes) / sample.peak_memory_bytes
-                rows.append({"batch_size": batch_size, "time_error": time_error, "memory_error": memory_error})
+            timed_ms = _timed_together(runner, sorted(analysed_ms) + sorted(memory))
     finally:
         loaded.unload()
+    fitted = sorted(analysed_ms)
+    line = fit_line(fitted, [timed_ms[b] for b in fitted])
+    rows = []
+    for batch_size, peak in memory.items():
+        prediction = predicted.predict(batch_size)
+        measured = timed_ms[batch_size]
+        time_error = None
+        if prediction.run_time_ms is not None:
+            time_error = abs(prediction.run_time_ms - measured) / measured
+        rows.append({
+            "batch_size": batch_size,
+            "time_error": time_error,
+            "line_error": abs(line(batch_size) - measured) / measured,
+            "memory_error": abs(prediction.peak_memory_bytes - peak) / peak,
+        })  # fmt: skip
+    drift = {b: timed_ms[b] / analysed_ms[b] - 1 for b in fitted}
     timed = [r["time_error"] for r in rows if r["time_error"] is not None]
     return {
-        "measured_batch_sizes": [s["batch_size"] for s in models["samples"]],
+        "measured_batch_sizes": fitted,
         "run_time_r2": models["run_time_ms"]["r2"],
         "warnings": document["warnings"],
         "held_out": rows,
         "time_error_median": statistics.median(timed) if timed else None,
+        "line_error_median": statistics.median(r["line_error"] for r in rows) if rows else None,
+        "drift": drift,
+        "drift_median": statistics.median(abs(d) for d in drift.values()),
         "memory_error_median": statistics.median(r["memory_error"] for r in rows) if rows else None,
         "attributed": document["attribution"]["user_lines_fraction"],
         "scaled_by": document["attribution"]["scaled_by"],
     }
+
+
+def _timed_together(runner: IterationRunner, batch_sizes: list[int]) -> dict[int, float]:
+    """Each batch size's iteration time (ms), timed in interleaved rounds as the engine times its
+    batch sizes, for up to the engine's time limit per batch size: the truth may take longer than
+    the analysis (the heavy model's iterations of up to 1.5 s would get a block or two each in
+    the engine's limit for all of them together)."""
+    with runner.at_batch_sizes(batch_sizes) as runs:
+        for run in runs.values():
+            runner.warm_up(run)
+        timing = runner.timing(runs)
+        timing.measure(runner.budget.max_run_s * len(batch_sizes))
+        return {b: stats.run_time_ms for b, stats in timing.stats().items()}
 
 
 def memory_planning(device: str) -> dict:
@@ -276,6 +311,8 @@ def under_load(device: str) -> dict:
                 "run_time_r2": once["run_time_r2"],
                 "time_error_median": once["time_error_median"],
                 "held_out": once["held_out"],
+                "line_error_median": once["line_error_median"],
+                "drift": once["drift"],
                 "busy_warning": any("Other processes kept" in w for w in once["warnings"]),
             }
     return results
@@ -332,6 +369,7 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {results['machine']}; device {results['device']}; torch {results['torch']}; "
         f"{results['rounds']} interleaved rounds, medians.",
+        *_measured_on(results.get("measured_on", {})),
         "",
         "| model | cold analysis / torch.profiler table (≤ 1.0) | importing torch, share of the profiler's time "
         "| cold service: first per-line result / torch.profiler table | cold analysis / bare iteration | "
@@ -375,6 +413,7 @@ def markdown(results: dict) -> str:
             f"| batch-size key press → prediction in state() ({keys['count']} presses) | {keys['p50']:.2f} ms | "
             f"— | {keys['max']:.2f} ms | ≤ 50 ms, {mark(keys['max'] <= TARGETS['editor_key_to_prediction_ms'])} |",
         ]
+    out += _time_error_sources(results)
     out += _prediction_sections(results)
     out += [
         "",
@@ -385,7 +424,8 @@ def markdown(results: dict) -> str:
         "`skyline serve --stdio`, the second of two analyses, from the "
         "progress event that says the model is built to the first `analysis` notification. Held-out "
         "batch sizes are measured after the analysis, in the same process, as the engine measures "
-        "(CPU: glibc's malloc thresholds pinned, see skyline_engine/measure/allocator.py).",
+        "(CPU: glibc's malloc thresholds pinned, see skyline_engine/measure/allocator.py), timed in "
+        "interleaved rounds with the fitted batch sizes timed again (see where the time error comes from).",
         "",
         "Held-out batch sizes (absolute error of the prediction; of the rounds, each an analysis and "
         "its held-out measurements, the one with the median time error):",
@@ -393,7 +433,9 @@ def markdown(results: dict) -> str:
     ]
     for name, r in results["models"].items():
         rows = ", ".join(
-            f"{h['batch_size']}: time {_percent(h['time_error'])}, memory {_percent(h['memory_error'])}"
+            f"{h['batch_size']}: time {_percent(h['time_error'])}"
+            + (f" (the line's own {_percent(h['line_error'])})" if "line_error" in h else "")
+            + f", memory {_percent(h['memory_error'])}"
             for h in r["accuracy"]["held_out"]
         )
         rounds = ", ".join(_percent(e) for e in r["accuracy"].get("rounds_time_error_median", []))
@@ -402,6 +444,47 @@ def markdown(results: dict) -> str:
             + (f" (median time error of each round: {rounds})" if rounds else "")
         )
     return "\n".join(out) + "\n"
+
+
+def _measured_on(measured_on: dict) -> list[str]:
+    """Which sections were measured when, where not all in one run."""
+    if len(set(measured_on.values())) <= 1:
+        return []
+    by_date: dict[str, list[str]] = {}
+    for section, date in measured_on.items():
+        by_date.setdefault(date, []).append(section.replace("_", " "))
+    return ["Measured in more than one run: " + "; ".join(f"{', '.join(s)}: {d}" for d, s in by_date.items()) + "."]
+
+
+def _time_error_sources(results: dict) -> list[str]:
+    """The held-out time error split into the line's own error and the machine's drift."""
+    scenarios = [("quiet", name, r["accuracy"]) for name, r in results["models"].items()]
+    scenarios += [("two busy processes", name, r) for name, r in results.get("under_load", {}).items()]
+    scenarios = [s for s in scenarios if "line_error_median" in s[2]]
+    if not scenarios:
+        return []
+    out = [
+        "",
+        "Where the held-out time error comes from: the held-out batch sizes are timed in interleaved "
+        "rounds together with the fitted ones timed again, seconds after the analysis, in its process. "
+        "The line's own error is that of a line through the fitted batch sizes as timed again, against "
+        "the held-out ones timed beside them; the drift is how far the fitted batch sizes' times moved "
+        "since the analysis timed them (signed, per fitted batch size). A prediction can be no closer "
+        "than the machine is to itself:",
+        "",
+        "| machine | model | held-out time error, median | the line's own error, median (≤ 5 %) | "
+        "drift of the fitted batch sizes since the analysis |",
+        "|---|---|---|---|---|",
+    ]
+    for machine, name, acc in scenarios:
+        drift = ", ".join(f"{int(b)}: {d * 100:+.1f} %" for b, d in acc["drift"].items())
+        line_error = acc["line_error_median"]
+        out.append(
+            f"| {machine} | {name} | {_percent(acc['time_error_median'])} | {_percent(line_error)}, "
+            f"{'met' if line_error is not None and line_error <= TARGETS['time_error_median'] else '**not met**'} "
+            f"| {drift} |"
+        )
+    return out
 
 
 def _prediction_sections(results: dict) -> list[str]:
@@ -480,39 +563,63 @@ def rewrite_table(path: Path) -> None:
     path.with_suffix(".md").write_text(with_sections_of(path.with_suffix(".md"), markdown(results)))
 
 
+SECTIONS = ("cold", "warm", "accuracy", "editor", "planning", "cross_process", "under_load")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--output", type=Path, default=HERE / "results")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"measure these sections ({', '.join(SECTIONS)}) and keep the rest from the output's .json",
+    )
     args = parser.parse_args()
+    only = args.only.split(",")
+    if unknown := sorted(set(only) - set(SECTIONS)):
+        parser.error(f"--only: no section {', '.join(unknown)} (sections: {', '.join(SECTIONS)})")
+    kept = json.loads(args.output.with_suffix(".json").read_text()) if set(only) != set(SECTIONS) else {}
     results = {
+        **kept,
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
         "rounds": args.rounds,
         "targets": TARGETS,
-        "models": {},
+        "models": kept.get("models", {}),
+        # When each section was measured: --only measures some again and keeps the others.
+        "measured_on": {
+            **{section: kept.get("measured_on", {}).get(section, "an earlier run") for section in SECTIONS},
+            **dict.fromkeys(only, time.strftime("%Y-%m-%d")),
+        },
     }
     for name in args.models.split(","):
         entry = MODELS[name]
         print(f"bench: {name}", file=sys.stderr)
-        results["models"][name] = {
-            "cold": cold_latency(entry, args.device, args.rounds),
-            "warm": warm_latency(entry, args.device),
-            "accuracy": accuracy(entry, args.device, args.rounds),
-        }
-    print("bench: editor", file=sys.stderr)
-    import editor  # pynvim and Neovim: only here (the GPU machine has neither)
+        model = results["models"].setdefault(name, {})
+        if "cold" in only:
+            model["cold"] = cold_latency(entry, args.device, args.rounds)
+        if "warm" in only:
+            model["warm"] = warm_latency(entry, args.device)
+        if "accuracy" in only:
+            model["accuracy"] = accuracy(entry, args.device, args.rounds)
+    if "editor" in only:
+        print("bench: editor", file=sys.stderr)
+        import editor  # pynvim and Neovim: only here (the GPU machine has neither)
 
-    results["editor"] = editor.measure(device=args.device)
-    print("bench: memory planning", file=sys.stderr)
-    results["planning"] = memory_planning(args.device)
-    print("bench: cross-process", file=sys.stderr)
-    results["cross_process"] = {name: cross_process(MODELS[name], args.device) for name in LOADED_MODELS}
-    print("bench: under load", file=sys.stderr)
-    results["under_load"] = under_load(args.device)
+        results["editor"] = editor.measure(device=args.device)
+    if "planning" in only:
+        print("bench: memory planning", file=sys.stderr)
+        results["planning"] = memory_planning(args.device)
+    if "cross_process" in only:
+        print("bench: cross-process", file=sys.stderr)
+        results["cross_process"] = {name: cross_process(MODELS[name], args.device) for name in LOADED_MODELS}
+    if "under_load" in only:
+        print("bench: under load", file=sys.stderr)
+        results["under_load"] = under_load(args.device)
     args.output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     args.output.with_suffix(".md").write_text(with_sections_of(args.output.with_suffix(".md"), table))
