@@ -7,7 +7,7 @@ import math
 import pytest
 
 from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
-from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
+from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, fit_peak_memory
 
@@ -372,12 +372,18 @@ EXTRAPOLATED = (
     "the measurements, where the allocator, caches and the machine can bend the lines; plan with a capacity "
     "(--memory-capacity) to get an answer nearer to them."
 )
+CURVED = (
+    "The run-time line misses one of the measured batch sizes' times by 12%: iteration time does not grow in a "
+    "straight line with the batch size here (or the machine's speed changed while they were timed), so predicted "
+    "times can be off by as much between the measured batch sizes and by more beyond them."
+)
 FITS_AT_128 = int((1000 * 128 + 5000) / 0.9) + 1  # the largest that fits: 4 × the largest measured
 FITS_AT_129 = int((1000 * 129 + 5000) / 0.9) + 1  # just beyond
 
 
-def with_line(slope, bias, r2, capacity=FITS_AT_128):
-    return dataclasses.replace(models_of(RISING, capacity=capacity), run_time=LinearModel(slope, bias, r2, 0.0, 3))
+def with_line(slope, bias, r2, capacity=FITS_AT_128, residual=0.0):
+    line = LinearModel(slope, bias, r2, residual, 3)
+    return dataclasses.replace(models_of(RISING, capacity=capacity), run_time=line)
 
 
 @pytest.mark.parametrize(
@@ -390,11 +396,40 @@ def with_line(slope, bias, r2, capacity=FITS_AT_128):
         (with_line(0.1, -0.5, 1.0), [FALLING]),
         (with_line(0.1, 0.0, 1.0), []),  # through zero: throughput flat, not falling
         (with_line(0.1, 1.0, 1.0, capacity=FITS_AT_129), [EXTRAPOLATED]),
+        (with_line(0.1, 1.0, 0.99, residual=0.10), []),  # at the threshold: straight enough
+        (with_line(0.1, 1.0, 0.99, residual=0.12), [CURVED]),
+        (with_line(0.1, -0.5, 0.99, residual=0.12), [FALLING, CURVED]),
+        (with_line(0.1, 1.0, 0.7, residual=0.3), [POOR_FIT]),  # no time predicted: nothing to be off
     ],
-    ids=["none", "not growing", "poor fit", "fit at threshold", "falling", "through zero", "extrapolated"],
+    ids=[
+        "none",
+        "not growing",
+        "poor fit",
+        "fit at threshold",
+        "falling",
+        "through zero",
+        "extrapolated",
+        "straight enough",
+        "curved",
+        "curved and falling",
+        "curved and poor",
+    ],
 )
 def test_each_warning_at_its_edge(models, warnings):
     assert models.warnings() == warnings
+
+
+def test_a_time_that_grows_faster_than_the_batch_size_is_said_to_be_off_the_line():
+    """The bench's heavy model as one analysis measured it, and 48 samples timed beside it: a line
+    with R² 0.99 that misses batch size 8 by 15 % and predicts 48 samples 14 % short."""
+    memory = {b: profile(b, [(FORWARD_BACKWARD, 1e3, 1e4)]) for b in (8, 16, 32)}
+    heavy = BatchSizeModels.fit([8, 16, 32], [418.9, 746.9, 1830.6], memory, 10**12)
+    assert heavy.run_time.r2 > POOR_FIT_R2
+    assert heavy.run_time.max_relative_residual == pytest.approx(0.146, abs=0.001)
+    assert any("misses one of the measured batch sizes' times by 15%" in w for w in heavy.warnings())
+    assert heavy.predict(48).run_time_ms == pytest.approx(3204.5 * 0.86, rel=0.01)
+    straight = BatchSizeModels.fit([8, 16, 32], [410.0, 810.0, 1610.0], memory, 10**12)
+    assert not any("misses" in w for w in straight.warnings())
 
 
 def test_memory_that_nothing_bounds_is_described_by_the_line_at_the_largest_measured():
