@@ -62,6 +62,15 @@ def test_a_loop_that_never_steps_says_so():
     ]
 
 
+def test_an_iteration_without_a_backward_pass_is_not_waited_for_an_optimizer():
+    # Before: 64 more warm-up iterations, and a warning about a GradScaler to an inference loop.
+    doc = analysed("inference.py", predict=False)
+    assert doc["optimizer_state"] == []
+    assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
+    assert doc["iteration"]["run_time_ms"] > 0
+    assert all(e["backward_ms"] == 0 and e["step_ms"] == 0 for e in doc["lines"])
+
+
 def test_accumulated_micro_batches_count_in_the_throughput(accumulation):
     doc = accumulation
     it = doc["iteration"]

@@ -65,6 +65,25 @@ class _StepCount:
 
 
 @contextlib.contextmanager
+def counting_gradients(model: torch.nn.Module) -> Iterator[_StepCount]:
+    """How many gradients were accumulated into the model's parameters meanwhile (a backward pass
+    that reached them)."""
+    gradients = _StepCount()
+
+    def accumulated(_: torch.Tensor) -> None:
+        gradients.count += 1
+
+    # Named through torch.Tensor so that tests/test_torch_apis.py checks it exists in the torch installed.
+    register = torch.Tensor.register_post_accumulate_grad_hook
+    handles = [register(p, accumulated) for p in model.parameters() if p.requires_grad]
+    try:
+        yield gradients
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
 def counting_steps() -> Iterator[_StepCount]:
     """How many optimizer steps ran meanwhile (torch's global optimizer step hook)."""
     steps = _StepCount()
@@ -246,14 +265,16 @@ class IterationRunner:
         """Steady state needs the optimizer's state, made by its first step; a GradScaler skips the
         step while the scaled gradients overflow (its first steps, with a large `init_scale`). So
         warm up until an optimizer steps, within STEADY_STATE_ITERATIONS and STEADY_STATE_S, and
-        say when none did. True either way: there is nothing more to wait for."""
+        say when none did. An iteration whose backward pass reaches none of the model's parameters
+        (inference, evaluation) has nothing to step: it is in steady state at once, unwarned.
+        True either way: there is nothing more to wait for."""
         started = time.perf_counter()
         ran = self.budget.warmup_iterations
         while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
-            with counting_steps() as steps:
+            with counting_steps() as steps, counting_gradients(self.model) as gradients:
                 run()
             ran += 1
-            if steps.count:
+            if steps.count or not gradients.count:
                 return True
         self.notes.append(
             f"No optimizer stepped in {ran} warm-up iterations. If your iteration steps one, through a "
