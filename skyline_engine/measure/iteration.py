@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -74,7 +74,10 @@ def counting_gradients(model: torch.nn.Module) -> Iterator[_StepCount]:
         gradients.count += 1
 
     # Named through torch.Tensor so that tests/test_torch_apis.py checks it exists in the torch installed.
-    register = torch.Tensor.register_post_accumulate_grad_hook
+    # torch leaves it unannotated; its documented signature:
+    register = cast(
+        Callable[[torch.Tensor, Callable[[torch.Tensor], None]], Any], torch.Tensor.register_post_accumulate_grad_hook
+    )
     handles = [register(p, accumulated) for p in model.parameters() if p.requires_grad]
     try:
         yield gradients
