@@ -50,11 +50,32 @@ class Mutation:
 MUTATIONS = [
     # predict/batch_models.py: the batch-size models
     Mutation(
+        "a line missing by the threshold is curved",
+        "skyline_engine/predict/batch_models.py",
+        "if self.time_predictable and self.run_time.max_relative_residual > CURVED_RESIDUAL:",
+        "if self.time_predictable and self.run_time.max_relative_residual >= CURVED_RESIDUAL:",
+        MODELS_TESTS,
+    ),
+    Mutation(
+        "a curved line is never said to be",
+        "skyline_engine/predict/batch_models.py",
+        "if self.time_predictable and self.run_time.max_relative_residual > CURVED_RESIDUAL:",
+        "if self.time_predictable and self.run_time.r2 is None:",
+        MODELS_TESTS,
+    ),
+    Mutation(
         "a flat run time predicts",
         "skyline_engine/predict/batch_models.py",
         "return self.run_time.slope > 0 and (r2 is None or r2 >= POOR_FIT_R2)",
         "return self.run_time.slope >= 0 and (r2 is None or r2 >= POOR_FIT_R2)",
         MODELS_TESTS,
+    ),
+    Mutation(
+        "an inference loop waits for an optimizer",
+        "skyline_engine/measure/iteration.py",
+        "if steps.count or not gradients.count:",
+        "if steps.count:",
+        ("tests/test_training_loops.py",),
     ),
     Mutation(
         "R² at the threshold is poor",
