@@ -184,6 +184,7 @@ def accuracy_once(entry: str, device: str) -> dict:
     models = document["models"]
     predicted = BatchSizeModels.from_dict(models, document["device"]["memory_capacity_bytes"])
     analysed_ms = {s["batch_size"]: s["run_time_ms"] for s in models["samples"]}
+    fitted = sorted(analysed_ms)
     held_out = sorted({b for f in HELD_OUT if (b := max(1, round(document["batch_size"] * f))) not in analysed_ms})
     loaded = load_entry_point(REPO / entry, REPO)
     try:
@@ -196,10 +197,9 @@ def accuracy_once(entry: str, device: str) -> dict:
                     memory[batch_size] = runner.memory_at(batch_size).peak_bytes
                 except OutOfMemoryAtBatchSize:
                     continue
-            timed_ms = _timed_together(runner, sorted(analysed_ms) + sorted(memory))
+            timed_ms = _timed_together(runner, fitted + sorted(memory))
     finally:
         loaded.unload()
-    fitted = sorted(analysed_ms)
     line = fit_line(fitted, [timed_ms[b] for b in fitted])
     rows = []
     for batch_size, peak in memory.items():
@@ -360,10 +360,11 @@ def _analyze_in_a_fresh_process(entry: str, device: str, batch_size: int) -> dic
         out.unlink(missing_ok=True)
 
 
-def markdown(results: dict) -> str:
-    def mark(ok):
-        return "met" if ok else "**not met**"
+def mark(ok) -> str:
+    return "met" if ok else "**not met**"
 
+
+def markdown(results: dict) -> str:
     out = [
         "# Benchmark results",
         "",
@@ -481,7 +482,7 @@ def _time_error_sources(results: dict) -> list[str]:
         line_error = acc["line_error_median"]
         out.append(
             f"| {machine} | {name} | {_percent(acc['time_error_median'])} | {_percent(line_error)}, "
-            f"{'met' if line_error is not None and line_error <= TARGETS['time_error_median'] else '**not met**'} "
+            f"{mark(line_error is not None and line_error <= TARGETS['time_error_median'])} "
             f"| {drift} |"
         )
     return out
@@ -490,9 +491,6 @@ def _time_error_sources(results: dict) -> list[str]:
 def _prediction_sections(results: dict) -> list[str]:
     """Memory planning, timing under load, and predictions across processes (issue #10)."""
     out: list[str] = []
-
-    def mark(ok):
-        return "met" if ok else "**not met**"
 
     plan = results.get("planning")
     if plan:

@@ -60,15 +60,15 @@ STEADY_STATE_ITERATIONS = 64
 STEADY_STATE_S = 10.0
 
 
-class _StepCount:
+class _Count:
     count = 0
 
 
 @contextlib.contextmanager
-def counting_gradients(model: torch.nn.Module) -> Iterator[_StepCount]:
+def counting_gradients(model: torch.nn.Module) -> Iterator[_Count]:
     """How many gradients were accumulated into the model's parameters meanwhile (a backward pass
     that reached them)."""
-    gradients = _StepCount()
+    gradients = _Count()
 
     def accumulated(_: torch.Tensor) -> None:
         gradients.count += 1
@@ -87,9 +87,9 @@ def counting_gradients(model: torch.nn.Module) -> Iterator[_StepCount]:
 
 
 @contextlib.contextmanager
-def counting_steps() -> Iterator[_StepCount]:
+def counting_steps() -> Iterator[_Count]:
     """How many optimizer steps ran meanwhile (torch's global optimizer step hook)."""
-    steps = _StepCount()
+    steps = _Count()
 
     def stepped(*_: object) -> None:
         steps.count += 1
@@ -273,12 +273,14 @@ class IterationRunner:
         True either way: there is nothing more to wait for."""
         started = time.perf_counter()
         ran = self.budget.warmup_iterations
-        while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
-            with counting_steps() as steps, counting_gradients(self.model) as gradients:
-                run()
-            ran += 1
-            if steps.count or not gradients.count:
-                return True
+        # The first of these iterations decides whether gradients reach the parameters at all.
+        with counting_gradients(self.model) as gradients:
+            while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
+                with counting_steps() as steps:
+                    run()
+                ran += 1
+                if steps.count or not gradients.count:
+                    return True
         self.notes.append(
             f"No optimizer stepped in {ran} warm-up iterations. If your iteration steps one, through a "
             "GradScaler say (it skips optimizer.step() while the scaled gradients overflow), it did not "
