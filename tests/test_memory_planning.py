@@ -102,7 +102,7 @@ def test_the_command_line_plans_for_a_capacity(tmp_path):
     # Whether the limit could be measured within the time budget depends on the machine's load.
     said = f"says {largest:,}, set by" if models["max_batch_size_extrapolated"] else f"{largest:,}, set by"
     line = next(line for line in result.stdout.splitlines() if line.startswith("Largest fit"))
-    assert said in line and "the forward and backward phase" in line, line
+    assert said in line and "set by the forward and backward pass" in line, line
     bad = run_skyline("profile", "entry_point.py", "--memory-capacity", "lots", cwd=PROJECT)
     assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
 

@@ -238,6 +238,24 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
     assert lines[start + 2].strip() == "the allocator reserved 16.0 MiB"
+
+
+def test_the_memory_peak_is_named_by_the_passes_that_ran(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    doc["iteration"]["peak_memory_phase"] = "forward_backward"
+    doc["peak_memory_operation"] = {"operation": "addmm", "phase": "forward", "path": "train.py", "line": 5}
+    assert doc["operations"]["backward_ms"] > 0  # a training iteration
+    for backward_ms, named in (
+        (doc["operations"]["backward_ms"], "the forward and backward pass"),
+        (0.0, "the forward pass"),
+    ):
+        doc["operations"]["backward_ms"] = backward_ms  # 0: inference, whose recording has no backward work
+        show(nvim, doc)
+        lines, _ = float_lines(nvim)
+        start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
+        assert lines[start + 1].strip() == f"peak reached in {named}, at train.py:5 (addmm)"
+    assert_no_traceback(nvim)
     assert_no_traceback(nvim)
 
 

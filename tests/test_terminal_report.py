@@ -27,9 +27,10 @@ def run_time(slope_ms: float, bias_ms: float) -> tuple[float, ...]:
     return tuple(slope_ms * b + bias_ms for b in MEASURED)
 
 
-def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=None):
+def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=None, backward=True):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
-    forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given)."""
+    forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
+    recorded iteration has 1 ms of forward work and, when `backward`, 1 ms of backward work."""
     samples = [
         Sample(
             b,
@@ -50,8 +51,14 @@ def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=Non
         {s.batch_size: s.memory for s in samples},
         capacity,
     )
+    recorded = OperationNode("iteration", "", "module", forward_ms=1.0, backward_ms=1.0 if backward else 0.0)
     breakdown = Breakdown(
-        [], OperationNode("iteration", "", "module"), [], [], Untracked(0.0, 0), Attribution(1, 0.0, 0.0, None, 1.0)
+        [],
+        recorded,
+        [],
+        [],
+        Untracked(0.0, 0),
+        Attribution(1, recorded.forward_ms + recorded.backward_ms, 0.0, None, 1.0),
     )
     return build_document(
         project_root="/nowhere",
@@ -95,7 +102,7 @@ def test_the_first_lines_say_how_fast_how_much_memory_and_the_knee():
         "             it reaches 90% of the 64,000 samples/s this model approaches: larger batch sizes buy little "
         "speed for their memory",
         f"Largest fit  more than 1,024: the memory model says {doc['models']['max_batch_size']:,}, set by the "
-        "forward and backward phase, far beyond the measurements (10% of memory kept free)",
+        "forward and backward pass, far beyond the measurements (10% of memory kept free)",
     ]
 
 
@@ -117,6 +124,15 @@ def test_the_line_where_memory_peaked_follows_the_phase():
     assert lines[2] == "             at model.py:12 (addmm, backward)"
     doc["peak_memory_operation"] = {"operation": "empty", "phase": "forward", "path": None, "line": None}
     assert summary(doc)[1].endswith("reached in the forward and backward pass")  # no line of the project: none named
+
+
+def test_an_iteration_without_backward_work_has_a_forward_pass_alone():
+    # Inference or evaluation: the phase that starts with the first module call has no backward pass.
+    lines = summary(document(run_time(1 / 64, 0.75), backward=False))
+    assert lines[1].endswith("0.8%, reached in the forward pass")
+    assert lines[4].startswith("Largest fit  more than 1,024: the memory model says ")
+    assert lines[4].endswith(", set by the forward pass, far beyond the measurements (10% of memory kept free)")
+    assert "backward" not in "\n".join(lines)
 
 
 def test_when_memory_runs_out_before_the_knee_the_largest_that_fits_is_advised():

@@ -69,6 +69,9 @@ def test_an_iteration_without_a_backward_pass_is_not_waited_for_an_optimizer():
     assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
     assert doc["iteration"]["run_time_ms"] > 0
     assert all(e["backward_ms"] == 0 and e["step_ms"] == 0 for e in doc["lines"])
+    # The report names its peak's phase as what ran: a forward pass, no backward one.
+    memory = next(line for line in render_report(doc).splitlines() if line.startswith("Memory"))
+    assert "reached in the forward pass" in memory and "backward" not in memory, memory
 
 
 def test_accumulated_micro_batches_count_in_the_throughput(accumulation):

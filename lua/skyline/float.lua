@@ -190,10 +190,20 @@ local function add_compilation(sheet, document)
 end
 
 local PHASES = {
-  forward_backward = 'forward and backward',
+  forward_backward = 'the forward and backward pass',
   optimizer = 'the optimizer step',
   other = 'outside forward, backward and the step',
 }
+
+-- The phase that reached the peak, as the float names it: an iteration whose recording has no
+-- backward work (inference, evaluation) has a forward pass, not a forward and backward one.
+local function phase_name(document, phase)
+  local operations = document.operations
+  if phase == 'forward_backward' and not (operations and (operations.backward_ms or 0) > 0) then
+    return 'the forward pass'
+  end
+  return PHASES[phase]
+end
 
 local function sum(list, field)
   local total = 0
@@ -209,7 +219,7 @@ local function add_memory(sheet, document)
   local capacity = device.memory_capacity_bytes
   local iteration = document.iteration
   local peak = iteration.peak_memory_bytes
-  local phase = PHASES[iteration.peak_memory_phase]
+  local phase = phase_name(document, iteration.peak_memory_phase)
   sheet:add({
     { pad('Memory', LABEL), 'SkylineFloatHeader' },
     { format.bar(peak / capacity, 2 * BAR), 'SkylineFloatMemory' },

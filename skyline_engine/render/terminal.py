@@ -38,6 +38,7 @@ PEAK_PHASES = {
     "optimizer": "the optimizer step",
     "other": "neither pass nor the step (zero_grad, your own code)",
 }
+FORWARD_ONLY = "the forward pass"  # the forward_backward phase of an iteration without backward work
 
 
 def render_report(document: dict[str, Any]) -> str:
@@ -107,7 +108,7 @@ def _summary(doc: dict[str, Any]) -> str:
     lines = [("Speed", _speed(doc)), ("Memory", _memory(doc)), ("Batch size", _advice(doc))]
     models = doc.get("models")
     if models:
-        lines.append(("Largest fit", _largest_fit(models)))
+        lines.append(("Largest fit", _largest_fit(doc)))
     if doc.get("compilation"):
         lines.append(("Compiled", _compiled(doc["compilation"])))
     continuation = "\n" + LABEL.format("")
@@ -147,7 +148,7 @@ def _memory(doc: dict[str, Any]) -> str:
     capacity = device["memory_capacity_bytes"]
     share = it["peak_memory_bytes"] / capacity if capacity else 0.0
     source = CAPACITY_SOURCES.get(device["memory_capacity_source"], "")
-    phase = PEAK_PHASES.get(it["peak_memory_phase"], it["peak_memory_phase"])
+    phase = _phase(doc, it["peak_memory_phase"])
     reserved = it.get("peak_memory_reserved_bytes")
     held = f" ({format_bytes(reserved)} reserved by the allocator)" if reserved else ""
     return (
@@ -311,7 +312,17 @@ def _source(root: str, path: str, number: int) -> str:
     return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
 
 
-def _largest_fit(models: dict[str, Any]) -> str:
+def _phase(doc: dict[str, Any], phase: str) -> str:
+    """A phase of the iteration as the report names it: an iteration whose recording has no
+    backward work (inference, evaluation) has a forward pass, not a forward and backward one."""
+    operations = doc.get("operations") or {}
+    if phase == "forward_backward" and not operations.get("backward_ms"):
+        return FORWARD_ONLY
+    return PEAK_PHASES.get(phase, phase)
+
+
+def _largest_fit(doc: dict[str, Any]) -> str:
+    models = doc["models"]
     largest = models["max_batch_size"]
     if largest is None:
         return "no limit (memory does not grow with the batch size)"
@@ -319,7 +330,7 @@ def _largest_fit(models: dict[str, Any]) -> str:
         return "— (not even batch size 1 is predicted to fit)"
     phase = models["peak_memory_bytes"]["phase_at_max_batch_size"]
     kept = f"{models['memory_headroom_fraction']:.0%} of memory kept free"
-    set_by = f"set by the {phase.replace('_', ' and ')} phase"
+    set_by = f"set by {_phase(doc, phase)}"
     if models["max_batch_size_extrapolated"]:
         high = models["trusted_range"][1]
         return f"more than {high:,}: the memory model says {largest:,}, {set_by}, far beyond the measurements ({kept})"
