@@ -277,6 +277,7 @@ local function chart_rows(document)
       fits = shown ~= p or p.fits, -- a measured batch size ran: it fits
       measured = shown ~= p,
       extrapolated = p.extrapolated and shown == p,
+      largest = p.batch_size == state.models.max_batch_size,
     })
     has_current = has_current or p.batch_size == current
   end
@@ -290,6 +291,22 @@ local function chart_rows(document)
     return a.batch_size < b.batch_size
   end)
   return rows
+end
+
+-- What a chart row is, as the terminal report's table says it: measured, the largest predicted
+-- to fit, an extrapolation.
+local function notes(row)
+  local said = {}
+  if row.measured then
+    table.insert(said, 'measured')
+  end
+  if row.largest then
+    table.insert(said, 'largest that fits')
+  end
+  if row.extrapolated then
+    table.insert(said, 'extrapolated')
+  end
+  return #said > 0 and '  ' .. table.concat(said, ', ') or ''
 end
 
 -- Throughput and peak memory over the batch sizes of the analysis, and the current one.
@@ -309,15 +326,15 @@ local function add_chart(sheet, document)
     local is_current = row.batch_size == state.batch_size
     local speed = row.samples_per_second
     local memory = ' ' .. format.bytes(row.peak_memory_bytes)
-    local noted = row.measured or row.extrapolated or row.fits == false
+    local note = notes(row)
     sheet:add({
       { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
       { lpad(format.integer(row.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
       { speed and top_speed > 0 and format.bar(speed / top_speed, BAR) or string.rep(' ', BAR), 'SkylineFloatForward' },
       { ' ' .. pad(format.integer(speed), BAR + 1) },
       { format.bar(top_memory > 0 and (row.peak_memory_bytes or 0) / top_memory or 0, BAR), 'SkylineFloatMemory' },
-      { noted and pad(memory, 12) or memory },
-      { row.measured and '  measured' or (row.extrapolated and '  extrapolated' or ''), 'SkylineFloatMuted' },
+      { (note ~= '' or row.fits == false) and pad(memory, 12) or memory },
+      { note, 'SkylineFloatMuted' },
       { row.fits == false and '  does not fit' or '', 'SkylineFloatWarn' },
     })
   end
