@@ -27,10 +27,11 @@ def run_time(slope_ms: float, bias_ms: float) -> tuple[float, ...]:
     return tuple(slope_ms * b + bias_ms for b in MEASURED)
 
 
-def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=None, backward=True):
+def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=None, backward=True, recorded_ms=2.0):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
     forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
-    recorded iteration has 1 ms of forward work and, when `backward`, 1 ms of backward work."""
+    recorded iteration's operations take `recorded_ms`, all at the user's lines, half of it
+    forward and half backward work (or all forward without `backward`)."""
     samples = [
         Sample(
             b,
@@ -51,15 +52,9 @@ def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=Non
         {s.batch_size: s.memory for s in samples},
         capacity,
     )
-    recorded = OperationNode("iteration", "", "module", forward_ms=1.0, backward_ms=1.0 if backward else 0.0)
-    breakdown = Breakdown(
-        [],
-        recorded,
-        [],
-        [],
-        Untracked(0.0, 0),
-        Attribution(1, recorded.forward_ms + recorded.backward_ms, 0.0, None, 1.0),
-    )
+    backward_ms = recorded_ms / 2 if backward else 0.0
+    recorded = OperationNode("iteration", "", "module", forward_ms=recorded_ms - backward_ms, backward_ms=backward_ms)
+    breakdown = Breakdown([], recorded, [], [], Untracked(0.0, 0), Attribution(1, recorded_ms, recorded_ms, None, 1.0))
     return build_document(
         project_root="/nowhere",
         entry_point="entry_point.py",
@@ -205,8 +200,20 @@ def test_each_warning_says_what_to_do(times):
     assert report.split("\n\n")[2].startswith("Warnings\n")
 
 
+def test_the_breakdowns_warnings_give_the_documents_own_figures():
+    # Operations recorded in 4 ms against an iteration measured at 2.75 ms (at batch size 128): the
+    # document scales them by 0.6875, and its warning says so. (The warning was once said of the
+    # breakdown before the document fitted it to the iteration timed last: a figure of its own,
+    # or no warning at all.)
+    doc = document(run_time(1 / 64, 0.75), recorded_ms=4.0)
+    assert doc["attribution"]["scaled_by"] == pytest.approx(2.75 / 4.0)
+    assert doc["warnings"][0].startswith("Operations ran 45% slower while recorded than in the measured iteration")
+    assert not any(w.startswith("Operations ran") for w in document(run_time(1 / 64, 0.75))["warnings"])
+
+
 def test_the_breakdowns_warnings_say_what_to_do():
-    from skyline_engine.analysis.session import ONE_SAMPLE, breakdown_notes
+    from skyline_engine.analysis.breakdown_notes import breakdown_notes
+    from skyline_engine.analysis.session import ONE_SAMPLE
 
     distorted = Breakdown(
         [], OperationNode("iteration", "", "module"), [], [], Untracked(7.0, 0), Attribution(3, 3.0, 3.0, 0.3, 0.5)

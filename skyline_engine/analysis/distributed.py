@@ -25,7 +25,6 @@ from skyline_engine.analysis.session import (
     AnalysisRequest,
     Progress,
     batch_size_location,
-    breakdown_notes,
     no_progress,
     with_output_note,
 )
@@ -162,7 +161,7 @@ class _RankAnalysis:
             breakdown=breakdown,
             models=None,
             batch_size_location=batch_size_location(self.entry),
-            warnings=breakdown_notes(breakdown) + _notes(data_parallel),
+            warnings=_notes(data_parallel),
             distributed=data_parallel,
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
             models_withheld=NO_BATCH_SIZE_MODELS,

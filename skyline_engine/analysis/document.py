@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import skyline_engine
+from skyline_engine.analysis.breakdown_notes import breakdown_notes
 from skyline_engine.analysis.data_parallel import DataParallel
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.entry.batch_size import BatchSizeLocation
@@ -108,8 +109,10 @@ def build_document(
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
     `breakdown_time_ms` when given (data-parallel training: the iteration less its exposed
-    communication), else to the iteration's time."""
+    communication), else to the iteration's time; the warnings start with what to know about the
+    breakdown as fitted."""
     measured = {s.batch_size: s for s in samples}
+    fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
     predictions = []
     if models is not None:
         ladder = prediction_ladder(batch_size, sorted(measured), models.max_batch_size())
@@ -121,9 +124,9 @@ def build_document(
         device=device,
         batch_size=batch_size,
         iteration=measured[batch_size],
-        breakdown=breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms),
+        breakdown=fitted,
         batch_size_location=batch_size_location,
-        warnings=list(warnings),
+        warnings=[*breakdown_notes(fitted), *warnings],
         samples=sorted(samples, key=lambda s: s.batch_size),
         models=models,
         predictions=predictions,

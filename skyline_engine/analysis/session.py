@@ -17,7 +17,7 @@ from typing import Any, Callable
 from skyline_engine.analysis.document import AnalysisDocument, build_document
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.users_batch_size import measure_with_breakdown
-from skyline_engine.attribute.breakdown import EAGER_REPLAY, Breakdown
+from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
@@ -43,12 +43,6 @@ ONE_SAMPLE = (
     "that half and twice it can be measured too."
 )
 NOT_ASKED = "The analysis was asked for the breakdown alone, without predictions."
-
-# Below this, the recorded operations ran notably slower than the measured iteration.
-NOTABLE_SCALING = 0.8
-
-# Below this share of the iteration on user lines, the breakdown says where the rest may be.
-LOW_ATTRIBUTION = 0.5
 
 # From this share of the CPUs kept busy by other processes while timing, a warning says so.
 BUSY_MACHINE = 0.25
@@ -162,7 +156,7 @@ class _Analysis:
             runner = self.runner = IterationRunner(self.entry, self.device.torch_device, self.request.budget)
         with runner:
             users, breakdown = self._users_batch_size(runner, creation)
-            notes = runner.notes + breakdown_notes(breakdown)
+            notes = runner.notes  # what the warm-up found
             if not self.request.predict:
                 return self.document(
                     samples=[users], breakdown=breakdown, models=None, warnings=notes, models_withheld=NOT_ASKED
@@ -248,7 +242,7 @@ class _Analysis:
                 self.batch_size,
                 timeline=self.request.timeline,
                 quick_timing=self.request.predict,
-                on_first=lambda sample, found: self._send(sample, found, runner.notes + breakdown_notes(found)),
+                on_first=lambda sample, found: self._send(sample, found, runner.notes),
             )
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, self.device, self.location, self.request.memory_limit_source, self.entry) from None
@@ -259,35 +253,6 @@ class _Analysis:
     def _send(self, sample: Sample, breakdown: Breakdown, notes: list[str]) -> None:
         if self.partial is not None:
             self.partial(self.document(samples=[sample], breakdown=breakdown, models=None, warnings=notes))
-
-
-def breakdown_notes(breakdown: Breakdown) -> list[str]:
-    """What the user should know about how the breakdown was obtained."""
-    notes = []
-    scale = breakdown.attribution.scaled_by
-    if breakdown.attribution.mode == EAGER_REPLAY:
-        took = f"took {1 / scale:.1f}× as long as" if scale < 1 else "took no longer than"
-        notes.append(
-            "The model is compiled (torch.compile): its per-line times and peak memory come from an eager run "
-            "of the same iteration, as the compiler's fused kernels belong to no line; that run's operations "
-            f"{took} the compiled iteration, whose time is the one measured. Compare lines by their shares."
-        )
-    elif scale < NOTABLE_SCALING:
-        notes.append(
-            f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration "
-            "(recording adds work around each operation, a busy machine more); the per-line times "
-            "were scaled down to the measured iteration: compare lines by their shares, and re-run on a "
-            "quiet machine for their times."
-        )
-    share = breakdown.attribution.user_lines_fraction
-    if share is not None and share < LOW_ATTRIBUTION:
-        notes.append(
-            f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; the "
-            "rest (untracked) is Python work between operations, or work on other threads, which "
-            "the breakdown does not see: move data preparation into the input provider (it is not "
-            "timed), or use a larger batch size (--batch-size) to spread that work over more samples."
-        )
-    return notes
 
 
 def remeasure_while_poor_fit(timing: InterleavedTiming, max_s: float) -> None:
