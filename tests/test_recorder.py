@@ -1,8 +1,9 @@
-"""The recorder (attribute/recorder.py) on purpose-built iterations, recorded once or twice: the
+"""The recorder (attribute/recorder.py) on purpose-built iterations, recorded one to three times: the
 phase of each operation where optimizers step inside one another or the model runs without
 gradients after the step; the CPU timer's times; gradient accumulation told from the recorded
 iteration itself (Recording.micro_batches: the model called k times, k backward passes and each
-optimizer stepping once is k micro-batches per step; anything else is one)."""
+optimizer stepping once is k micro-batches per step; anything else is one); several recorded
+iterations broken down (each operation's median time where they ran the same operations)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import pytest
 import torch
 
 from service_client import marked_line
+from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
-from skyline_engine.attribute.recording import IterationRecording
+from skyline_engine.attribute.recording import RECORDING_BUDGET_MS, IterationRecording
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.memory import MemoryProfile
@@ -110,10 +112,15 @@ class Recorded:
     recording: Recording
     micro_batches: int
     memory: MemoryProfile  # of the first recorded iteration
+    iterations: IterationRecording
+
+    def per_iteration(self) -> list[list[OperationRecord]]:
+        starts = self.recording.iteration_starts
+        return [self.recording.operations[a:b] for a, b in zip(starts, [*starts[1:], len(self.recording.operations)])]
 
 
 def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
-    """`iterations` recorded iterations of the entry point `PROVIDERS` + `loop`."""
+    """`iterations` (1 to 3) recorded iterations of the entry point `PROVIDERS` + `loop`."""
     (project / ENTRY).write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
     entry = load_entry_point(project / ENTRY, project)
     device = torch.device("cpu")
@@ -123,12 +130,12 @@ def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
     with runner, runner.at_batch_size(12) as run:
         iteration_recording = IterationRecording(creation, runner.model, device)
         memory, _ = iteration_recording.record_first(run, runner.clock, runner.live_tensors)
-        if iterations == 2:
-            # One more: min(MAX_RECORDED_ITERATIONS, RECORDING_BUDGET_MS // 100 ms) - 1.
-            iteration_recording.record_more(run, run_time_ms=100.0)
+        if iterations > 1:
+            # min(MAX_RECORDED_ITERATIONS, RECORDING_BUDGET_MS // run_time_ms) - 1 more.
+            iteration_recording.record_more(run, run_time_ms=RECORDING_BUDGET_MS // iterations)
     recording = iteration_recording.recorder.recording
     assert len(recording.iteration_starts) == iterations
-    return Recorded(recording, iteration_recording.micro_batches(), memory)
+    return Recorded(recording, iteration_recording.micro_batches(), memory, iteration_recording)
 
 
 @pytest.mark.parametrize("iterations", [1, 2])
@@ -321,3 +328,67 @@ def test_backward_work_carries_its_nodes_name_and_the_module_of_the_operation_th
     # so the operation tree names the work after them (attribute/breakdown.py).
     unlinked = [(op.name, op.node_name, op.module) for op in backward if op.creator is None]
     assert unlinked == [("detach", "torch::autograd::AccumulateGrad", "")] * 2
+
+
+# -- several recorded iterations, broken down ------------------------------------------------------
+# Each operation's time is its median over iterations that ran the same operations at the same
+# lines: a slow first recorded iteration (the recorder's code running cold) or one preempted
+# operation does not count; iterations that differ keep their mean. The iterations are recorded
+# for real; their operations' durations are set here, so the expected times are exact anywhere.
+
+STEPS = """
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    def iteration(x):
+        optimizer.zero_grad()
+        model(x).sum().backward()  # MODEL
+        optimizer.step()
+    return iteration
+"""
+# Every other iteration runs one operation more: the recorded iterations differ.
+ALTERNATING_STEPS = STEPS.replace(
+    "    def iteration(x):\n",
+    "    calls = [0]\n    def iteration(x):\n        calls[0] += 1\n        if calls[0] % 2:\n"
+    "            x = x * 1.0  # SOMETIMES\n",
+)
+NO_SCALING = 1e9  # a measured iteration far longer than the operations: their times are kept
+
+
+def broken_down_with(result: Recorded, durations_of_iteration) -> Breakdown:
+    for index, ops in enumerate(result.per_iteration()):
+        for op in ops:
+            op.duration_ms = durations_of_iteration(index, op)
+    return result.iterations.breakdown(NO_SCALING, result.memory.peak_bytes)
+
+
+def test_each_operation_takes_its_median_time_when_the_iterations_ran_the_same_operations(tmp_path):
+    result = recorded(tmp_path, STEPS, iterations=3)
+    first = result.per_iteration()[0]
+    # The first recorded iteration slow throughout (5 ms an operation), the others 1 and 2 ms.
+    breakdown = broken_down_with(result, lambda index, op: (5.0, 1.0, 2.0)[index])
+    assert breakdown.attribution.operations_ms == pytest.approx(2.0 * len(first))  # the mean: 8/3 each
+    at_line = marked(first, tmp_path, "MODEL")
+    forward = sum(1 for op in at_line if op.phase == FORWARD)
+    backward = sum(1 for op in at_line if op.phase == BACKWARD)
+    assert forward and backward
+    (line,) = [entry for entry in breakdown.lines if entry.line == at_line[0].context[1]]
+    assert (line.forward_ms, line.backward_ms) == (pytest.approx(2.0 * forward), pytest.approx(2.0 * backward))
+
+
+def test_an_operation_slow_in_one_iteration_alone_keeps_its_usual_time(tmp_path):
+    result = recorded(tmp_path, STEPS, iterations=3)
+    preempted = result.per_iteration()[2][0]
+    breakdown = broken_down_with(result, lambda index, op: 100.0 if op is preempted else 1.0)
+    assert breakdown.attribution.operations_ms == pytest.approx(1.0 * len(result.per_iteration()[0]))
+
+
+def test_iterations_that_ran_different_operations_keep_their_mean(tmp_path):
+    result = recorded(tmp_path, ALTERNATING_STEPS, iterations=3)
+    iterations = result.per_iteration()
+    assert [bool(marked(ops, tmp_path, "SOMETIMES")) for ops in iterations] == [True, False, True]
+    breakdown = broken_down_with(result, lambda index, op: (5.0, 1.0, 2.0)[index])
+    total = sum(duration * len(ops) for duration, ops in zip((5.0, 1.0, 2.0), iterations))
+    assert breakdown.attribution.operations_ms == pytest.approx(total / 3)
+    sometimes = marked(iterations[0], tmp_path, "SOMETIMES")[0].context[1]
+    (line,) = [entry for entry in breakdown.lines if entry.line == sometimes]
+    assert line.forward_ms == pytest.approx((5.0 + 2.0) / 3)  # run twice in three iterations
