@@ -239,7 +239,7 @@ def test_the_chart_draws_the_documents_rows_and_the_current_batch_size(profiled)
         assert ("measured" in row) == bool(p.get("measured")), row
         assert ("extrapolated" in row) == (p["extrapolated"] and not p.get("measured")), row
         # Why the row is there, as the terminal report's table says it.
-        assert ("largest that fits" in row) == (p["batch_size"] == doc["models"]["max_batch_size"]), row
+        assert ("largest fit" in row) == (p["batch_size"] == doc["models"]["max_batch_size"]), row
         assert row.startswith("▸") == (p["batch_size"] == 128), row
     assert doc["models"]["max_batch_size"] in rows  # the ladder ends with it: the test saw the note
     nvim.command("SkylineBreakdown")

@@ -125,7 +125,14 @@ local function best_measured(document)
   return best
 end
 
-local function add_throughput(sheet, document)
+-- A line of text beneath a section's label, wrapped at word boundaries to the float's width.
+local function add_beneath(sheet, width, text, hl)
+  for _, line in ipairs(M.wrap(text, width - LABEL, '')) do
+    sheet:add({ { pad('', LABEL) }, { line, hl } })
+  end
+end
+
+local function add_throughput(sheet, document, width)
   local measured = state.measured
   local throughput = format.throughput(measured.samples_per_second)
   local k = document.iteration.micro_batches or 1 -- gradient accumulation
@@ -150,7 +157,7 @@ local function add_throughput(sheet, document)
       format.throughput(fitted.asymptotic_samples_per_second),
       (knee < low or knee > high) and ', an extrapolation' or ''
     )
-    sheet:add({ { pad('', LABEL) }, { text, 'SkylineFloatMuted' } })
+    add_beneath(sheet, width, text, 'SkylineFloatMuted')
   end
   local p = state.prediction
   if p and state.batch_size ~= document.batch_size then
@@ -214,7 +221,7 @@ local function sum(list, field)
 end
 
 -- Peak memory against the device's capacity, the phase that reaches it, and its parts.
-local function add_memory(sheet, document)
+local function add_memory(sheet, document, width)
   local device = document.device
   local capacity = device.memory_capacity_bytes
   local iteration = document.iteration
@@ -229,15 +236,10 @@ local function add_memory(sheet, document)
     local at = document.peak_memory_operation
     local where = ''
     if at and at.path then -- where the recorded iteration's memory peaked
-      where = string.format(
-        ', at %s:%d (%s%s)',
-        at.path,
-        at.line,
-        at.operation,
-        at.phase == 'backward' and ', backward' or ''
-      )
+      local place = M.shorten_place(at.path, at.line, width - LABEL) -- a long path gives way in the middle
+      where = string.format(', at %s (%s%s)', place, at.operation, at.phase == 'backward' and ', backward' or '')
     end
-    sheet:add({ { pad('', LABEL) }, { 'peak reached in ' .. phase .. where, 'SkylineFloatMuted' } })
+    add_beneath(sheet, width, 'peak reached in ' .. phase .. where, 'SkylineFloatMuted')
   end
   local reserved = iteration.peak_memory_reserved_bytes -- CUDA only: the peak plus the allocator's cache
   if type(reserved) == 'number' then
@@ -301,7 +303,7 @@ local function notes(row)
     table.insert(said, 'measured')
   end
   if row.largest then
-    table.insert(said, 'largest that fits')
+    table.insert(said, 'largest fit')
   end
   if row.extrapolated then
     table.insert(said, 'extrapolated')
@@ -525,9 +527,9 @@ end
 local function build(width)
   local document = state.document
   local sheet = new_sheet()
-  add_throughput(sheet, document)
+  add_throughput(sheet, document, width)
   add_compilation(sheet, document)
-  add_memory(sheet, document)
+  add_memory(sheet, document, width)
   add_chart(sheet, document)
   add_distributed(sheet, document)
   add_tree(sheet, document, width)
