@@ -122,7 +122,7 @@ def test_the_float_fits_the_window_and_always_shows_file_and_line(editor, projec
     peak = {"operation": "native_batch_norm_backward", "phase": "backward", "path": deep + "model.py", "line": 19}
     doc["peak_memory_operation"] = peak
     show(nvim, doc)
-    for columns in (160, 100):
+    for columns in (160, 100, 80):
         nvim.options["columns"] = columns
         nvim.command("doautocmd VimResized")
         lines, width = float_lines(nvim)

@@ -227,11 +227,17 @@ local function add_memory(sheet, document, width)
   local iteration = document.iteration
   local peak = iteration.peak_memory_bytes
   local phase = phase_name(document, iteration.peak_memory_phase)
+  local figures = string.format(' %s of %s', format.bytes(peak), format.bytes(capacity))
+  local on = string.format('(%s, %s)', device.type, device.name)
+  local one_line = LABEL + 2 * BAR + vim.fn.strdisplaywidth(figures .. ' ' .. on) <= width
   sheet:add({
     { pad('Memory', LABEL), 'SkylineFloatHeader' },
     { format.bar(peak / capacity, 2 * BAR), 'SkylineFloatMemory' },
-    { string.format(' %s of %s (%s, %s)', format.bytes(peak), format.bytes(capacity), device.type, device.name) },
+    { one_line and figures .. ' ' .. on or figures },
   })
+  if not one_line then -- a narrow editor: the device beneath
+    add_beneath(sheet, width, on)
+  end
   if phase then
     local at = document.peak_memory_operation
     local where = ''
@@ -311,8 +317,9 @@ local function notes(row)
   return #said > 0 and '  ' .. table.concat(said, ', ') or ''
 end
 
--- Throughput and peak memory over the batch sizes of the analysis, and the current one.
-local function add_chart(sheet, document)
+-- Throughput and peak memory over the batch sizes of the analysis, and the current one, within
+-- `width`: in a narrow editor the bars give way.
+local function add_chart(sheet, document, width)
   if not state.models then
     return
   end
@@ -321,20 +328,27 @@ local function add_chart(sheet, document)
     top_speed = math.max(top_speed, row.samples_per_second or 0)
     top_memory = math.max(top_memory, row.peak_memory_bytes or 0)
   end
+  local noted, longest = {}, 0
+  for i, row in ipairs(rows) do
+    noted[i] = notes(row)
+    longest = math.max(longest, vim.fn.strdisplaywidth(noted[i] .. (row.fits == false and '  does not fit' or '')))
+  end
+  -- The columns: '▸ ', the batch size (10) and 2, a bar, the throughput (1 + 11), a bar, the memory (12).
+  local bar = math.max(4, math.min(BAR, math.floor((width - 38 - longest) / 2)))
   sheet:add({})
-  local header = pad('Batch size', 14) .. pad('samples/s', 2 * BAR + 2) .. 'peak memory'
+  local header = pad('Batch size', 14) .. pad('samples/s', bar + 12) .. 'peak memory'
   sheet:add({ { header, 'SkylineFloatHeader' } })
-  for _, row in ipairs(rows) do
+  for i, row in ipairs(rows) do
     local is_current = row.batch_size == state.batch_size
     local speed = row.samples_per_second
     local memory = ' ' .. format.bytes(row.peak_memory_bytes)
-    local note = notes(row)
+    local note = noted[i]
     sheet:add({
       { is_current and '▸ ' or '  ', is_current and 'SkylineFloatCurrent' or nil },
       { lpad(format.integer(row.batch_size), 10) .. '  ', is_current and 'SkylineFloatCurrent' or nil },
-      { speed and top_speed > 0 and format.bar(speed / top_speed, BAR) or string.rep(' ', BAR), 'SkylineFloatForward' },
-      { ' ' .. pad(format.integer(speed), BAR + 1) },
-      { format.bar(top_memory > 0 and (row.peak_memory_bytes or 0) / top_memory or 0, BAR), 'SkylineFloatMemory' },
+      { speed and top_speed > 0 and format.bar(speed / top_speed, bar) or string.rep(' ', bar), 'SkylineFloatForward' },
+      { ' ' .. pad(format.integer(speed), 11) },
+      { format.bar(top_memory > 0 and (row.peak_memory_bytes or 0) / top_memory or 0, bar), 'SkylineFloatMemory' },
       { (note ~= '' or row.fits == false) and pad(memory, 12) or memory },
       { note, 'SkylineFloatMuted' },
       { row.fits == false and '  does not fit' or '', 'SkylineFloatWarn' },
@@ -530,7 +544,7 @@ local function build(width)
   add_throughput(sheet, document, width)
   add_compilation(sheet, document)
   add_memory(sheet, document, width)
-  add_chart(sheet, document)
+  add_chart(sheet, document, width)
   add_distributed(sheet, document)
   add_tree(sheet, document, width)
   add_warnings(sheet, document, width)
