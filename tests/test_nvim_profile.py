@@ -1,6 +1,8 @@
 """Profiling from the editor, end to end with the real engine on the default example: per-line
 annotations on the document's lines, the breakdown float, stale marking, profile on save."""
 
+import itertools
+
 from nvim_helpers import (
     FAST_SETUP,
     annotations,
@@ -72,7 +74,7 @@ def test_breakdown_float_shows_the_results_and_jumps_to_lines(nvim, project):
     window = nvim.current.window
     assert nvim.api.win_get_config(window)["relative"] == "editor"
     lines = nvim.current.buffer[:]
-    text = "\n".join(lines)
+    text = " ".join(line.strip() for line in lines)  # as one line: the float wraps long ones to its width
     measured = f"{round(doc['iteration']['samples_per_second']):,} samples/s measured at batch size 128"
     assert measured in lines[0]
     # Shown when the models have one (a run-time line that does not grow has none).
@@ -80,8 +82,10 @@ def test_breakdown_float_shows_the_results_and_jumps_to_lines(nvim, project):
     assert ("knee: " in text) == (knee is not None)
     if knee is not None:
         assert f"at batch size {knee:,} (90% of" in text
-    memory = next(line for line in lines if line.startswith("Memory"))
-    assert "(cpu, " in memory and set("█░") & set(memory)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
+    beneath = itertools.takewhile(lambda line: line.startswith(" " * 14), lines[start + 1 :])  # its wrapped lines
+    memory = " ".join([lines[start], *beneath])
+    assert "(cpu, " in memory and set("█░") & set(lines[start])
     header = next(i for i, line in enumerate(lines) if line.startswith("Batch size"))
     chart = lines[header + 1 : lines.index("", header)]
     chart_sizes = [p["batch_size"] for p in doc["predictions"]]
