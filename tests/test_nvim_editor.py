@@ -121,6 +121,13 @@ def test_the_float_fits_the_window_and_always_shows_file_and_line(editor, projec
     doc["iteration"]["peak_memory_phase"] = "forward_backward"
     peak = {"operation": "native_batch_norm_backward", "phase": "backward", "path": deep + "model.py", "line": 19}
     doc["peak_memory_operation"] = peak
+    doc["iteration"]["micro_batches"] = 16  # the throughput's line with its micro-batches
+    doc["compilation"] = {
+        "graphs": 12,
+        "seconds": 123.4,
+        "batch_sizes": [{"batch_size": 128, "graphs": 12, "seconds": 123.4}],
+    }
+    doc["attribution"]["mode"] = "eager_replay"
     show(nvim, doc)
     for columns in (160, 100, 80):
         nvim.options["columns"] = columns
@@ -131,6 +138,8 @@ def test_the_float_fits_the_window_and_always_shows_file_and_line(editor, projec
         assert not too_wide, (width, too_wide)
         text = " ".join(line.strip() for line in lines)  # wrapped, not cut
         assert "knee: 1,234,567 samples/s at batch size 123,456 (90% of 1,371,741 samples/s), an extrapolation" in text
+        assert "measured at batch size 128 × 16 micro-batches per optimizer step" in text
+        assert "torch.compile: 12 graph(s) in 123.4 s, not in the iteration's time" in text
         memory = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
         peak = re.fullmatch(
             r"peak reached in .*, at (\S+) \(native_batch_norm_backward, backward\)", beneath(lines, memory)
@@ -218,7 +227,8 @@ def test_accumulated_micro_batches_show_beside_the_throughput(editor, project, r
     doc["iteration"]["micro_batches"] = 4
     show(nvim, doc)
     lines, _ = float_lines(nvim)
-    assert lines[0].rstrip().endswith("measured at batch size 128 × 4 micro-batches per optimizer step"), lines[0]
+    throughput = f"{lines[0].rstrip()} {beneath(lines, 0)}"  # wrapped to the float's width
+    assert "measured at batch size 128 × 4 micro-batches per optimizer step" in throughput, lines
     assert_no_traceback(nvim)
 
 
@@ -240,8 +250,11 @@ def test_a_compiled_model_says_what_was_compiled_and_where_the_lines_come_from(e
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Compiled"))
-    assert lines[start].split(None, 1)[1].rstrip() == "torch.compile: 3 graph(s) in 2.4 s, not in the iteration's time"
-    assert lines[start + 1].strip() == "per-line times from an eager run of the iteration"
+    section = f"{lines[start].split(None, 1)[1].rstrip()} {beneath(lines, start)}"  # wrapped to the float's width
+    assert section == (
+        "torch.compile: 3 graph(s) in 2.4 s, not in the iteration's time "
+        "per-line times from an eager run of the iteration"
+    )
     assert_no_traceback(nvim)
 
 

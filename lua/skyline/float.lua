@@ -125,24 +125,26 @@ local function best_measured(document)
   return best
 end
 
--- A line of text beneath a section's label, wrapped at word boundaries to the float's width.
-local function add_beneath(sheet, width, text, hl)
-  for _, line in ipairs(M.wrap(text, width - LABEL, '')) do
-    sheet:add({ { pad('', LABEL) }, { line, hl } })
+-- Text beside a section's label (or beneath it, `label` nil), wrapped at word boundaries to the
+-- float's width, its further lines beneath.
+local function add_text(sheet, width, label, text, hl)
+  for i, line in ipairs(M.wrap(text, width - LABEL, '')) do
+    local first = i == 1 and label
+    sheet:add({ { pad(first or '', LABEL), first and 'SkylineFloatHeader' or nil }, { line, hl } })
   end
+end
+
+local function add_beneath(sheet, width, text, hl)
+  add_text(sheet, width, nil, text, hl)
 end
 
 local function add_throughput(sheet, document, width)
   local measured = state.measured
   local throughput = format.throughput(measured.samples_per_second)
   local k = document.iteration.micro_batches or 1 -- gradient accumulation
-  sheet:add({
-    { pad('Throughput', LABEL), 'SkylineFloatHeader' },
-    {
-      string.format('%s measured at batch size %d', throughput, measured.batch_size)
-        .. (k > 1 and string.format(' × %d micro-batches per optimizer step', k) or ''),
-    },
-  })
+  local summary = string.format('%s measured at batch size %d', throughput, measured.batch_size)
+    .. (k > 1 and string.format(' × %d micro-batches per optimizer step', k) or '')
+  add_text(sheet, width, 'Throughput', summary)
   local fitted = state.models
   local knee = fitted and fitted.throughput_knee_batch_size
   -- A limit below what was measured contradicts the measurements: not shown.
@@ -176,23 +178,15 @@ local function add_throughput(sheet, document, width)
 end
 
 -- torch.compile: what it compiled (not in the iteration's time), and where the lines come from.
-local function add_compilation(sheet, document)
+local function add_compilation(sheet, document, width)
   local compilation = document.compilation
   if type(compilation) ~= 'table' then
     return
   end
-  sheet:add({
-    { pad('Compiled', LABEL), 'SkylineFloatHeader' },
-    {
-      string.format(
-        "torch.compile: %d graph(s) in %.1f s, not in the iteration's time",
-        compilation.graphs,
-        compilation.seconds
-      ),
-    },
-  })
+  local text = "torch.compile: %d graph(s) in %.1f s, not in the iteration's time"
+  add_text(sheet, width, 'Compiled', string.format(text, compilation.graphs, compilation.seconds))
   if document.attribution and document.attribution.mode == 'eager_replay' then
-    sheet:add({ { pad('', LABEL) }, { 'per-line times from an eager run of the iteration', 'SkylineFloatMuted' } })
+    add_beneath(sheet, width, 'per-line times from an eager run of the iteration', 'SkylineFloatMuted')
   end
 end
 
@@ -542,7 +536,7 @@ local function build(width)
   local document = state.document
   local sheet = new_sheet()
   add_throughput(sheet, document, width)
-  add_compilation(sheet, document)
+  add_compilation(sheet, document, width)
   add_memory(sheet, document, width)
   add_chart(sheet, document, width)
   add_distributed(sheet, document)
