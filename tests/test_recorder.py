@@ -114,10 +114,6 @@ class Recorded:
     memory: MemoryProfile  # of the first recorded iteration
     iterations: IterationRecording
 
-    def per_iteration(self) -> list[list[OperationRecord]]:
-        starts = self.recording.iteration_starts
-        return [self.recording.operations[a:b] for a, b in zip(starts, [*starts[1:], len(self.recording.operations)])]
-
 
 def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
     """`iterations` (1 to 3) recorded iterations of the entry point `PROVIDERS` + `loop`."""
@@ -355,7 +351,7 @@ NO_SCALING = 1e9  # a measured iteration far longer than the operations: their t
 
 
 def broken_down_with(result: Recorded, durations_of_iteration) -> Breakdown:
-    for index, ops in enumerate(result.per_iteration()):
+    for index, ops in enumerate(result.recording.iterations()):
         for op in ops:
             op.duration_ms = durations_of_iteration(index, op)
     return result.iterations.breakdown(NO_SCALING, result.memory.peak_bytes)
@@ -363,7 +359,7 @@ def broken_down_with(result: Recorded, durations_of_iteration) -> Breakdown:
 
 def test_each_operation_takes_its_median_time_when_the_iterations_ran_the_same_operations(tmp_path):
     result = recorded(tmp_path, STEPS, iterations=3)
-    first = result.per_iteration()[0]
+    first = result.recording.iterations()[0]
     # The first recorded iteration slow throughout (5 ms an operation), the others 1 and 2 ms.
     breakdown = broken_down_with(result, lambda index, op: (5.0, 1.0, 2.0)[index])
     assert breakdown.attribution.operations_ms == pytest.approx(2.0 * len(first))  # the mean: 8/3 each
@@ -377,14 +373,14 @@ def test_each_operation_takes_its_median_time_when_the_iterations_ran_the_same_o
 
 def test_an_operation_slow_in_one_iteration_alone_keeps_its_usual_time(tmp_path):
     result = recorded(tmp_path, STEPS, iterations=3)
-    preempted = result.per_iteration()[2][0]
+    preempted = result.recording.iterations()[2][0]
     breakdown = broken_down_with(result, lambda index, op: 100.0 if op is preempted else 1.0)
-    assert breakdown.attribution.operations_ms == pytest.approx(1.0 * len(result.per_iteration()[0]))
+    assert breakdown.attribution.operations_ms == pytest.approx(1.0 * len(result.recording.iterations()[0]))
 
 
 def test_iterations_that_ran_different_operations_keep_their_mean(tmp_path):
     result = recorded(tmp_path, ALTERNATING_STEPS, iterations=3)
-    iterations = result.per_iteration()
+    iterations = result.recording.iterations()
     assert [bool(marked(ops, tmp_path, "SOMETIMES")) for ops in iterations] == [True, False, True]
     breakdown = broken_down_with(result, lambda index, op: (5.0, 1.0, 2.0)[index])
     total = sum(duration * len(ops) for duration, ops in zip((5.0, 1.0, 2.0), iterations))

@@ -470,12 +470,9 @@ def _typical_durations(recording: Recording) -> list[float]:
     the first recorded iteration is the first the recorder's own code runs and is slower (the
     default example's operations took 1.2 to 1.4 times as long in it as in the next two), and a
     preempted operation is slow in one iteration alone. Iterations that differ keep their own times."""
-    operations = recording.operations
-    starts = recording.iteration_starts
-    ends = [*starts[1:], len(operations)]
-    runs = [operations[start:end] for start, end in zip(starts, ends)]
-    if not runs or starts[0] != 0 or len({tuple(_identity(op) for op in run) for run in runs}) != 1:
-        return [op.duration_ms for op in operations]
+    runs = recording.iterations()
+    if not runs or recording.iteration_starts[0] != 0 or len({tuple(map(_identity, run)) for run in runs}) != 1:
+        return [op.duration_ms for op in recording.operations]
     medians = [statistics.median(op.duration_ms for op in same) for same in zip(*runs)]
     return medians * len(runs)
 

@@ -148,6 +148,11 @@ class Recording:
     model_calls: int = 0
     optimizer_steps: Counter[int] = field(default_factory=Counter)
 
+    def iterations(self) -> list[list[OperationRecord]]:
+        """The operations of each recorded iteration, in order."""
+        ends = [*self.iteration_starts[1:], len(self.operations)]
+        return [self.operations[start:end] for start, end in zip(self.iteration_starts, ends)]
+
     def first_iteration(self) -> list[OperationRecord]:
         end = self.iteration_starts[1] if len(self.iteration_starts) > 1 else len(self.operations)
         return self.operations[:end]
