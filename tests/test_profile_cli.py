@@ -4,6 +4,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import struct
@@ -199,8 +200,8 @@ def run_in_terminal(*args, columns=160, timeout=240):
     return code, received.decode()
 
 
-def test_progress_on_a_terminal_is_one_line_rewritten_in_place():
-    code, output = run_in_terminal("profile", "examples/default/entry_point.py", "--device", "cpu")
+def test_progress_on_a_terminal_is_one_line_rewritten_in_place_and_the_report_fits_it():
+    code, output = run_in_terminal("profile", "examples/default/entry_point.py", "--device", "cpu", columns=80)
     assert code == 0, output
     progress, report = output[: output.index("Skyline · ")], output[output.index("Skyline · ") :]
     # One line: redrawn after each carriage return, ended by one newline before the report.
@@ -209,11 +210,13 @@ def test_progress_on_a_terminal_is_one_line_rewritten_in_place():
     assert states[0] == "" and len(states) >= 4, states
     for state in states[1:]:
         assert state.startswith("skyline: [") and state.endswith("\x1b[K"), state
-        assert len(state) - len("\x1b[K") < 160  # cut to the terminal's width: no wrapping
+        assert len(state) - len("\x1b[K") < 80  # cut to the terminal's width: no wrapping
     shown = "".join(states)
     assert "measuring batch size 128" in shown and "timing batch sizes" in shown
     assert states[-1].startswith("skyline: [100%] done · ")
     assert "\r" not in report and report.startswith("Skyline · examples/default/entry_point.py")
+    assert max(len(line) for line in report.splitlines()) <= 80, report
+    assert "Hottest lines" in report and "Batch-size models" in report
 
 
 def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
@@ -280,3 +283,67 @@ def test_project_root_option_makes_paths_relative_to_it(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["entry_point"] == "entry_point.py"
     assert doc["batch_size_location"]["path"] == "entry_point.py"
+
+
+def sections(report: str) -> dict[str, str]:
+    """A report's sections by their first word (the header is "Skyline", the summary "Speed")."""
+    return {section.split()[0]: section for section in report.rstrip("\n").split("\n\n")}
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.mark.parametrize("width", [70, 80, 100, 140])
+def test_the_report_fits_the_width_it_is_given_and_says_the_same(profiled, width):
+    from skyline_engine.render.terminal import render_report
+
+    _, doc, _ = profiled
+    wide, narrow = render_report(doc), render_report(doc, width)
+    too_long = [line for line in narrow.splitlines() if len(line) > width]
+    assert not too_long, "\n".join(too_long)
+    wide_sections, narrow_sections = sections(wide), sections(narrow)
+    assert wide_sections.keys() == narrow_sections.keys()
+    # Wrapping moves words, never changes them: every section but the hottest lines says the same.
+    for name, section in wide_sections.items():
+        if name != "Hottest":
+            assert words(narrow_sections[name]) == words(section), name
+    # The hottest lines: each row's place and figures, in the same order, with the line's source or
+    # the start of it.
+    header, *rows = wide_sections["Hottest"].splitlines()[1:]
+    source_column = header.index("source")
+    narrow_text = narrow_sections["Hottest"]
+    position = 0
+    for row in rows:
+        place, *figures = words(row[:source_column])
+        found = re.compile(rf"^  {re.escape(place)}(?: |$)", re.MULTILINE).search(narrow_text, position)
+        assert found, (place, narrow_text)
+        position = found.end()
+        on_the_line, next_line = [*narrow_text[position:].split("\n"), ""][:2]
+        if words(on_the_line)[: len(figures)] == figures:  # one line a row: the figures, then the source
+            source = on_the_line
+            for figure in figures:
+                source = source.lstrip().removeprefix(figure)
+            source = source.strip()
+        else:  # the source beside the place, the figures on the next line
+            assert words(next_line) == figures, (row, on_the_line, next_line)
+            source = on_the_line.strip()
+        if place != "untracked":
+            path, number = place.rsplit(":", 1)
+            full = (REPO / path).read_text().splitlines()[int(number) - 1].strip()
+            assert full.startswith(source.removesuffix("…")) and len(source) >= min(len(full), 10), (source, full)
+
+
+def test_the_reports_width_is_columns_else_the_terminals_else_none():
+    from skyline_engine.cli.screen import report_width
+
+    read, write = os.pipe()
+    with os.fdopen(read) as _, os.fdopen(write, "w") as pipe:
+        assert report_width(pipe, {}) is None  # a pipe or a file: no limit
+        assert report_width(pipe, {"COLUMNS": "90"}) == 90
+        assert report_width(pipe, {"COLUMNS": "wide"}) is None
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    with os.fdopen(master) as _, os.fdopen(slave, "w") as terminal:
+        assert report_width(terminal, {}) == 100
+        assert report_width(terminal, {"COLUMNS": "72"}) == 72

@@ -159,6 +159,7 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_profile(args: argparse.Namespace) -> int:
+    from skyline_engine.cli.screen import report_width
     from skyline_engine.render.files import write_json_atomic
     from skyline_engine.render.terminal import render_report
     from skyline_engine.render.trace import write_chrome_trace
@@ -174,7 +175,7 @@ def _run_profile(args: argparse.Namespace) -> int:
     if launched_by_torchrun(os.environ):
         return _run_profile_as_rank(args, cwd, batch_size, outputs)
     document = _analyze(args, cwd, batch_size, outputs, predict=True, timeline=bool(args.trace))
-    sys.stdout.write(render_report(document))
+    sys.stdout.write(render_report(document, report_width(sys.stdout)))
     return 0
 
 
@@ -186,6 +187,7 @@ def launched_by_torchrun(environ: Mapping[str, str]) -> bool:
 def _run_profile_as_rank(args: argparse.Namespace, cwd: Path, batch_size: int | None, outputs: Sequence[Output]) -> int:
     """Under torchrun: this process is one rank of torchrun's group; rank 0 reports."""
     from skyline_engine.analysis.launch import rank_main
+    from skyline_engine.cli.screen import report_width
     from skyline_engine.render.terminal import render_report
 
     if args.nproc is not None:
@@ -199,7 +201,7 @@ def _run_profile_as_rank(args: argparse.Namespace, cwd: Path, batch_size: int | 
         return 0
     document = result.to_dict()
     _write_outputs(wanted, document)
-    sys.stdout.write(render_report(document))
+    sys.stdout.write(render_report(document, report_width(sys.stdout)))
     return 0
 
 

@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable, TextIO
 
+from skyline_engine.cli.screen import terminal_columns
+
 # How often the live line's elapsed time is redrawn. The thread that does it sleeps in between and
 # holds the interpreter for microseconds when it wakes: the measurements do not see it.
 TICK_S = 0.5
@@ -103,8 +105,4 @@ class Progress:
 
 
 def _width(stream: TextIO) -> int:
-    try:
-        columns = os.get_terminal_size(stream.fileno()).columns
-    except (AttributeError, OSError, ValueError):
-        return FALLBACK_WIDTH
-    return columns if columns > 0 else FALLBACK_WIDTH
+    return terminal_columns(stream) or FALLBACK_WIDTH

@@ -5,6 +5,11 @@ iteration at the batch size), how much memory (the peak against the capacity, an
 the iteration sets it), what batch size to use (the throughput knee, within what fits and what was
 measured, or why none can be recommended); then the warnings, each saying what to do; then the
 detail: the hottest lines, the batch sizes measured and predicted, the fitted models.
+
+Given a width (a terminal's), every line fits in it: prose wraps beneath its label or indent, the
+hottest lines' sources are cut shorter, or stand beside each place with the figures on a line of
+their own, and a table's notes wrap in their column. Without one (a pipe, a file), the tables are
+as wide as their content and only the warnings wrap.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ SAMPLES = " samples/s"
 
 HOTTEST_LINES = 10
 SOURCE_WIDTH = 40
+NARROWEST_SOURCE = 20  # a source cut shorter says too little beside its figures: it goes beside its place
+NARROWEST_CELL = 12  # a table's last cell wraps in a column at least this wide ("extrapolated")
 WARNING_WIDTH = 100
+NARROWEST = 70  # the hottest lines' figures need 66 columns: a terminal narrower than this wraps the report
 LABEL = "{:<13}"  # the summary's labels, and the indent of its continuation lines
 
 # Where the capacity comes from (device.memory_capacity_source), as the memory line says it.
@@ -41,17 +49,37 @@ PEAK_PHASES = {
 FORWARD_ONLY = "the forward pass"  # the forward_backward phase of an iteration without backward work
 
 
-def render_report(document: dict[str, Any]) -> str:
+def render_report(document: dict[str, Any], width: int | None = None) -> str:
+    """The report; its lines fit in `width` columns when given (at least NARROWEST)."""
+    if width is not None:
+        width = max(width, NARROWEST)
     sections = [
-        _header(document),
-        _summary(document),
-        _warnings(document),
-        _hottest_lines(document),
-        _data_parallel(document),
-        _predictions(document),
-        _models(document),
+        _wrap(_header(document), width),
+        _wrap(_summary(document), width, indent=LABEL.format("")),
+        _warnings(document, width),
+        _hottest_lines(document, width),
+        _wrap(_data_parallel(document), width),
+        _predictions(document, width),
+        _wrap(_models(document), width),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _wrap(text: str, width: int | None, indent: str | None = None) -> str:
+    """`text` with each line longer than `width` wrapped at its spaces, continued beneath `indent`
+    (by default the line's own indent and four spaces more)."""
+    if width is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        beneath = indent if indent is not None else " " * (len(line) - len(line.lstrip()) + 4)
+        out.append(
+            textwrap.fill(line, width, subsequent_indent=beneath, break_long_words=False, break_on_hyphens=False)
+        )
+    return "\n".join(out)
 
 
 def _data_parallel(doc: dict[str, Any]) -> str:
@@ -250,7 +278,11 @@ def _inclusive_ms(line: dict[str, Any]) -> float:
     return float(inclusive["forward_ms"] + inclusive["backward_ms"] + inclusive["step_ms"])
 
 
-def _hottest_lines(doc: dict[str, Any]) -> str:
+HOTTEST_TITLE = "Hottest lines (one iteration; share: the line's own operations, with calls: also what runs beneath it)"
+FIGURES = ("forward", "backward", "step", "share", "with calls", "memory")
+
+
+def _hottest_lines(doc: dict[str, Any], width: int | None) -> str:
     """The lines that cost most themselves, then the entry point's lines that call into the rest
     (their own cost is next to nothing: what they hold is beneath them)."""
     records = doc.get("lines") or []
@@ -263,40 +295,45 @@ def _hottest_lines(doc: dict[str, Any]) -> str:
     if not hottest:
         return ""
     total = doc["iteration"]["run_time_ms"]
-    rows = [("line", "forward", "backward", "step", "share", "with calls", "memory", "source")]
+    rows = []  # (place, figures, source)
     for line in hottest + callers:
         own, inclusive = _own_ms(line), _inclusive_ms(line)
-        rows.append(
-            (
-                f"{line['path']}:{line['line']}",
-                _ms_or_blank(line["forward_ms"]),
-                _ms_or_blank(line["backward_ms"]),
-                _ms_or_blank(line["step_ms"]),
-                _share(own, total),
-                # Only where it says more than the line's own cost: a caller's whole subtree.
-                _share(inclusive, total) if inclusive > own * (1 + 1e-9) else "",
-                format_bytes(line["memory_bytes"]),
-                _source(doc["project_root"], line["path"], line["line"]),
-            )
+        figures = (
+            _ms_or_blank(line["forward_ms"]),
+            _ms_or_blank(line["backward_ms"]),
+            _ms_or_blank(line["step_ms"]),
+            _share(own, total),
+            # Only where it says more than the line's own cost: a caller's whole subtree.
+            _share(inclusive, total) if inclusive > own * (1 + 1e-9) else "",
+            format_bytes(line["memory_bytes"]),
         )
+        source = linecache.getline(os.path.join(doc["project_root"], line["path"]), line["line"]).strip()
+        rows.append((f"{line['path']}:{line['line']}", figures, source))
     untracked = doc.get("untracked")
     if untracked:
-        rows.append(
-            (
-                "untracked",
-                format_ms(untracked["run_time_ms"]),
-                "",
-                "",
-                _share(untracked["run_time_ms"], total),
-                "",
-                format_bytes(untracked["memory_bytes"]),
-                "",
-            )
-        )
-    return (
-        "Hottest lines (one iteration; share: the line's own operations, with calls: also what runs beneath it)\n"
-        + _table(rows, right_aligned=(1, 2, 3, 4, 5, 6))
-    )
+        ms, share = format_ms(untracked["run_time_ms"]), _share(untracked["run_time_ms"], total)
+        rows.append(("untracked", (ms, "", "", share, "", format_bytes(untracked["memory_bytes"])), ""))
+    return _wrap(HOTTEST_TITLE, width) + "\n" + _hottest_table(rows, width)
+
+
+def _hottest_table(rows: Sequence[tuple[str, tuple[str, ...], str]], width: int | None) -> str:
+    """One line a row, its source cut to what the width leaves (at most SOURCE_WIDTH); where that
+    is less than NARROWEST_SOURCE, two: the place and its source, then the figures beneath."""
+    header = ("line", *FIGURES)
+    before_source = _indent_of_last_column([(*header, ""), *((place, *figures, "") for place, figures, _ in rows)])
+    room = SOURCE_WIDTH if width is None else min(SOURCE_WIDTH, width - before_source)
+    if room >= NARROWEST_SOURCE:
+        table = [(*header, "source"), *((place, *figures, _cut(source, room)) for place, figures, source in rows)]
+        return _table(table, right_aligned=(1, 2, 3, 4, 5, 6))
+    assert width is not None  # without a width there is always room
+    figure_lines = _table([FIGURES, *(figures for _, figures, _ in rows)], right_aligned=(0, 1, 2, 3, 4, 5))
+    figures_first, *figures_rest = ["    " + line for line in figure_lines.split("\n")]
+    out = ["  line   source", figures_first]
+    for (place, _, source), figures in zip(rows, figures_rest):
+        beside = width - len(f"  {place}   ")
+        out.append(f"  {place}   {_cut(source, beside)}".rstrip() if beside > 0 else f"  {place}")
+        out.append(figures)
+    return "\n".join(out)
 
 
 def _ms_or_blank(ms: float) -> str:
@@ -307,9 +344,8 @@ def _share(ms: float, total: float) -> str:
     return f"{ms / total:.1%}" if total else "—"
 
 
-def _source(root: str, path: str, number: int) -> str:
-    text = linecache.getline(os.path.join(root, path), number).strip()
-    return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def _phase(doc: dict[str, Any], phase: str) -> str:
@@ -337,7 +373,7 @@ def _largest_fit(doc: dict[str, Any]) -> str:
     return f"{largest:,}, {set_by} ({kept})"
 
 
-def _predictions(doc: dict[str, Any]) -> str:
+def _predictions(doc: dict[str, Any], width: int | None) -> str:
     predictions = doc.get("predictions") or []
     if not predictions:
         return ""
@@ -366,7 +402,7 @@ def _predictions(doc: dict[str, Any]) -> str:
                 ", ".join(notes),
             )
         )
-    return "Batch sizes, measured and predicted\n" + _table(rows, right_aligned=(0, 1, 2, 3))
+    return "Batch sizes, measured and predicted\n" + _table(rows, right_aligned=(0, 1, 2, 3), width=width)
 
 
 def _models(doc: dict[str, Any]) -> str:
@@ -401,21 +437,39 @@ def _fit(model: dict[str, Any]) -> str:
     return f"(R² {model['r2']:.3f}, {residual})"
 
 
-def _warnings(doc: dict[str, Any]) -> str:
+def _warnings(doc: dict[str, Any], width: int | None) -> str:
     warnings = doc.get("warnings") or []
     if not warnings:
         return ""
+    fill = WARNING_WIDTH if width is None else min(width, WARNING_WIDTH)
     wrapped = [
-        textwrap.fill(w, WARNING_WIDTH, initial_indent="  ! ", subsequent_indent="    ", break_on_hyphens=False)
+        textwrap.fill(w, fill, initial_indent="  ! ", subsequent_indent="    ", break_on_hyphens=False)
         for w in warnings
     ]
     return "Warnings\n" + "\n".join(wrapped)
 
 
-def _table(rows: Sequence[tuple[str, ...]], right_aligned: tuple[int, ...] = ()) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+def _table(rows: Sequence[tuple[str, ...]], right_aligned: tuple[int, ...] = (), width: int | None = None) -> str:
+    """Rows in columns three spaces apart, indented two; with a `width`, a last cell that runs past
+    it wraps at its spaces, continued beneath its own start."""
+    widths = _column_widths(rows)
+    indent = _indent_of_last_column(rows)
     out = []
     for row in rows:
         cells = [cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]) for i, cell in enumerate(row)]
-        out.append("  " + "   ".join(cells).rstrip())
+        line = ("  " + "   ".join(cells)).rstrip()
+        if width is not None and len(line) > width and row[-1] and width - indent >= NARROWEST_CELL:
+            first, *rest = textwrap.wrap(row[-1], width - indent, break_long_words=False, break_on_hyphens=False)
+            line = ("  " + "   ".join([*cells[:-1], first])).rstrip()
+            line += "".join("\n" + " " * indent + more for more in rest)
+        out.append(line)
     return "\n".join(out)
+
+
+def _column_widths(rows: Sequence[tuple[str, ...]]) -> list[int]:
+    return [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+
+def _indent_of_last_column(rows: Sequence[tuple[str, ...]]) -> int:
+    """Where `_table` starts the last column of `rows`."""
+    return 2 + sum(width + 3 for width in _column_widths(rows)[:-1])
