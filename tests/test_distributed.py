@@ -80,6 +80,10 @@ def test_scaling_is_predicted_to_64_ranks_and_marked_beyond_the_measured(profile
     measured = rows[1]
     iteration = max(r["run_time_ms"] for r in dp["ranks"])
     assert measured["measured_samples_per_second"] == pytest.approx(2 * doc["batch_size"] / iteration * 1000)
+    # Calibrated there: the prediction at the measured world size is the measurement (never faster
+    # than the iteration without communication, should noise have timed it slower).
+    compute = dp["ranks"][dp["slowest_rank"]]["compute_ms"]
+    assert measured["iteration_ms"] == pytest.approx(max(iteration, compute))
     assert all(r["measured_samples_per_second"] is None for r in rows if r["world_size"] != 2)
     assert dp["link"]["description"] == "loopback (gloo on one machine)" and dp["link"]["source"] == "measured"
     assert dp["link"]["bandwidth_gbps"] > 0 and dp["link"]["latency_us"] >= 0

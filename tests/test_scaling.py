@@ -1,14 +1,17 @@
-"""The DDP scaling model: ring all-reduce cost, link fitting, bucket simulation, predicted rows."""
+"""The DDP scaling model: ring all-reduce cost, link fitting, bucket simulation, predicted rows;
+and the buckets' times it is given, from traced iterations (their instants written here)."""
 
 from __future__ import annotations
 
 import pytest
 
+from skyline_engine.measure.distributed import BucketTrace, communication_timing
 from skyline_engine.predict.scaling import (
     DEFAULT_MAX_WORLD_SIZE,
     BucketTiming,
     Link,
     ScalingRow,
+    calibration_ms,
     efficiencies,
     fit_link,
     planned_link,
@@ -201,3 +204,80 @@ def test_predict_scaling_includes_measured_world_size() -> None:
     assert [row.world_size for row in rows] == [1, 2, 3, 4, 8]
     assert [row.extrapolated for row in rows] == [False, False, False, True, True]
     assert all(row.measured_samples_per_second is None for row in rows)
+
+
+@pytest.mark.parametrize("measured_ms", [23.5, 20.5])
+def test_the_prediction_at_the_measured_world_size_is_the_measurement(measured_ms: float) -> None:
+    # The simulation at W = 2 takes 21.04 ms (compute 20; the bucket, ready at 5, takes 2.04 ms and
+    # ends 1.04 ms past backward's end at 6). Measured above it, DDP's other synchronisation adds
+    # the rest; below it, the simulation held too much (its all-reduces at least the link model's,
+    # traced iterations slower than timed ones), and the difference comes off. Either way the row
+    # at W = 2 is the measurement, and the other rows move by as much.
+    measured = {
+        "compute_ms": 20.0,
+        "backward_end_ms": 6.0,
+        "buckets": SCALING_BUCKETS,
+        "link": LINK,
+        "measured_world_size": 2,
+    }
+    calibration = calibration_ms(measured_iteration_ms=measured_ms, **measured)
+    rows = predict_scaling(**measured, batch_size_per_rank=32, calibration_ms=calibration)
+    by_size = {row.world_size: row for row in rows}
+    assert by_size[1].iteration_ms == 20.0  # one rank: no communication, no calibration
+    assert by_size[2].iteration_ms == pytest.approx(measured_ms)
+    assert by_size[2].exposed_ms == pytest.approx(measured_ms - 20.0)
+    uncalibrated = {row.world_size: row for row in predict_scaling(**measured, batch_size_per_rank=32)}
+    for world_size in (4, 8, 64):  # the same difference, at every world size
+        assert by_size[world_size].iteration_ms - uncalibrated[world_size].iteration_ms == pytest.approx(
+            by_size[2].iteration_ms - uncalibrated[2].iteration_ms
+        )
+    assert [row.iteration_ms for row in rows] == sorted(row.iteration_ms for row in rows)
+
+
+def test_a_calibration_never_predicts_an_iteration_faster_than_its_computation() -> None:
+    # Measured at W = 4 in 20.1 ms: the simulation there is longer, so the calibration is negative,
+    # and at W = 2 (less communication than at 4) it would take the iteration below its 20 ms of
+    # computation without communication.
+    measured = {
+        "compute_ms": 20.0,
+        "backward_end_ms": 6.0,
+        "buckets": SCALING_BUCKETS,
+        "link": LINK,
+        "measured_world_size": 4,
+    }
+    calibration = calibration_ms(measured_iteration_ms=20.1, **measured)
+    assert calibration < 0
+    rows = {
+        row.world_size: row for row in predict_scaling(**measured, batch_size_per_rank=32, calibration_ms=calibration)
+    }
+    assert rows[4].iteration_ms == pytest.approx(20.1)
+    assert rows[2].iteration_ms >= 20.0 and rows[2].exposed_ms >= 0.0
+
+
+def test_a_bucket_that_waited_for_the_one_before_counts_only_its_own_time() -> None:
+    # Three traced iterations (ms from their start). Bucket 0 ready at 4, its all-reduce done at 10;
+    # bucket 1 ready at 5, done at 11: it waited behind bucket 0 until 10, so its own time is 1,
+    # not 6. In the third, bucket 1 finished alongside bucket 0 (gloo runs two at once): nothing
+    # of its own.
+    traces = [
+        BucketTrace(0, 1000, [], ready_ms=[4.0, 4.2, 4.1], done_ms=[10.0, 10.4, 10.0]),
+        BucketTrace(1, 500, [], ready_ms=[5.0, 5.0, 5.2], done_ms=[11.0, 11.2, 9.8]),
+    ]
+    timing = communication_timing(traces)
+    assert timing.backward_end_ms == pytest.approx(5.0)
+    assert [b.all_reduce_ms for b in timing.buckets] == [pytest.approx(6.0), pytest.approx(0.8)]
+    assert [b.exposed_ms for b in timing.buckets] == [pytest.approx(5.0), pytest.approx(0.8)]
+
+
+def test_the_simulation_reproduces_the_traced_timeline() -> None:
+    # One traced iteration: bucket 0 ready at 4 and done at 10, bucket 1 ready at 5 and done at 11;
+    # backward ended at 5, so 6 ms of communication were exposed. Simulated at the same world size
+    # with the times measured, the iteration exposes those 6 ms (counting bucket 1 from its
+    # readiness, 6 ms, the simulation started it at 10 and exposed 11).
+    traces = [BucketTrace(0, 1000, [], [4.0], [10.0]), BucketTrace(1, 500, [], [5.0], [11.0])]
+    timing = communication_timing(traces)
+    buckets = [BucketTiming(b.index, b.size_bytes, b.ready_ms, b.all_reduce_ms) for b in timing.buckets]
+    as_measured = [b.all_reduce_ms / BARE.all_reduce_ms(b.size_bytes, 2) for b in buckets]
+    simulated = simulate(20.0, timing.backward_end_ms, buckets, BARE, 2, as_measured)
+    assert simulated.exposed_ms == pytest.approx(6.0)
+    assert simulated.exposed_ms == pytest.approx(sum(b.exposed_ms for b in timing.buckets))

@@ -131,6 +131,7 @@ class _RankAnalysis:
         if ranks is None:
             return None
         communication = timer.timing()
+        measured_link, link = self._links(link_measurements)
         buckets, per_line = attribute_buckets(communication.buckets, ddp.module, sites)
         data_parallel = DataParallel(
             world_size=self.rank.world_size,
@@ -141,11 +142,13 @@ class _RankAnalysis:
                 Bucket(t.index, t.size_bytes, b.parameter_names, t.ready_ms, t.all_reduce_ms, t.exposed_ms, b.lines)
                 for t, b in zip(communication.buckets, buckets)
             ],
-            link=self._link(link_measurements),
+            link=link,
             scaling=[],
             backward_end_ms=communication.backward_end_ms,
         )
-        data_parallel = self._with_scaling(data_parallel, communication.backward_end_ms, communication.buckets)
+        data_parallel = self._with_scaling(
+            data_parallel, measured_link, communication.backward_end_ms, communication.buckets
+        )
         sample = Sample(self.batch_size, stats["ddp"], memory)
         breakdown = recording.breakdown(stats["no_sync"].run_time_ms, memory.peak_bytes, self.request.timeline)
         lines = [replace(line, communication_ms=per_line.get((line.path, line.line), 0.0)) for line in breakdown.lines]
@@ -181,41 +184,51 @@ class _RankAnalysis:
                 hint="Lower the batch size.",
             ) from None
 
-    def _link(self, measurements: list[tuple[int, int, float]]) -> scaling.Link | None:
-        """The measured link, or the planned one; None on one rank without a plan (one rank has no
-        link to measure)."""
+    def _links(self, measurements: list[tuple[int, int, float]]) -> tuple[scaling.Link | None, scaling.Link | None]:
+        """The link measured here (None on one rank: no link to measure), and the one the scaling
+        plans for: the planned one (--interconnect-gbps), else the measured one."""
         gbps = self.request.interconnect_gbps
         if self.rank.world_size == 1:
             no_latency = scaling.Link(0.0, 1.0, "user", "")
-            return scaling.planned_link(gbps, no_latency) if gbps else None
+            return None, (scaling.planned_link(gbps, no_latency) if gbps else None)
         measured = scaling.fit_link(measurements, link_description(self.rank))
-        return scaling.planned_link(gbps, measured) if gbps else measured
+        return measured, (scaling.planned_link(gbps, measured) if gbps else measured)
 
     def _with_scaling(
-        self, data_parallel: DataParallel, backward_end_ms: float, buckets: list[BucketTiming]
+        self,
+        data_parallel: DataParallel,
+        measured_link: scaling.Link | None,
+        backward_end_ms: float,
+        buckets: list[BucketTiming],
     ) -> DataParallel:
+        """The scaling predictions, calibrated to the iteration measured here: against the link
+        measured here, so that on that link the prediction at this world size is the measurement,
+        and a planned link keeps what synchronising cost beyond the all-reduces."""
         if data_parallel.link is None:
             return data_parallel
         compute_ms = data_parallel.ranks[data_parallel.slowest_rank].compute_ms
         timings = [scaling.BucketTiming(b.index, b.size_bytes, b.ready_ms, b.all_reduce_ms) for b in buckets]
         iteration_ms = max(r.run_time_ms for r in data_parallel.ranks)  # the ranks wait for each other
-        world_size, link = self.rank.world_size, data_parallel.link
-        rows = scaling.predict_scaling(
-            compute_ms=compute_ms,
-            backward_end_ms=backward_end_ms,
-            buckets=timings,
-            link=link,
-            batch_size_per_rank=self.batch_size,
-            measured_world_size=world_size,
-            measured_samples_per_second=world_size * self.batch_size / iteration_ms * 1000.0,
-            synchronization_ms=scaling.synchronization_ms(
+        world_size = self.rank.world_size
+        calibration = 0.0
+        if measured_link is not None:
+            calibration = scaling.calibration_ms(
                 measured_iteration_ms=iteration_ms,
                 compute_ms=compute_ms,
                 backward_end_ms=backward_end_ms,
                 buckets=timings,
-                link=link,
+                link=measured_link,
                 measured_world_size=world_size,
-            ),
+            )
+        rows = scaling.predict_scaling(
+            compute_ms=compute_ms,
+            backward_end_ms=backward_end_ms,
+            buckets=timings,
+            link=data_parallel.link,
+            batch_size_per_rank=self.batch_size,
+            measured_world_size=world_size,
+            measured_samples_per_second=world_size * self.batch_size / iteration_ms * 1000.0,
+            calibration_ms=calibration,
         )
         return replace(data_parallel, scaling=rows)
 

@@ -216,29 +216,22 @@ def predict_scaling(
     measured_world_size: int,
     measured_samples_per_second: float | None = None,
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE,
-    synchronization_ms: float = 0.0,
+    calibration_ms: float = 0.0,
 ) -> list[ScalingRow]:
     """Throughput at the powers of two up to `max_world_size`, and at the measured world size.
 
-    `synchronization_ms` is added to every iteration of two ranks or more: what a synchronized
-    iteration was measured to cost beyond its simulated all-reduces (DDP copying gradients into
-    buckets, broadcasting buffers, ranks waiting for the slowest); see `synchronization_ms`."""
+    `calibration_ms` is added to every iteration of two ranks or more (never below `compute_ms`):
+    what the iteration measured at the measured world size took beyond its simulation, or less
+    (see `calibration_ms`)."""
     world_sizes = {1 << k for k in range(max_world_size.bit_length()) if 1 << k <= max_world_size}
     world_sizes.add(measured_world_size)
-    if link.source == "measured":
-        efficiency = efficiencies(buckets, link, measured_world_size)
-    else:
-        # The measured contention belongs to the loopback link it was measured on, not to a
-        # planned interconnect.
-        efficiency = [1.0 for _ in buckets]
-
+    efficiency = _efficiency(buckets, link, measured_world_size)
     rows = []
     for world_size in sorted(world_sizes):
         simulated = simulate(compute_ms, backward_end_ms, buckets, link, world_size, efficiency)
-        if world_size > 1 and synchronization_ms > 0:
-            simulated = SimulatedIteration(
-                simulated.iteration_ms + synchronization_ms, simulated.exposed_ms + synchronization_ms
-            )
+        if world_size > 1 and calibration_ms:
+            iteration_ms = max(compute_ms, simulated.iteration_ms + calibration_ms)
+            simulated = SimulatedIteration(iteration_ms, iteration_ms - compute_ms)
         rows.append(
             ScalingRow(
                 world_size=world_size,
@@ -254,7 +247,7 @@ def predict_scaling(
     return rows
 
 
-def synchronization_ms(
+def calibration_ms(
     *,
     measured_iteration_ms: float,
     compute_ms: float,
@@ -263,8 +256,20 @@ def synchronization_ms(
     link: Link,
     measured_world_size: int,
 ) -> float:
-    """What the iteration measured at `measured_world_size` took beyond its simulation (at least
-    0): with it, the prediction at the measured world size is the measurement."""
-    efficiency = efficiencies(buckets, link, measured_world_size) if link.source == "measured" else [1.0] * len(buckets)
+    """The iteration measured at `measured_world_size` less its simulation: with it, the prediction
+    there is the measurement. Positive where synchronising cost more than the all-reduces the
+    simulation holds (DDP copying gradients into buckets, broadcasting buffers, ranks waiting for
+    the slowest); negative where the simulation holds more than the iteration took (each bucket's
+    all-reduce is at least the link model's, and the traced iterations ran slower than the timed
+    ones)."""
+    efficiency = _efficiency(buckets, link, measured_world_size)
     simulated = simulate(compute_ms, backward_end_ms, buckets, link, measured_world_size, efficiency)
-    return max(0.0, measured_iteration_ms - simulated.iteration_ms)
+    return measured_iteration_ms - simulated.iteration_ms
+
+
+def _efficiency(buckets: Sequence[BucketTiming], link: Link, measured_world_size: int) -> list[float]:
+    if link.source == "measured":
+        return efficiencies(buckets, link, measured_world_size)
+    # The measured contention belongs to the loopback link it was measured on, not to a planned
+    # interconnect.
+    return [1.0 for _ in buckets]
