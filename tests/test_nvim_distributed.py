@@ -102,20 +102,24 @@ def test_a_single_process_document_has_no_communication_or_data_parallel_section
     assert_no_traceback(nvim)
 
 
-def test_the_float_shows_the_ranks_the_link_and_the_scaling(editor, project, real_document):
+@pytest.mark.parametrize("columns", [140, 80])
+def test_the_float_shows_the_ranks_the_link_and_the_scaling(editor, project, real_document, columns):
     nvim = editor
-    nvim.options["columns"] = 140
-    show(nvim, distributed_document(real_document, project))
+    nvim.options["columns"] = columns
+    doc = distributed_document(real_document, project)
+    doc["distributed"]["link"]["description"] = "loopback (gloo on one machine)"  # the longest the engine names
+    show(nvim, doc)
     lines, width = float_lines(nvim)
+    assert width <= columns - 4
     assert all(nvim.funcs.strdisplaywidth(line) <= width for line in lines), lines
     start = next(i for i, line in enumerate(lines) if line.startswith("Data parallel"))
     assert "2 ranks × 4 threads, gloo" in lines[start]
     ranks = {int(line.split()[1]): line for line in lines[start + 1 : start + 3]}
     assert ranks[0].endswith("54.10 ms   10.9 MiB")  # not the slowest
     assert "56.90 ms" in ranks[1] and "11.0 MiB" in ranks[1] and ranks[1].endswith("11.0 MiB  slowest")
-    section = "\n".join(lines[start:])
-    assert "all-reduce  1.20 ms exposed (2.3%) of 3.20 ms, compute 51.00 ms" in section
-    assert "link        shared memory (measured): 12.5 µs, 40.0 Gbit/s" in section
+    section = " ".join(" ".join(lines[start:]).split())  # wrapped, not cut
+    assert "all-reduce 1.20 ms exposed (2.3%) of 3.20 ms, compute 51.00 ms" in section
+    assert "link loopback (gloo on one machine) (measured): 12.5 µs, 40.0 Gbit/s" in section
     header = next(i for i, line in enumerate(lines) if line.startswith("World size"))
     rows = {int(line[:12].strip("▸ ")): line for line in lines[header + 1 : header + 4]}
     assert sorted(rows) == [1, 2, 8]

@@ -126,11 +126,11 @@ local function best_measured(document)
 end
 
 -- Text beside a section's label (or beneath it, `label` nil), wrapped at word boundaries to the
--- float's width, its further lines beneath.
-local function add_text(sheet, width, label, text, hl)
+-- float's width, its further lines beneath. The label is a header unless `label_hl` says otherwise.
+local function add_text(sheet, width, label, text, hl, label_hl)
   for i, line in ipairs(M.wrap(text, width - LABEL, '')) do
     local first = i == 1 and label
-    sheet:add({ { pad(first or '', LABEL), first and 'SkylineFloatHeader' or nil }, { line, hl } })
+    sheet:add({ { pad(first or '', LABEL), first and (label_hl or 'SkylineFloatHeader') or nil }, { line, hl } })
   end
 end
 
@@ -355,7 +355,7 @@ local LINK_SOURCES = { measured = 'measured', user = 'as configured' }
 -- Data parallel (a document with `distributed`): the ranks (the slowest marked), the all-reduce
 -- time and how much of it is exposed, the link, and throughput over world sizes: the measured
 -- one showing the measurement, one beyond what was run marked as an extrapolation.
-local function add_distributed(sheet, document)
+local function add_distributed(sheet, document, width)
   local dp = document.distributed
   if not dp then
     return
@@ -388,18 +388,14 @@ local function add_distributed(sheet, document)
     if comm.exposed_ms and run_time and run_time > 0 then
       share = ' (' .. format.percent(comm.exposed_ms / run_time) .. ')'
     end
-    sheet:add({
-      { pad('  all-reduce', LABEL), 'SkylineFloatMuted' },
-      {
-        string.format(
-          '%s exposed%s of %s, compute %s',
-          comm.exposed_ms and format.ms(comm.exposed_ms) or format.UNKNOWN,
-          share,
-          comm.all_reduce_ms and format.ms(comm.all_reduce_ms) or format.UNKNOWN,
-          comm.compute_ms and format.ms(comm.compute_ms) or format.UNKNOWN
-        ),
-      },
-    })
+    local text = string.format(
+      '%s exposed%s of %s, compute %s',
+      comm.exposed_ms and format.ms(comm.exposed_ms) or format.UNKNOWN,
+      share,
+      comm.all_reduce_ms and format.ms(comm.all_reduce_ms) or format.UNKNOWN,
+      comm.compute_ms and format.ms(comm.compute_ms) or format.UNKNOWN
+    )
+    add_text(sheet, width, '  all-reduce', text, nil, 'SkylineFloatMuted')
   end
   local link = dp.link
   if link then
@@ -410,12 +406,13 @@ local function add_distributed(sheet, document)
     if link.bandwidth_gbps then
       table.insert(figures, string.format('%.1f Gbit/s', link.bandwidth_gbps))
     end
-    sheet:add({
-      { pad('  link', LABEL), 'SkylineFloatMuted' },
-      { link.description or format.UNKNOWN },
-      { string.format(' (%s)', LINK_SOURCES[link.source] or link.source or format.UNKNOWN), 'SkylineFloatMuted' },
-      { #figures > 0 and (': ' .. table.concat(figures, ', ')) or '' },
-    })
+    local text = string.format(
+      '%s (%s)%s',
+      link.description or format.UNKNOWN,
+      LINK_SOURCES[link.source] or link.source or format.UNKNOWN,
+      #figures > 0 and (': ' .. table.concat(figures, ', ')) or ''
+    )
+    add_text(sheet, width, '  link', text, nil, 'SkylineFloatMuted')
   end
   local rows, top_speed = dp.scaling or {}, 0
   if #rows == 0 then
@@ -539,7 +536,7 @@ local function build(width)
   add_compilation(sheet, document, width)
   add_memory(sheet, document, width)
   add_chart(sheet, document, width)
-  add_distributed(sheet, document)
+  add_distributed(sheet, document, width)
   add_tree(sheet, document, width)
   add_warnings(sheet, document, width)
   return sheet
