@@ -18,6 +18,7 @@ from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import FORWARD_BACKWARD, MemoryProfile
 from skyline_engine.measure.timing import TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels
+from skyline_engine.render.terminal import render_report
 
 MEASURED = (64, 128, 256)
 GiB = 1 << 30
@@ -70,8 +71,6 @@ def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=Non
 
 
 def summary(doc) -> list[str]:
-    from skyline_engine.render.terminal import render_report
-
     report = render_report(doc)
     header, rest = report.split("\n\n", 1)
     assert header.startswith(f"Skyline · entry_point.py · batch size {doc['batch_size']} · CPU (a CPU), torch ")
@@ -189,8 +188,6 @@ ACTION = re.compile(r"(?i)re-run|--batch-size|--memory-capacity|prefer|stay belo
     ids=["falling", "noise", "crossing_zero", "extrapolated_memory"],
 )
 def test_each_warning_says_what_to_do(times):
-    from skyline_engine.render.terminal import render_report
-
     doc = document(times)
     assert doc["warnings"]
     for warning in doc["warnings"]:
@@ -222,3 +219,11 @@ def test_the_breakdowns_warnings_say_what_to_do():
     assert len(notes) == 2  # slowed down while recorded, and little of the iteration on the user's lines
     for note in [*notes, ONE_SAMPLE]:
         assert ACTION.search(note), note
+
+
+def test_the_memory_models_lines_name_their_phase_in_words():
+    models = render_report(document(run_time(1 / 64, 0.75))).split("Batch-size models")[1]
+    assert "peak memory    = 1000 B × batch size + 7.6 MiB (in the forward and backward pass)" in models
+    inference = render_report(document(run_time(1 / 64, 0.75), backward=False)).split("Batch-size models")[1]
+    assert "(in the forward pass)" in inference
+    assert "forward_backward" not in models + inference

@@ -413,7 +413,8 @@ def _models(doc: dict[str, Any]) -> str:
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
     memory_lines = [
-        f"{format_bytes(line['slope'])} × batch size {_signed(line['bias'], format_bytes)} ({line['name']})"
+        f"{format_bytes(line['slope'])} × batch size {_signed(line['bias'], format_bytes)} "
+        f"(in {_phase(doc, line['name'])})"
         for line in mem["phases"]
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
