@@ -25,11 +25,25 @@ def literal_line(nvim):
 
 
 def assert_prediction(nvim, batch_size):
+    """The figures shown at `batch_size`: where the last analysis measured it, its measurement
+    (one figure per batch size, as the chart shows it); elsewhere the models' prediction."""
     current = state(nvim)
-    expected = predict(document(nvim)["models"], batch_size)
+    models = document(nvim)["models"]
     assert current["batch_size"] == batch_size
-    for key, value in expected.items():  # no value (a time not predicted) is an absent key in Lua
+    sample = next((s for s in models["samples"] if s["batch_size"] == batch_size), None)
+    if sample is not None:
+        expected = {**sample, "measured": True, "fits": True, "extrapolated": False}
+        assert {key: current["prediction"].get(key) for key in expected} == expected
+        return
+    assert not current["prediction"].get("measured")
+    for key, value in predict(models, batch_size).items():  # no value (no time predicted) is an absent key in Lua
         assert current["prediction"].get(key) == (None if value is None else pytest.approx(value, rel=1e-9)), key
+
+
+def hint(nvim) -> str:
+    marks = nvim.api.buf_get_extmarks(0, nvim.api.create_namespace("skyline.batch"), 0, -1, {"details": True})
+    assert [mark[1] for mark in marks] == [LITERAL_ROW]
+    return marks[0][3]["virt_text"][0][0]
 
 
 @pytest.fixture
@@ -51,6 +65,10 @@ def test_batch_keys_edit_the_literal_with_one_undo_step_per_press(profiled):
     nvim.input("\\+")  # the default <LocalLeader>+ of the entry point's buffer
     wait_for(lambda: "batch_size=256" in literal_line(nvim), "the literal to become 256", timeout=10)
     assert_prediction(nvim, 256)
+    # The analysis at 128 measured 256 too: its measurement, not the line through it.
+    measured = next(s for s in document(nvim)["models"]["samples"] if s["batch_size"] == 256)
+    assert hint(nvim).startswith(f"measured at 256: {round(measured['samples_per_second']):,} samples/s · ")
+    assert "~" not in nvim.exec_lua("return require('skyline').status()")
     assert state(nvim)["measured"]["batch_size"] == 128  # not measured yet
     assert state(nvim)["stale"] is True
     assert tuple(nvim.current.window.cursor) == (3, 2)
@@ -61,6 +79,8 @@ def test_batch_keys_edit_the_literal_with_one_undo_step_per_press(profiled):
     nvim.input("3<Plug>(skyline-batch-inc)")  # a count: three doublings
     wait_for(lambda: "batch_size=2048" in literal_line(nvim), "the literal to become 2048", timeout=10)
     assert_prediction(nvim, 2048)
+    assert hint(nvim).startswith("predicted at 2048: ")
+    assert "~" in nvim.exec_lua("return require('skyline').status()")
     nvim.input("2\\-")
     wait_for(lambda: "batch_size=512" in literal_line(nvim), "the literal to become 512", timeout=10)
 
@@ -88,9 +108,7 @@ def test_the_reprofile_replaces_the_prediction_with_measurements(profiled):
     assert current["measured"]["samples_per_second"] == doc["iteration"]["samples_per_second"]
     assert current["prediction"]["batch_size"] == 64
     assert current["stale"] is False
-    hint = nvim.api.buf_get_extmarks(0, nvim.api.create_namespace("skyline.batch"), 0, -1, {"details": True})
-    assert [mark[1] for mark in hint] == [LITERAL_ROW]
-    assert hint[0][3]["virt_text"][0][0].startswith("measured at 64: ")
+    assert hint(nvim).startswith("measured at 64: ")
 
 
 def test_batch_size_command_forms_and_bad_values(profiled):

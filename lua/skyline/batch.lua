@@ -125,7 +125,8 @@ function M.show_hint()
   end
   local shown, what = state.measured, 'measured'
   if state.batch_size ~= document.batch_size then
-    shown, what = state.prediction, 'predicted'
+    shown = state.prediction
+    what = shown and shown.measured and 'measured' or 'predicted'
   end
   if not shown then
     return
@@ -187,7 +188,7 @@ end
 -- The batch size is now `value`: predict, show, and schedule the re-profile that measures it.
 local function changed_to(value)
   state.batch_size = value
-  state.prediction = models.predict(state.models, value)
+  state.prediction = models.at(state.models, value)
   warn_if_unreliable(state.prediction)
   M.show_hint()
   require('skyline.float').refresh()

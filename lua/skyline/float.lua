@@ -164,7 +164,8 @@ local function add_throughput(sheet, document, width)
   local p = state.prediction
   if p and state.batch_size ~= document.batch_size then
     local text = string.format(
-      'predicted at batch size %d: %s, %s',
+      '%s at batch size %d: %s, %s',
+      p.measured and 'measured' or 'predicted',
       p.batch_size,
       format.throughput(sane(p.samples_per_second)),
       format.bytes(p.peak_memory_bytes)
@@ -285,7 +286,7 @@ local function chart_rows(document)
   end
   if current and not has_current then
     local row = current == document.batch_size and vim.tbl_extend('force', state.measured, { measured = true })
-      or models.predict(state.models, current)
+      or models.at(state.models, current)
     row.samples_per_second = sane(row.samples_per_second)
     table.insert(rows, row)
   end

@@ -58,7 +58,7 @@ local function compact(value)
 end
 
 --- A short statusline item: progress while profiling (share done and phase), else the batch size with its throughput
---- and peak memory (`~` marks a prediction not measured yet); '' before any result.
+--- and peak memory (`~` marks a prediction, where no analysis measured that batch size); '' before any result.
 function M.status()
   local state = require('skyline.state')
   if state.running then
@@ -72,7 +72,7 @@ function M.status()
   end
   local shown, mark = measured, ''
   if state.batch_size ~= measured.batch_size and state.prediction then
-    shown, mark = state.prediction, '~'
+    shown, mark = state.prediction, state.prediction.measured and '' or '~'
   end
   local text = string.format(
     'skyline b=%d %s%s/s %s%s',

@@ -45,4 +45,19 @@ function M.predict(models, b)
   }
 end
 
+--- The figures at batch size `b` as every part of the editor shows them: where the document
+--- measured `b` (`models.samples`), that measurement, marked `measured` (it ran: it fits);
+--- elsewhere the prediction. Nil when the document has no models.
+function M.at(models, b)
+  if not models then
+    return nil
+  end
+  for _, sample in ipairs(models.samples or {}) do
+    if sample.batch_size == b then
+      return vim.tbl_extend('force', sample, { measured = true, fits = true, extrapolated = false })
+    end
+  end
+  return M.predict(models, b)
+end
+
 return M

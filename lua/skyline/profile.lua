@@ -277,7 +277,7 @@ local function apply(document, complete)
   -- The batch size shown is the buffer's: a key press or an edit may have changed it meanwhile.
   local entry_buf = project.loaded_buffer(state.request.entry)
   state.batch_size = entry_buf and batch.literal_value(entry_buf) or document.batch_size
-  state.prediction = models.predict(state.models, state.batch_size)
+  state.prediction = models.at(state.models, state.batch_size)
   draw_all()
   batch.show_hint()
   require('skyline.float').refresh()
