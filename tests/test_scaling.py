@@ -3,8 +3,12 @@ and the buckets' times it is given, from traced iterations (their instants writt
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from skyline_engine.analysis.data_parallel import DataParallel
+from skyline_engine.analysis.distributed import LINK_ATTEMPTS, data_parallel_notes, fit_measured_link
 from skyline_engine.measure.distributed import BucketTrace, communication_timing
 from skyline_engine.predict.scaling import (
     DEFAULT_MAX_WORLD_SIZE,
@@ -76,6 +80,58 @@ def test_fit_link_rejects_non_positive_bandwidth() -> None:
     # Time falls as size grows: 1/beta = -1/1000, alpha = 1.5 > 0.
     with pytest.raises(ValueError, match="positive bandwidth"):
         fit_link([(2, 1000, 2.0), (2, 2000, 1.0)], "backwards")
+
+
+# All-reduces as a busy machine can time them (the small one slowed past the large one), and as
+# a quiet one does: 1 ms per 1000 bytes at W = 2, no latency.
+BACKWARDS = [(2, 1000, 2.0), (2, 2000, 1.0)]
+GROWING = [(2, 1000, 1.0), (2, 2000, 2.0)]
+
+
+def measurements(*series: list[tuple[int, int, float]]) -> tuple[list[int], Callable[[], list[tuple[int, int, float]]]]:
+    """A `measure` that returns `series` in turn, and the count of its calls."""
+    calls = [0]
+
+    def measure() -> list[tuple[int, int, float]]:
+        calls[0] += 1
+        return series[calls[0] - 1]
+
+    return calls, measure
+
+
+def alone(retry: bool) -> bool:
+    return retry  # one rank: its own verdict is rank 0's
+
+
+def test_a_link_that_fits_no_bandwidth_is_measured_again() -> None:
+    calls, measure = measurements(BACKWARDS, GROWING)
+    link = fit_measured_link(measure, "loopback", decide=alone)
+    assert calls == [2]
+    assert isinstance(link, Link)
+    assert link.bandwidth_bytes_per_ms == pytest.approx(1000.0)
+
+
+def test_a_link_that_never_fits_says_why_after_its_attempts() -> None:
+    calls, measure = measurements(*[BACKWARDS] * LINK_ATTEMPTS)
+    fitted = fit_measured_link(measure, "loopback", decide=alone)
+    assert calls == [LINK_ATTEMPTS]
+    assert isinstance(fitted, str) and "positive bandwidth" in fitted
+
+
+def test_every_rank_measures_the_link_as_often_as_rank_0() -> None:
+    # This rank's all-reduces fit at once, but rank 0's did not: it measures again with rank 0,
+    # since each measurement is a collective every rank must join.
+    calls, measure = measurements(GROWING, GROWING)
+    verdicts = iter([True, False])  # rank 0: measure again, then done
+    fit_measured_link(measure, "loopback", decide=lambda _mine: next(verdicts))
+    assert calls == [2]
+
+
+def test_without_a_fitted_link_the_notes_say_why_no_scaling_is_predicted() -> None:
+    unfitted = DataParallel(2, "gloo", 1, [], [], link=None, scaling=[], backward_end_ms=0.0)
+    notes = " ".join(data_parallel_notes(unfitted, link_unfitted=True))
+    assert "did not take longer as they grew" in notes and "no scaling is predicted" in notes
+    assert "One rank" not in notes
 
 
 def test_planned_link() -> None:

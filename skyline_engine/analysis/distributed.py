@@ -54,6 +54,8 @@ from skyline_engine.predict import scaling
 # Iterations whose buckets are traced, after timing: their medians are reported.
 TRACED_ITERATIONS = 5
 MAX_ROUNDS = 30
+# Times the link is measured while its all-reduces fit no link (see fit_measured_link).
+LINK_ATTEMPTS = 3
 
 
 def analyze_rank(request: AnalysisRequest, rank: Rank, progress: Progress = no_progress) -> AnalysisDocument | None:
@@ -123,7 +125,7 @@ class _RankAnalysis:
                 traced()
             runner.check_trained(self.batch_size)
         self.progress("timing the link", 0.9)
-        link_measurements = measure_link(self.rank) if self.rank.world_size > 1 else []
+        fitted_link = self._measured_link()
         mine = RankMeasurement(
             self.rank.rank, stats["ddp"].run_time_ms, stats["no_sync"].run_time_ms, memory.peak_bytes
         )
@@ -131,7 +133,8 @@ class _RankAnalysis:
         if ranks is None:
             return None
         communication = timer.timing()
-        measured_link, link = self._links(link_measurements)
+        measured_link = fitted_link if isinstance(fitted_link, scaling.Link) else None
+        link = self._planned_link(fitted_link)
         buckets, per_line = attribute_buckets(communication.buckets, ddp.module, sites)
         data_parallel = DataParallel(
             world_size=self.rank.world_size,
@@ -164,7 +167,7 @@ class _RankAnalysis:
             breakdown=breakdown,
             models=None,
             batch_size_location=batch_size_location(self.entry),
-            warnings=_notes(data_parallel),
+            warnings=data_parallel_notes(data_parallel, link_unfitted=isinstance(fitted_link, str)),
             distributed=data_parallel,
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
             models_withheld=NO_BATCH_SIZE_MODELS,
@@ -184,15 +187,24 @@ class _RankAnalysis:
                 hint="Lower the batch size.",
             ) from None
 
-    def _links(self, measurements: list[tuple[int, int, float]]) -> tuple[scaling.Link | None, scaling.Link | None]:
-        """The link measured here (None on one rank: no link to measure), and the one the scaling
-        plans for: the planned one (--interconnect-gbps), else the measured one."""
-        gbps = self.request.interconnect_gbps
+    def _measured_link(self) -> scaling.Link | str | None:
+        """The link between the ranks, fitted to its all-reduces; why none fits them; None on one
+        rank, which has no link to measure."""
         if self.rank.world_size == 1:
+            return None
+        return fit_measured_link(lambda: measure_link(self.rank), link_description(self.rank))
+
+    def _planned_link(self, measured: scaling.Link | str | None) -> scaling.Link | None:
+        """The link the scaling plans for: the planned one (--interconnect-gbps), else the measured
+        one. None when no link fits the measured all-reduces: the calibration to the measured
+        iteration needs the measured link, planned or not."""
+        gbps = self.request.interconnect_gbps
+        if isinstance(measured, str):
+            return None
+        if measured is None:  # one rank: nothing to calibrate against
             no_latency = scaling.Link(0.0, 1.0, "user", "")
-            return None, (scaling.planned_link(gbps, no_latency) if gbps else None)
-        measured = scaling.fit_link(measurements, link_description(self.rank))
-        return measured, (scaling.planned_link(gbps, measured) if gbps else measured)
+            return scaling.planned_link(gbps, no_latency) if gbps else None
+        return scaling.planned_link(gbps, measured) if gbps else measured
 
     def _with_scaling(
         self,
@@ -242,13 +254,42 @@ def _timing_plan(iteration_ms: float, budget: TimingBudget) -> tuple[int, int]:
     return block_size, max(budget.min_blocks, min(MAX_ROUNDS, rounds))
 
 
-def _notes(data_parallel: DataParallel) -> list[str]:
+def fit_measured_link(
+    measure: Callable[[], list[tuple[int, int, float]]],
+    description: str,
+    attempts: int = LINK_ATTEMPTS,
+    decide: Callable[[bool], bool] = agree,
+) -> scaling.Link | str:
+    """The link fitted to `measure`'s all-reduces, or why none fits.
+
+    A busy machine can slow a small all-reduce past a large one, and then no positive bandwidth
+    fits; the link is measured again, up to `attempts` times. `measure` is collective, so every
+    rank must measure as often: `decide` gives every rank rank 0's verdict on measuring again.
+    """
+    fitted: scaling.Link | str = "the link was not measured"
+    for _ in range(attempts):
+        try:
+            fitted = scaling.fit_link(measure(), description)
+        except ValueError as exc:
+            fitted = str(exc)
+        if not decide(isinstance(fitted, str)):
+            break
+    return fitted
+
+
+def data_parallel_notes(data_parallel: DataParallel, link_unfitted: bool = False) -> list[str]:
     notes = [
         "Batch-size predictions are not made for data-parallel training: profile without --nproc for them; "
         "`batch_size` and `iteration` are per rank."
     ]
     link = data_parallel.link
-    if link is None:
+    if link_unfitted:
+        notes.append(
+            f"The link's all-reduces did not take longer as they grew, in {LINK_ATTEMPTS} tries (other processes "
+            "using the cores can do that), so no link fits them and no scaling is predicted: profile again on a "
+            "quieter machine."
+        )
+    elif link is None:
         notes.append(
             "One rank has no link to measure, so no scaling is predicted: run with --nproc 2 or more, or give "
             "--interconnect-gbps to plan for a link."

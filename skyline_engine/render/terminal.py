@@ -108,7 +108,7 @@ def _data_parallel(doc: dict[str, Any]) -> str:
         )
     link = dp["link"]
     if link is None:
-        return "\n".join(out)  # one rank: no link, no scaling (the warnings say so)
+        return "\n".join(out)  # one rank, or no link fits: no scaling (the warnings say why)
     out.append(
         f"  scaling over {link['description']}, {link['bandwidth_gbps']:.2g} Gbit/s, {link['latency_us']:.0f} µs "
         f"per step ({link['source']}):"
