@@ -134,7 +134,10 @@ class _RankAnalysis:
             return None
         communication = timer.timing()
         measured_link = fitted_link if isinstance(fitted_link, scaling.Link) else None
-        link = self._planned_link(fitted_link)
+        # No link fits the measured all-reduces: none is planned for either, as the calibration to
+        # the measured iteration needs the measured link.
+        link_unfitted = isinstance(fitted_link, str)
+        link = None if link_unfitted else self._planned_link(measured_link)
         buckets, per_line = attribute_buckets(communication.buckets, ddp.module, sites)
         data_parallel = DataParallel(
             world_size=self.rank.world_size,
@@ -167,7 +170,7 @@ class _RankAnalysis:
             breakdown=breakdown,
             models=None,
             batch_size_location=batch_size_location(self.entry),
-            warnings=data_parallel_notes(data_parallel, link_unfitted=isinstance(fitted_link, str)),
+            warnings=data_parallel_notes(data_parallel, link_unfitted),
             distributed=data_parallel,
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
             models_withheld=NO_BATCH_SIZE_MODELS,
@@ -194,13 +197,10 @@ class _RankAnalysis:
             return None
         return fit_measured_link(lambda: measure_link(self.rank), link_description(self.rank))
 
-    def _planned_link(self, measured: scaling.Link | str | None) -> scaling.Link | None:
+    def _planned_link(self, measured: scaling.Link | None) -> scaling.Link | None:
         """The link the scaling plans for: the planned one (--interconnect-gbps), else the measured
-        one. None when no link fits the measured all-reduces: the calibration to the measured
-        iteration needs the measured link, planned or not."""
+        one."""
         gbps = self.request.interconnect_gbps
-        if isinstance(measured, str):
-            return None
         if measured is None:  # one rank: nothing to calibrate against
             no_latency = scaling.Link(0.0, 1.0, "user", "")
             return scaling.planned_link(gbps, no_latency) if gbps else None
