@@ -9,7 +9,7 @@ import pytest
 from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
-from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, fit_peak_memory
+from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, MemoryLine, PeakMemoryModel, fit_peak_memory
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -90,6 +90,35 @@ def test_operations_that_differ_between_batch_sizes_fall_back_to_a_line_per_phas
     assert {line.phase for line in model.lines} <= {FORWARD_BACKWARD, OPTIMIZER}
     for b, p in zip(measured, profiles):
         assert model(b) == pytest.approx(p.peak_bytes)
+
+
+def test_each_line_holds_the_peak_over_the_whole_batch_sizes_it_says():
+    # The optimizer's flat line up to 299; at 300 the second overtakes it (a tie: the steeper
+    # holds); the third from 1400 / 3 = 466.7, so from 467.
+    lines = (
+        MemoryLine(OPTIMIZER, 0.0, 1000.0, None),
+        MemoryLine(FORWARD_BACKWARD, 2.0, 400.0, None),
+        MemoryLine(FORWARD_BACKWARD, 5.0, -1000.0, None),
+    )
+    model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
+    ranges = model.held_ranges()
+    assert ranges == [(1, 299), (300, 466), (467, None)]
+    for b in range(1, 1000):
+        held = next(i for i, r in enumerate(ranges) if r[0] <= b and (r[1] is None or b <= r[1]))
+        assert model.line_at(b) is lines[held], b
+
+
+def test_a_line_overtaken_between_two_whole_batch_sizes_holds_at_none():
+    # The second line overtakes the first at 99.5 and is overtaken by the third at 99.7.
+    lines = (
+        MemoryLine(OPTIMIZER, 0.0, 100.0, None),
+        MemoryLine(FORWARD_BACKWARD, 1.0, 0.5, None),
+        MemoryLine(FORWARD_BACKWARD, 2.0, -99.2, None),
+    )
+    model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
+    assert model.held_ranges() == [(1, 99), None, (100, None)]
+    assert model.line_at(99) is lines[0] and model.line_at(100) is lines[2]
+    assert PeakMemoryModel(lines[:1], PER_OPERATION, 3, 0.0).held_ranges() == [(1, None)]
 
 
 def models(run_time=(0.5, 2.0), memory=(1000.0, 50_000.0), capacity=1_000_000, measured=(8, 16, 32)):

@@ -227,3 +227,20 @@ def test_the_memory_models_lines_name_their_phase_in_words():
     inference = render_report(document(run_time(1 / 64, 0.75), backward=False)).split("Batch-size models")[1]
     assert "(in the forward pass)" in inference
     assert "forward_backward" not in models + inference
+
+
+def test_two_lines_of_one_phase_are_told_apart_by_where_each_holds_the_peak():
+    doc = document(run_time(1 / 64, 0.75))
+    memory = doc["models"]["peak_memory_bytes"]
+    memory["phases"] = [
+        {"name": "optimizer", "slope": 0.0, "bias": 1000.0, "r2": None},
+        {"name": "forward_backward", "slope": 2.0, "bias": 400.0, "r2": None},
+        {"name": "forward_backward", "slope": 5.0, "bias": -1000.0, "r2": None},
+    ]
+    models = render_report(doc).split("Batch-size models")[1].splitlines()
+    start = next(i for i, line in enumerate(models) if "peak memory    = the highest of" in line)
+    assert [line.strip() for line in models[start + 1 : start + 4]] == [
+        "0 B × batch size + 1000 B (in the optimizer step; the highest up to batch size 299)",
+        "2 B × batch size + 400 B (in the forward and backward pass; the highest at batch sizes 300–466)",
+        "5 B × batch size − 1000 B (in the forward and backward pass; the highest from batch size 467)",
+    ]

@@ -61,6 +61,21 @@ class PeakMemoryModel:
         """The line that holds the peak at `batch_size` (the steeper one on a tie)."""
         return max(reversed(self.lines), key=lambda line: line(batch_size))
 
+    def held_ranges(self) -> list[tuple[int, int | None] | None]:
+        """Per line, the whole batch sizes at which it holds the peak, `(first, last)`: `last` is
+        None for the steepest line (it holds from `first` on), and a line that holds at no whole
+        batch size (overtaken between two) has None. The steeper line holds on a tie, as in
+        `line_at`."""
+        starts = [1]
+        for flatter, steeper in zip(self.lines, self.lines[1:]):
+            crossing = (flatter.bias - steeper.bias) / (steeper.slope - flatter.slope)
+            starts.append(max(starts[-1], 1, math.ceil(crossing)))
+        ranges: list[tuple[int, int | None] | None] = []
+        for i, first in enumerate(starts):
+            last = starts[i + 1] - 1 if i + 1 < len(starts) else None
+            ranges.append(None if last is not None and last < first else (first, last))
+        return ranges
+
     def largest_within(self, limit_bytes: float) -> int | None:
         """The largest batch size whose predicted peak is within `limit_bytes`: None when no line
         grows with the batch size (nothing bounds it), 0 when not even batch size 1 fits."""

@@ -20,6 +20,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from skyline_engine.predict.peak_memory import PeakMemoryModel
 from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
 
 SAMPLES = " samples/s"
@@ -422,10 +423,11 @@ def _models(doc: dict[str, Any]) -> str:
     sizes = ", ".join(str(s["batch_size"]) for s in models["samples"])
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
+    held = PeakMemoryModel.from_dict(mem).held_ranges() if len(mem["phases"]) > 1 else [None]
     memory_lines = [
         f"{format_bytes(line['slope'])} × batch size {_signed(line['bias'], format_bytes)} "
-        f"(in {_phase(doc, line['name'])})"
-        for line in mem["phases"]
+        f"(in {_phase(doc, line['name'])}{_held(batch_sizes)})"
+        for line, batch_sizes in zip(mem["phases"], held)
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
     return (
@@ -434,6 +436,23 @@ def _models(doc: dict[str, Any]) -> str:
         f"  peak memory    = {memory}\n"
         f"                   (fitted {mem['fitted'].replace('_', ' ')}, largest residual "
         f"{mem['max_relative_residual']:.1%})"
+    )
+
+
+def _held(batch_sizes: tuple[int, int | None] | None) -> str:
+    """Where a line of the memory model holds the peak: two lines of one phase (two operations of
+    the forward and backward pass) are told apart by it."""
+    if batch_sizes is None:
+        return ""
+    first, last = batch_sizes
+    if last is None:
+        return f"; the highest from batch size {first:,}"
+    if first == 1:
+        return f"; the highest up to batch size {last:,}"
+    return (
+        f"; the highest at batch size {first:,}"
+        if first == last
+        else f"; the highest at batch sizes {first:,}–{last:,}"
     )
 
 
