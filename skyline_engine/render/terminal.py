@@ -101,14 +101,13 @@ def _data_parallel(doc: dict[str, Any]) -> str:
             f"  rank {rank['rank']:<3} {format_ms(rank['run_time_ms']):>10} per iteration, "
             f"{format_ms(rank['compute_ms'])} without communication, {format_bytes(rank['peak_memory_bytes'])} peak"
         )
-    previous = None
-    for bucket in dp["buckets"]:
+    for position, bucket in enumerate(dp["buckets"]):
         where = ", ".join(f"{line['path']}:{line['line']}" for line in bucket["lines"][:4])
         out.append(
             f"  bucket {bucket['index']:<2} {format_bytes(bucket['size_bytes']):>10}  "
-            f"{_bucket_all_reduce(bucket, previous)}, exposed {format_ms(bucket['exposed_ms'])}  ({where})"
+            f"{_bucket_all_reduce(bucket, dp['buckets'][:position])}, exposed {format_ms(bucket['exposed_ms'])}  "
+            f"({where})"
         )
-        previous = bucket
     link = dp["link"]
     if link is None:
         return "\n".join(out)  # one rank, or no link fits: no scaling (the warnings say why)
@@ -127,12 +126,15 @@ def _data_parallel(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _bucket_all_reduce(bucket: dict[str, Any], previous: dict[str, Any] | None) -> str:
+def _bucket_all_reduce(bucket: dict[str, Any], earlier: Sequence[dict[str, Any]]) -> str:
     """A bucket's all-reduce time is what it added to the communication: none when it ran within
-    the previous bucket's (gloo runs two at once), which "all-reduce 0.0 ms" would not say."""
-    if bucket["all_reduce_ms"] == 0 and previous is not None:
-        return f"all-reduce within bucket {previous['index']}'s"
-    return f"all-reduce {format_ms(bucket['all_reduce_ms'])}"
+    the earlier buckets' all-reduces (gloo runs two at once), which "all-reduce 0.00 ms" would not
+    say."""
+    if bucket["all_reduce_ms"] > 0 or not earlier:
+        return f"all-reduce {format_ms(bucket['all_reduce_ms'])}"
+    if len(earlier) == 1:
+        return f"all-reduce within bucket {earlier[0]['index']}'s"
+    return "all-reduce within the earlier buckets'"
 
 
 def _header(doc: dict[str, Any]) -> str:
