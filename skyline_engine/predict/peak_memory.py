@@ -68,8 +68,7 @@ class PeakMemoryModel:
         `line_at`."""
         starts = [1]
         for flatter, steeper in zip(self.lines, self.lines[1:]):
-            crossing = (flatter.bias - steeper.bias) / (steeper.slope - flatter.slope)
-            starts.append(max(starts[-1], 1, math.ceil(crossing)))
+            starts.append(max(starts[-1], 1, math.ceil(_overtakes_at(flatter, steeper))))
         ranges: list[tuple[int, int | None] | None] = []
         for i, first in enumerate(starts):
             last = starts[i + 1] - 1 if i + 1 < len(starts) else None
@@ -179,13 +178,15 @@ def _upper_envelope(lines: list[MemoryLine]) -> list[MemoryLine]:
         steeper = [line for line in lines if line.slope > current.slope]
         if not steeper:
             return envelope
-        crossings = [
-            (max(at, (current.bias - line.bias) / (line.slope - current.slope)), -line.slope, i)
-            for i, line in enumerate(steeper)
-        ]
+        crossings = [(max(at, _overtakes_at(current, line)), -line.slope, i) for i, line in enumerate(steeper)]
         at, _, index = min(crossings)
         current = steeper[index]
         envelope.append(current)
+
+
+def _overtakes_at(flatter: MemoryLine, steeper: MemoryLine) -> float:
+    """The batch size at which `steeper` (a larger slope) reaches `flatter`."""
+    return (flatter.bias - steeper.bias) / (steeper.slope - flatter.slope)
 
 
 def _optional_float(value: Any) -> float | None:
