@@ -121,6 +121,23 @@ def test_a_line_overtaken_between_two_whole_batch_sizes_holds_at_none():
     assert PeakMemoryModel(lines[:1], PER_OPERATION, 3, 0.0).held_ranges() == [(1, None)]
 
 
+def test_a_line_that_takes_over_only_beyond_the_largest_batch_size_that_fits_holds_at_none_there():
+    # Two operations of a GAN's backward passes gave nearly parallel lines (3.6 KiB a sample each)
+    # that cross at 2.2e12; the report said "the highest at batch sizes 39-2,199,023,255,551".
+    lines = (
+        MemoryLine(OPTIMIZER, 1100.0, 367_000.0, None),
+        MemoryLine(FORWARD_BACKWARD, 3700.0, 268_900.0, None),
+        MemoryLine(FORWARD_BACKWARD, 3700.5, 268_900.0 - 1.1e12, None),
+    )
+    model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
+    assert model.held_ranges() == [(1, 37), (38, 2_199_999_999_999), (2_200_000_000_000, None)]
+    assert model.held_ranges(6_030_566) == [(1, 37), (38, None), None]
+    assert model.held_ranges(37) == [(1, None), None, None]
+    # The largest that fits at the very batch size where a line takes over: it holds there.
+    assert model.held_ranges(38) == [(1, 37), (38, None), None]
+    assert model.held_ranges(0) == model.held_ranges()  # nothing fits: nothing to clip to
+
+
 def models(run_time=(0.5, 2.0), memory=(1000.0, 50_000.0), capacity=1_000_000, measured=(8, 16, 32)):
     xs = list(measured)
     return BatchSizeModels.fit(

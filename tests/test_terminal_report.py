@@ -244,3 +244,25 @@ def test_two_lines_of_one_phase_are_told_apart_by_where_each_holds_the_peak():
         "2 B × batch size + 400 B (in the forward and backward pass; the highest at batch sizes 300–466)",
         "5 B × batch size − 1000 B (in the forward and backward pass; the highest from batch size 467)",
     ]
+
+
+def test_the_memory_model_lists_only_lines_that_hold_the_peak_up_to_the_largest_batch_size_that_fits():
+    doc = document(run_time(1 / 64, 0.75))
+    memory = doc["models"]["peak_memory_bytes"]
+    line = {"name": "forward_backward", "slope": 1000.0, "bias": 8_000_000.0, "r2": 1.0}
+    # A line of the same slope to the last digit shown, taking over far beyond what fits.
+    nearly = {**line, "slope": 1000.5, "bias": 8_000_000.0 - 1e12}
+    memory["phases"] = [{"name": "optimizer", "slope": 0.0, "bias": 8_010_000.0, "r2": 1.0}, line, nearly]
+    models = render_report(doc).split("Batch-size models")[1].splitlines()
+    start = next(i for i, text in enumerate(models) if "peak memory    = the highest of" in text)
+    assert [text.strip() for text in models[start + 1 : start + 3]] == [
+        "0 B × batch size + 7.6 MiB (in the optimizer step; the highest up to batch size 9)",
+        "1000 B × batch size + 7.6 MiB (in the forward and backward pass; the highest from batch size 10)",
+    ]
+    assert "(fitted per operation" in models[start + 3]
+    # With that line alone left, the model is one line, without "the highest of".
+    memory["phases"] = [line, nearly]
+    assert (
+        "peak memory    = 1000 B × batch size + 7.6 MiB (in the forward and backward pass)\n"
+        in render_report(doc).split("Batch-size models")[1]
+    )

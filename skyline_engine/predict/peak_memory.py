@@ -61,19 +61,23 @@ class PeakMemoryModel:
         """The line that holds the peak at `batch_size` (the steeper one on a tie)."""
         return max(reversed(self.lines), key=lambda line: line(batch_size))
 
-    def held_ranges(self) -> list[tuple[int, int | None] | None]:
+    def held_ranges(self, up_to: int | None = None) -> list[tuple[int, int | None] | None]:
         """Per line, the whole batch sizes at which it holds the peak, `(first, last)`: `last` is
-        None for the steepest line (it holds from `first` on), and a line that holds at no whole
-        batch size (overtaken between two) has None. The steeper line holds on a tie, as in
-        `line_at`."""
+        None for the line that holds from `first` on (the steepest, or the one holding at `up_to`),
+        and a line that holds at no whole batch size (overtaken between two, or only beyond
+        `up_to`: nearly parallel lines can cross at 10^12) has None. The steeper line holds on a
+        tie, as in `line_at`."""
         starts = [1]
         for flatter, steeper in zip(self.lines, self.lines[1:]):
             starts.append(max(starts[-1], 1, math.ceil(_overtakes_at(flatter, steeper))))
+        beyond = len(starts)  # the first line that holds only beyond `up_to`
+        if up_to is not None and up_to >= 1:
+            beyond = next((i for i, start in enumerate(starts) if start > up_to), beyond)
         ranges: list[tuple[int, int | None] | None] = []
-        for i, first in enumerate(starts):
-            last = starts[i + 1] - 1 if i + 1 < len(starts) else None
+        for i, first in enumerate(starts[:beyond]):
+            last = starts[i + 1] - 1 if i + 1 < beyond else None
             ranges.append(None if last is not None and last < first else (first, last))
-        return ranges
+        return ranges + [None] * (len(starts) - beyond)
 
     def largest_within(self, limit_bytes: float) -> int | None:
         """The largest batch size whose predicted peak is within `limit_bytes`: None when no line

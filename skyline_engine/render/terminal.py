@@ -425,11 +425,10 @@ def _models(doc: dict[str, Any]) -> str:
     sizes = ", ".join(str(s["batch_size"]) for s in models["samples"])
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
-    held = PeakMemoryModel.from_dict(mem).held_ranges() if len(mem["phases"]) > 1 else [None]
     memory_lines = [
         f"{format_bytes(line['slope'])} × batch size {_signed(line['bias'], format_bytes)} "
         f"(in {_phase(doc, line['name'])}{_held(batch_sizes)})"
-        for line, batch_sizes in zip(mem["phases"], held)
+        for line, batch_sizes in _lines_that_hold(mem, models["max_batch_size"])
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
     return (
@@ -439,6 +438,22 @@ def _models(doc: dict[str, Any]) -> str:
         f"                   (fitted {mem['fitted'].replace('_', ' ')}, largest residual "
         f"{mem['max_relative_residual']:.1%})"
     )
+
+
+def _lines_that_hold(
+    memory: dict[str, Any], largest_that_fits: int | None
+) -> list[tuple[dict[str, Any], tuple[int, int | None] | None]]:
+    """The memory model's lines that hold the peak at some whole batch size up to the largest
+    that fits, with where they hold it (None for a model of one line): a line that takes over only
+    beyond it (nearly parallel lines cross at 10^12) or between two batch sizes plans nothing."""
+    lines = memory["phases"]
+    if len(lines) == 1:
+        return [(lines[0], None)]
+    held = PeakMemoryModel.from_dict(memory).held_ranges(largest_that_fits)
+    holding: list[tuple[dict[str, Any], tuple[int, int | None] | None]] = [
+        (line, batch_sizes) for line, batch_sizes in zip(lines, held) if batch_sizes is not None
+    ]
+    return holding if len(holding) > 1 else [(holding[0][0], None)]
 
 
 def _held(batch_sizes: tuple[int, int | None] | None) -> str:
