@@ -15,7 +15,7 @@ from nvim_helpers import (
     wait_for,
     wait_for_message,
 )
-from skyline_engine.render.units import format_bytes
+from skyline_engine.units import format_bytes
 
 LITERAL_ROW = 11  # examples/default/entry_point.py: `def skyline_input_provider(batch_size=128):`
 

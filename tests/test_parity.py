@@ -17,10 +17,10 @@ from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
-from skyline_engine.render.units import format_bytes
 from skyline_engine.service import protocol
 from skyline_engine.service.params import MAX_BATCH_SIZE
 from skyline_engine.service.tokens import default_token_path
+from skyline_engine.units import format_bytes
 
 
 def test_the_remote_plugin_speaks_the_services_protocol(monkeypatch):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from skyline_engine.predict.peak_memory import PeakMemoryModel
-from skyline_engine.render.units import bar, format_bytes, format_ms, format_rate
+from skyline_engine.units import bar, format_bytes, format_ms, format_rate
 
 SAMPLES = " samples/s"
 

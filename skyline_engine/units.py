@@ -1,4 +1,4 @@
-"""Human-readable numbers for reports."""
+"""Human-readable numbers, for reports and for the warnings the analysis writes."""
 
 from __future__ import annotations
 
