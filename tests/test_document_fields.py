@@ -63,7 +63,8 @@ def written_fields(document: Any, where: str = "") -> Fields:
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
     """The default example's complete document and first partial one, a document with memory-only
-    probes (tests/projects/branching), one of data-parallel training and one of a compiled model."""
+    probes (tests/projects/branching), one of data-parallel training, one of a compiled model and
+    one of an iteration that keeps memory for good."""
     partials: list[dict[str, Any]] = []
     request = AnalysisRequest("examples/default/entry_point.py", REPO, device="cpu", budget=QUICK, timeline=True)
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
@@ -77,7 +78,9 @@ def documents() -> list[dict[str, Any]]:
     training_loops = REPO / "tests" / "projects" / "training_loops"
     compiled = analyze(AnalysisRequest("compiled.py", training_loops, device="cpu", budget=QUICK, predict=False))
     assert compiled.to_dict()["compilation"]["batch_sizes"]
-    return [complete, partials[0], probed, ranks.to_dict(), compiled.to_dict()]
+    leaks = analyze(AnalysisRequest("keeps_graphs.py", training_loops, device="cpu", budget=QUICK, predict=False))
+    assert leaks.to_dict()["memory_growth"]["lines"]
+    return [complete, partials[0], probed, ranks.to_dict(), compiled.to_dict(), leaks.to_dict()]
 
 
 def test_every_field_written_is_described(documents):

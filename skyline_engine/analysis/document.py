@@ -15,6 +15,7 @@ import skyline_engine
 from skyline_engine.analysis.breakdown_notes import breakdown_notes
 from skyline_engine.analysis.data_parallel import DataParallel
 from skyline_engine.attribute.breakdown import Breakdown
+from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.entry.batch_size import BatchSizeLocation
 from skyline_engine.measure.compilation import Compilation
 from skyline_engine.measure.device import DeviceInfo
@@ -54,6 +55,7 @@ class AnalysisDocument:
     distributed: DataParallel | None = None  # data-parallel training (--nproc, torchrun)
     compilation: Compilation | None = None  # what torch.compile compiled, apart from the iteration
     models_withheld: str | None = None  # why a complete document has no models
+    memory_growth: MemoryGrowth | None = None  # tensor memory each iteration keeps for good (a leak)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,7 @@ class AnalysisDocument:
             "warnings": list(self.warnings),
             "distributed": self.distributed.to_dict() if self.distributed else None,
             "compilation": self.compilation.to_dict() if self.compilation else None,
+            "memory_growth": self.memory_growth.to_dict() if self.memory_growth else None,
             **self.breakdown.to_dict(),
         }
 
@@ -105,6 +108,7 @@ def build_document(
     breakdown_time_ms: float | None = None,
     compilation: Compilation | None = None,
     models_withheld: str | None = None,
+    memory_growth: MemoryGrowth | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
@@ -134,4 +138,5 @@ def build_document(
         distributed=distributed,
         compilation=compilation,
         models_withheld=models_withheld,
+        memory_growth=memory_growth,
     )

@@ -16,10 +16,11 @@ from typing import Any, Callable
 
 from skyline_engine.analysis.document import AnalysisDocument, build_document
 from skyline_engine.analysis.probing import Probing
-from skyline_engine.analysis.users_batch_size import measure_with_breakdown
+from skyline_engine.analysis.users_batch_size import UsersBatchSize, measure_with_breakdown
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
+from skyline_engine.attribute.memory_growth import GROWING_MEMORY, MemoryGrowth
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
@@ -134,6 +135,7 @@ class _Analysis:
         self.batch_size = request.batch_size or entry.default_batch_size
         self.location = batch_size_location(entry)
         self.runner: IterationRunner | None = None
+        self.growth: MemoryGrowth | None = None  # tensor memory each iteration keeps, once measured
         self._build_document = functools.partial(
             build_document,
             project_root=str(entry.files.root),
@@ -147,7 +149,7 @@ class _Analysis:
     def document(self, **parts: Any) -> AnalysisDocument:
         """The document of what is measured so far, with what torch.compile compiled meanwhile."""
         compilation = self.runner.compilation if self.runner is not None else None
-        return self._build_document(compilation=compilation, **parts)
+        return self._build_document(compilation=compilation, memory_growth=self.growth, **parts)
 
     def run(self) -> AnalysisDocument:
         self.progress("building the model", 0.0)
@@ -155,13 +157,24 @@ class _Analysis:
         with creation.recording_modules():  # where each parameter is created: its line's memory
             runner = self.runner = IterationRunner(self.entry, self.device.torch_device, self.request.budget)
         with runner:
-            users, breakdown = self._users_batch_size(runner, creation)
-            notes = runner.notes  # what the warm-up found
+            measured = self._users_batch_size(runner, creation)
+            users, breakdown, self.growth = measured.sample, measured.breakdown, measured.growth
+            notes = [*runner.notes, *([self.growth.warning()] if self.growth else [])]  # the warm-up's, a leak
             if not self.request.predict:
                 return self.document(
                     samples=[users], breakdown=breakdown, models=None, warnings=notes, models_withheld=NOT_ASKED
                 )
             self._send(users, breakdown, notes)
+            if self.growth is not None and self.growth.skews_peaks(users.peak_memory_bytes):
+                # Each batch size's peak would depend on when it was measured: the user's alone, timed in full.
+                samples, timing_notes = self._time_alone(runner, users)
+                return self.document(
+                    samples=samples,
+                    breakdown=breakdown,
+                    models=None,
+                    warnings=notes + timing_notes,
+                    models_withheld=GROWING_MEMORY,
+                )
             usable = usable_memory_bytes(self.device.memory_capacity_bytes)
             probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
             try:
@@ -170,7 +183,7 @@ class _Analysis:
                 samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
             except InputsIgnoreBatchSize as exc:
                 # Every batch size would measure the same iteration: the user's alone, timed in full.
-                samples, timing_notes = self._time_together(runner, [users.batch_size], users, probing.memory)
+                samples, timing_notes = self._time_alone(runner, users)
                 ignored = exc.warning(INPUT_PROVIDER, self._input_provider_line())
                 return self.document(
                     samples=samples,
@@ -190,6 +203,10 @@ class _Analysis:
             memory_only=probing.memory_only,
             models_withheld=None if models else ONE_SAMPLE,
         )
+
+    def _time_alone(self, runner: IterationRunner, users: Sample) -> tuple[list[Sample], list[str]]:
+        """The user's batch size timed in full, when no other is measured."""
+        return self._time_together(runner, [users.batch_size], users, {users.batch_size: users.memory})
 
     def _time_together(
         self, runner: IterationRunner, sizes: list[int], users: Sample, memory: dict[int, MemoryProfile]
@@ -232,7 +249,7 @@ class _Analysis:
             )
         return sorted(samples, key=lambda s: s.batch_size), notes
 
-    def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> tuple[Sample, Breakdown]:
+    def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> UsersBatchSize:
         compiling = "compiling the model (torch.compile) and " if is_compiled(runner.model) else ""
         self.progress(f"{compiling}measuring batch size {self.batch_size}", 0.0)
         try:

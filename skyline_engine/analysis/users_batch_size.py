@@ -1,20 +1,29 @@
 """The user's batch size: measured, and recorded for the per-line breakdown, in one pass.
 
 warm-up (optimizers found as they step) → one recorded iteration, with its peak memory
-→ the first result (its time from single iterations) → timing → more recorded iterations
-for fast models → the final breakdown
+→ the first result (its time from single iterations) → timing → memory kept for good (a leak)
+→ more recorded iterations for fast models → the final breakdown
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from skyline_engine.attribute.breakdown import EAGER_REPLAY, RECORDED, Breakdown
 from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.measure.iteration import IterationRunner, Sample, single_iteration_timing
 
 FirstResult = Callable[[Sample, Breakdown], None]
+
+
+@dataclass(frozen=True)
+class UsersBatchSize:
+    sample: Sample
+    breakdown: Breakdown
+    growth: MemoryGrowth | None  # tensor memory each iteration keeps for good; None when none
 
 
 def measure_with_breakdown(
@@ -25,10 +34,11 @@ def measure_with_breakdown(
     timeline: bool,
     on_first: FirstResult,
     quick_timing: bool = False,
-) -> tuple[Sample, Breakdown]:
-    """The sample and the breakdown at `batch_size`; `on_first` gets a first pair as soon as one
-    recorded iteration is broken down. `quick_timing` when the batch size is timed again later
-    (with the others). Raises OutOfMemoryAtBatchSize when it does not fit."""
+) -> UsersBatchSize:
+    """The sample, the breakdown and the memory growth at `batch_size`; `on_first` gets a first
+    sample and breakdown as soon as one recorded iteration is broken down. `quick_timing` when the
+    batch size is timed again later (with the others). Raises OutOfMemoryAtBatchSize when it does
+    not fit."""
     with runner.at_batch_size(batch_size) as run:
         with creation.finding_optimizers(runner.entry.relative_path):
             warmup_ms = runner.warm_up(run)
@@ -40,6 +50,7 @@ def measure_with_breakdown(
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
+        growth = recording.memory_growth(run)
         recording.record_more(run, timing.run_time_ms)
         final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)
-        return Sample(batch_size, timing, memory, micro_batches), final
+        return UsersBatchSize(Sample(batch_size, timing, memory, micro_batches), final, growth)

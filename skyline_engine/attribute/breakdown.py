@@ -175,9 +175,9 @@ class Untracked:
 
 
 @dataclass(frozen=True)
-class PeakOperation:
-    """The operation after which the recorded iteration's memory was at its peak, and its line
-    (for backward work, the forward line whose node it runs)."""
+class OperationSite:
+    """A recorded operation and its line (for backward work, the forward line whose node it
+    runs): where memory peaked, or where memory kept for good was made."""
 
     name: str
     phase: str
@@ -188,9 +188,9 @@ class PeakOperation:
         return {"operation": self.name, "phase": self.phase, "path": self.path, "line": self.line}
 
     @staticmethod
-    def of(record: OperationRecord) -> PeakOperation:
+    def of(record: OperationRecord) -> OperationSite:
         path, line = record.context if record.context else (None, None)
-        return PeakOperation(record.name, record.phase, path, line)
+        return OperationSite(record.name, record.phase, path, line)
 
 
 # How the operations were obtained: recorded in the iteration that is timed, or in an eager replay
@@ -252,7 +252,7 @@ class Breakdown:
     untracked: Untracked
     attribution: Attribution
     timeline: list[TimelineEntry] | None = None  # only when asked for
-    peak_operation: PeakOperation | None = None  # None when the peak came before any operation
+    peak_operation: OperationSite | None = None  # None when the peak came before any operation
 
     def to_dict(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -327,7 +327,7 @@ def build_breakdown(
     peak_memory_bytes: int,
     timeline: bool = False,
     mode: str = RECORDED,
-    peak_operation: PeakOperation | None = None,
+    peak_operation: OperationSite | None = None,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
     iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The

@@ -12,11 +12,13 @@ from typing import Callable
 
 import torch
 
-from skyline_engine.attribute.breakdown import RECORDED, Breakdown, PeakOperation, build_breakdown
+from skyline_engine.attribute.breakdown import RECORDED, Breakdown, OperationSite, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.memory_growth import MemoryGrowth, memory_growth
 from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
 from skyline_engine.measure.compilation import eager_replay
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
+from skyline_engine.measure.retention import measure_retention
 from skyline_engine.measure.timing import Clock
 
 Run = Callable[[], None]
@@ -35,7 +37,8 @@ class IterationRecording:
         self.device = device
         module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
         self.recorder = OperationRecorder(creation.call_sites, module_names, device, model=model)
-        self._peak: PeakOperation | None = None
+        self._peak: OperationSite | None = None
+        self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
         """One iteration recorded operation by operation: its memory profile and its wall time."""
@@ -46,7 +49,15 @@ class IterationRecording:
         self.recorder.memory = None  # further recorded iterations only add to the breakdown
         profile = meter.profile()
         self._peak = _operation_at_peak(profile, self.recorder.recording.operations)
+        self._first_names = profile.operation_names
         return profile, wall_ms
+
+    def memory_growth(self, run: Run) -> MemoryGrowth | None:
+        """The tensor memory each iteration keeps for good (measure/retention.py), at the lines of
+        the first recorded iteration's operations that made it; None when it keeps none. Run in
+        steady state, after the first recorded iteration."""
+        retention = measure_retention(run, self.model)
+        return memory_growth(retention, self._first_names, self.recorder.recording.operations)
 
     def record_more(self, run: Run, run_time_ms: float) -> None:
         """Fast models: average the breakdown over a few more iterations, within RECORDING_BUDGET_MS."""
@@ -77,11 +88,11 @@ class IterationRecording:
         )
 
 
-def _operation_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> PeakOperation | None:
+def _operation_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> OperationSite | None:
     """The recorded operation after which memory peaked: the meter saw the first recorded
     iteration's operations one for one, in the order they were recorded. None when memory was
     highest before the first operation."""
     peak = profile.peak_bytes
     if not profile.operation_bytes or profile.start_bytes >= peak or len(operations) < len(profile.operation_bytes):
         return None
-    return PeakOperation.of(operations[profile.operation_bytes.index(peak)])
+    return OperationSite.of(operations[profile.operation_bytes.index(peak)])

@@ -292,10 +292,15 @@ def measure_memory(
     without any, autograd saves some outputs through an extra `detach`, and the profiles of a
     recorded iteration and a measured one would not list the same operations."""
     meter = meter_for(device, live_tensors)
-    hooks = torch.autograd.graph.saved_tensors_hooks(_unchanged, _unchanged)
-    with eager_replay(), tracking_phases(meter), hooks, MemoryTracker(meter):
+    with eager_replay(), tracking_phases(meter), saved_unchanged(), MemoryTracker(meter):
         run_iteration()
     return meter.profile()
+
+
+def saved_unchanged() -> contextlib.AbstractContextManager[Any]:
+    """Saved-tensor hooks that change nothing: an iteration run under them dispatches the same
+    operations as one recorded for the breakdown (see measure_memory)."""
+    return torch.autograd.graph.saved_tensors_hooks(_unchanged, _unchanged)
 
 
 def _unchanged(tensor: torch.Tensor) -> torch.Tensor:

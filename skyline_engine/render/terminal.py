@@ -210,6 +210,8 @@ def _peak_operation(doc: dict[str, Any]) -> str:
 def _advice(doc: dict[str, Any]) -> str:
     """The batch size to use and why, or why none can be recommended."""
     models = doc.get("models")
+    if not models and doc.get("memory_growth"):
+        return "none to recommend: peak memory grows with every iteration (see the warnings)"
     if not models:
         return f"none to recommend: only batch size {doc['batch_size']:,} could be measured (see the warnings)"
     largest = models["max_batch_size"]

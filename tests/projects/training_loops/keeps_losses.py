@@ -1,0 +1,29 @@
+"""A small leak: each iteration's loss kept in a list as a tensor (its graph's saved activations
+are freed by the backward pass; the loss's own storage is not)."""
+
+import torch
+
+from model import MLP
+
+losses = []
+
+
+def skyline_model_provider():
+    return MLP()
+
+
+def skyline_input_provider(batch_size=32):
+    return (torch.randn(batch_size, 64), torch.randint(0, 10, (batch_size,)))
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def iteration(x, labels):
+        optimizer.zero_grad()
+        loss = model(x, labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss)
+
+    return iteration
