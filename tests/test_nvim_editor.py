@@ -307,6 +307,38 @@ def test_the_memory_peak_is_named_by_the_passes_that_ran(editor, project, real_d
     assert_no_traceback(nvim)
 
 
+def test_lines_whose_tensors_are_kept_for_good_get_a_warning_over_their_statement(editor, project, real_document):
+    nvim = editor
+    growth = {
+        "bytes_per_iteration": 3 * 2**20,
+        "lines": [
+            {"path": "model.py", "line": 19, "bytes": 2 * 2**20},  # `hidden = self.body(features)`
+            {"path": "entry_point.py", "line": MODEL_CALL_ROW + 1, "bytes": 2**20},
+            {"path": None, "line": None, "bytes": 512},  # no line of the project: nowhere to show it
+        ],
+    }
+    show(nvim, fixed_document(real_document, project, memory_growth=growth))
+    get = "return vim.diagnostic.get(vim.fn.bufadd(...), {namespace = require('skyline.diagnostics').ns})"
+    model = nvim.exec_lua(get, str(project / "model.py"))
+    entry = nvim.exec_lua(get, str(project / "entry_point.py"))
+    assert [(d["lnum"], d["severity"]) for d in model] == [(18, 2)]  # vim.diagnostic.severity.WARN
+    assert model[0]["message"] == (
+        "tensors made here stay alive after every iteration: 2.0 MiB of the 3.0 MiB by which memory grows each "
+        "iteration (keep no tensors across iterations: `loss.item()`, `output.detach()`)"
+    )
+    assert (model[0]["col"], model[0]["end_col"]) == (8, len("        hidden = self.body(features)"))
+    assert [(d["lnum"], d["message"].split(":")[1].strip()) for d in entry] == [
+        (
+            MODEL_CALL_ROW,
+            "1.0 MiB of the 3.0 MiB by which memory grows each iteration (keep no tensors across iterations",
+        )
+    ]
+    # The next results, without growth, take the warnings away.
+    show(nvim, fixed_document(real_document, project))
+    assert nvim.exec_lua(get, str(project / "model.py")) == []
+    assert_no_traceback(nvim)
+
+
 def test_a_finished_profile_says_so_in_one_message(editor, project, real_document):
     nvim = editor
     show(nvim, fixed_document(real_document, project))

@@ -284,6 +284,12 @@ local function apply(document, complete)
   if complete then
     state.running, state.progress = false, nil
     last_failure = nil
+    if document.memory_growth then
+      local root = state.request.root
+      diagnostics.show_growth(document.memory_growth, function(path)
+        return project.absolute(root, path)
+      end, M.row_of)
+    end
     util.notify(summary(state.request, document))
     fire('SkylineProfileDone', {
       entry_point = state.request.entry,
