@@ -74,6 +74,15 @@ def test_an_iteration_without_a_backward_pass_is_not_waited_for_an_optimizer():
     assert "reached in the forward pass" in memory and "backward" not in memory, memory
 
 
+def test_parameters_updated_by_hand_are_not_waited_for_an_optimizer():
+    # Before: 64 more warm-up iterations, and a warning about a GradScaler to a loop that has no optimizer.
+    doc = analysed("manual_update.py", predict=False)
+    assert doc["optimizer_state"] == []
+    assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
+    update = line(doc, "manual_update.py", 22)  # p -= 0.01 * p.grad: its cost is at its line
+    assert update["forward_ms"] > 0
+
+
 def test_accumulated_micro_batches_count_in_the_throughput(accumulation):
     doc = accumulation
     it = doc["iteration"]

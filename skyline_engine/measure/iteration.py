@@ -269,17 +269,19 @@ class IterationRunner:
         step while the scaled gradients overflow (its first steps, with a large `init_scale`). So
         warm up until an optimizer steps, within STEADY_STATE_ITERATIONS and STEADY_STATE_S, and
         say when none did. An iteration whose backward pass reaches none of the model's parameters
-        (inference, evaluation) has nothing to step: it is in steady state at once, unwarned.
+        (inference, evaluation) has nothing to step, and one that updates its parameters itself
+        (`p -= lr * p.grad`) has no optimizer state: either is in steady state at once, unwarned.
         True either way: there is nothing more to wait for."""
         started = time.perf_counter()
         ran = self.budget.warmup_iterations
         # The first of these iterations decides whether gradients reach the parameters at all.
         with counting_gradients(self.model) as gradients:
             while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
+                before = _parameter_versions(self.model)
                 with counting_steps() as steps:
                     run()
                 ran += 1
-                if steps.count or not gradients.count:
+                if steps.count or not gradients.count or _parameter_versions(self.model) != before:
                     return True
         self.notes.append(
             f"No optimizer stepped in {ran} warm-up iterations. If your iteration steps one, through a "
@@ -442,6 +444,12 @@ class IterationRunner:
         if self.device.type == "cpu":
             return contextlib.nullcontext()
         return self.device
+
+
+def _parameter_versions(model: torch.nn.Module) -> list[int]:
+    """How many times each parameter was changed in place (autograd's version counter): an update
+    outside any optimizer (gradients accumulate into `.grad`, not the parameter) changes it."""
+    return [p._version for p in model.parameters()]
 
 
 def _check_model(model: Any, entry: EntryPoint) -> None:
