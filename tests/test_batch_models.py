@@ -423,13 +423,20 @@ CURVED = (
     "straight line with the batch size here (or the machine's speed changed while they were timed), so predicted "
     "times can be off by as much between the measured batch sizes and by more beyond them."
 )
+CURVED_MEMORY = (
+    "The peak-memory model misses one of the measured batch sizes' peaks by 12%: memory does not grow in a "
+    "straight line with the batch size here (allocations that depend on it, or memory kept from earlier "
+    "iterations), so predicted peaks, and the largest batch size that fits, can be off by as much or more."
+)
 FITS_AT_128 = int((1000 * 128 + 5000) / 0.9) + 1  # the largest that fits: 4 × the largest measured
 FITS_AT_129 = int((1000 * 129 + 5000) / 0.9) + 1  # just beyond
 
 
-def with_line(slope, bias, r2, capacity=FITS_AT_128, residual=0.0):
+def with_line(slope, bias, r2, capacity=FITS_AT_128, residual=0.0, memory_residual=0.0):
     line = LinearModel(slope, bias, r2, residual, 3)
-    return dataclasses.replace(models_of(RISING, capacity=capacity), run_time=line)
+    fitted = models_of(RISING, capacity=capacity)
+    memory = dataclasses.replace(fitted.peak_memory, max_relative_residual=memory_residual)
+    return dataclasses.replace(fitted, run_time=line, peak_memory=memory)
 
 
 @pytest.mark.parametrize(
@@ -446,6 +453,8 @@ def with_line(slope, bias, r2, capacity=FITS_AT_128, residual=0.0):
         (with_line(0.1, 1.0, 0.99, residual=0.12), [CURVED]),
         (with_line(0.1, -0.5, 0.99, residual=0.12), [FALLING, CURVED]),
         (with_line(0.1, 1.0, 0.7, residual=0.3), [POOR_FIT]),  # no time predicted: nothing to be off
+        (with_line(0.1, 1.0, 1.0, memory_residual=0.10), []),  # at the threshold: straight enough
+        (with_line(0.1, 1.0, 1.0, memory_residual=0.12), [CURVED_MEMORY]),
     ],
     ids=[
         "none",
@@ -459,6 +468,8 @@ def with_line(slope, bias, r2, capacity=FITS_AT_128, residual=0.0):
         "curved",
         "curved and falling",
         "curved and poor",
+        "memory straight enough",
+        "memory curved",
     ],
 )
 def test_each_warning_at_its_edge(models, warnings):
@@ -476,6 +487,18 @@ def test_a_time_that_grows_faster_than_the_batch_size_is_said_to_be_off_the_line
     assert heavy.predict(48).run_time_ms == pytest.approx(3204.5 * 0.86, rel=0.01)
     straight = BatchSizeModels.fit([8, 16, 32], [410.0, 810.0, 1610.0], memory, 10**12)
     assert not any("misses" in w for w in straight.warnings())
+
+
+def test_peaks_off_the_memory_models_lines_are_said_to_be():
+    """Peaks that grew by 14 MiB between the user's batch size and the probes (a leak kept 20 MiB
+    by the time the probes ran): one line per operation cannot pass through them."""
+    times = [1.0, 2.0, 4.0]
+    leaked = {b: profile(b, [(FORWARD_BACKWARD, 6e3, 1.5e6 if b == 64 else 15.6e6)], start=0) for b in (32, 64, 128)}
+    curved = BatchSizeModels.fit([32, 64, 128], times, leaked, 10**12)
+    assert curved.peak_memory.max_relative_residual > 1.0
+    assert any("misses one of the measured batch sizes' peaks by" in w for w in curved.warnings())
+    straight = {b: profile(b, [(FORWARD_BACKWARD, 6e3, 1.5e6)]) for b in (32, 64, 128)}
+    assert not any("peaks by" in w for w in BatchSizeModels.fit([32, 64, 128], times, straight, 10**12).warnings())
 
 
 def test_memory_that_nothing_bounds_is_described_by_the_line_at_the_largest_measured():

@@ -34,6 +34,10 @@ POOR_FIT_R2 = 0.95
 # model on a CPU: 51 ms a sample at 8 samples, 59 at 32 and 67 at 48; its line, R² 0.99, missed
 # batch size 8 by 15 %. The examples' lines miss theirs by under 3 % on a quiet machine.)
 CURVED_RESIDUAL = 0.10
+# The same for the peak-memory model against the measured peaks. Its per-operation lines reproduce
+# the examples' peaks exactly (0.0 %); an iteration that kept memory from earlier iterations (a
+# leak too small to withhold the models) or allocated by the batch size in steps misses by more.
+CURVED_MEMORY_RESIDUAL = 0.10
 # Predictions are trusted up to this multiple of the largest measured batch size.
 TRUSTED_FACTOR = 4
 # The throughput knee: the batch size where throughput reaches this share of its asymptote.
@@ -229,6 +233,13 @@ class BatchSizeModels:
                 f"{self.run_time.max_relative_residual:.0%}: iteration time does not grow in a straight line with "
                 "the batch size here (or the machine's speed changed while they were timed), so predicted times "
                 "can be off by as much between the measured batch sizes and by more beyond them."
+            )
+        if self.peak_memory.max_relative_residual > CURVED_MEMORY_RESIDUAL:
+            notes.append(
+                f"The peak-memory model misses one of the measured batch sizes' peaks by "
+                f"{self.peak_memory.max_relative_residual:.0%}: memory does not grow in a straight line with the "
+                "batch size here (allocations that depend on it, or memory kept from earlier iterations), so "
+                "predicted peaks, and the largest batch size that fits, can be off by as much or more."
             )
         if self.max_batch_size_extrapolated():
             largest, measured = self.max_batch_size() or 0, self.memory_batch_sizes[-1]
