@@ -82,3 +82,15 @@ def test_a_device_other_than_the_current_one_is_the_one_measured():
     assert doc.device.torch_device.index == index
     assert torch.cuda.current_device() == index
     assert doc.iteration.run_time_ms > 0 and doc.iteration.peak_memory_bytes > 0
+
+
+def test_memory_kept_for_good_is_found_on_cuda_and_nothing_in_the_examples(document):
+    """Backward runs on autograd's device thread, and the caching allocator hands freed blocks out
+    again: the new storages are still told apart, a clean iteration keeps none, and a leaking
+    one is named at the lines that made it."""
+    assert document["memory_growth"] is None
+    training_loops = REPO / "tests" / "projects" / "training_loops"
+    request = AnalysisRequest("keeps_graphs.py", training_loops, device="cuda", budget=QUICK, predict=False)
+    growth = analyze(request).to_dict()["memory_growth"]
+    assert growth is not None and growth["lines"][0]["path"] == "model.py", growth
+    assert growth["lines"][0]["line"] == 12 and growth["lines"][0]["bytes"] == 2 * 32 * 256 * 4
