@@ -9,10 +9,11 @@ iterations whatever the batch size.
 
 In steady state an iteration replaces what it keeps (gradients, the model's output, a detached
 hidden state) and never adds to it. So `measure_retention` runs RETENTION_ITERATIONS iterations
-in steady state, shown each new storage an operation returns (any device): what the first of them
-created and is still alive after all of them (after a garbage collection) survived two whole
-iterations that could have replaced it. Parameters' gradients are left out: accumulating them over
-several iterations before a step keeps them legitimately. Each survivor keeps the index of the
+in steady state, noting each new storage an operation returns (any device): what the first of
+them created and is still alive after all of them (after a garbage collection) survived two whole
+iterations that could have replaced it (one would not do: a loss against the output before last
+keeps each output through the next iteration). Parameters' gradients are left out: accumulating
+them over several iterations before a step keeps them legitimately. Each survivor keeps the index of the
 operation that made it, in the order the breakdown's recorder saw the recorded iteration's
 operations (the same saved-tensor hooks and eager replay), so the caller can name its line.
 """
