@@ -86,6 +86,18 @@ def test_memory_report_answers_skylines_queries(project):
     assert peak >= sum(size + grad for size, grad, _, _ in weights.values())
 
 
+def test_the_reports_warnings_go_to_stderr_beside_the_file(tmp_path):
+    # A leak changes what a memory report means, and its schema has no place to say so.
+    root = tmp_path / "training_loops"
+    shutil.copytree(Path(__file__).parent / "projects" / "training_loops", root)
+    result = run_skyline("memory", "keeps_graphs.py", "-o", "memory.sqlite", "--device", "cpu", "--quiet", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert (root / "memory.sqlite").exists()
+    assert result.stderr.startswith("Warnings\n  ! "), result.stderr  # --quiet: no progress, no "wrote"
+    said = " ".join(result.stderr.split())
+    assert "! Tensor memory grows by" in said and "made at model.py:12 (64.0 KiB)" in said, said
+
+
 def test_trace_is_a_chrome_trace_of_one_iteration(project):
     result = run_skyline(
         "profile",

@@ -206,12 +206,18 @@ def _run_profile_as_rank(args: argparse.Namespace, cwd: Path, batch_size: int | 
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from skyline_engine.cli.screen import report_width
     from skyline_engine.render.sqlite_report import write_memory_report, write_run_time_report
+    from skyline_engine.render.terminal import render_warnings
 
     write = write_run_time_report if args.command == "time" else write_memory_report
-    _analyze(args, Path.cwd(), args.batch_size, [(args.output, "--output", write)], predict=False)
+    document = _analyze(args, Path.cwd(), args.batch_size, [(args.output, "--output", write)], predict=False)
     if not args.quiet:
         print(f"skyline: wrote {args.output}", file=sys.stderr)
+    # The file's schema has no place for them, and a leak or a distorted breakdown changes what it means.
+    warnings = render_warnings(document, report_width(sys.stderr))
+    if warnings:
+        print(warnings, file=sys.stderr)
     return 0
 
 

@@ -57,7 +57,7 @@ def render_report(document: dict[str, Any], width: int | None = None) -> str:
     sections = [
         _wrap(_header(document), width),
         _wrap(_summary(document), width, indent=LABEL.format("")),
-        _warnings(document, width),
+        render_warnings(document, width),
         _hottest_lines(document, width),
         _wrap(_data_parallel(document), width),
         _predictions(document, width),
@@ -486,7 +486,9 @@ def _fit(model: dict[str, Any]) -> str:
     return f"(R² {model['r2']:.3f}, {residual})"
 
 
-def _warnings(doc: dict[str, Any], width: int | None) -> str:
+def render_warnings(doc: dict[str, Any], width: int | None = None) -> str:
+    """The document's warnings under a heading, each wrapped to `width` (the report's last section,
+    and what `skyline time` and `skyline memory` say beside the file they write); "" when none."""
     warnings = doc.get("warnings") or []
     if not warnings:
         return ""
