@@ -406,6 +406,38 @@ def test_exception_at_import_names_the_helper_not_the_engine(tmp_path):
     assert ENGINE_DIR not in paragraph and "skyline_engine" not in paragraph
 
 
+@pytest.mark.parametrize(
+    ("data", "advice"),
+    [
+        ("train/data.txt", "it lies beside your code: open `Path(__file__).parent / 'data.txt'`, found from anywhere."),
+        ("data.txt", "it lies in the project root, {root}: run Skyline from there, as the editor does."),
+        (None, "was looked for in the working directory, {cwd}."),
+    ],
+    ids=["beside the code", "in the project root", "nowhere"],
+)
+def test_a_relative_path_not_found_says_where_it_was_looked_for_and_where_it_lies(tmp_path, data, advice):
+    """Run from outside the project, `open("data.txt")` looks in the working directory: the editor's
+    engine runs in the project root, the command line wherever it was started."""
+    reads = """
+    def skyline_model_provider():
+        open("data.txt").read()  # <- HERE
+        return TinyModel()
+    """
+    entry = entry_source(model_provider=reads)
+    project = tmp_path / "project"
+    files = {"pyproject.toml": "", "train/entry_point.py": entry, "train/model.py": model_source()}
+    write_project(project, {**files, **({data: "1 2 3\n"} if data else {})})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run_skyline(elsewhere, entry="../project/train/entry_point.py")
+    cwd, root = os.path.realpath(elsewhere), os.path.realpath(project)
+    says = [
+        f"`data.txt` is relative, so it was looked for in the working directory, {cwd}",
+        advice.format(root=root, cwd=cwd),
+    ]
+    assert_error(result, "train/entry_point.py", line_of(entry), says)
+
+
 @pytest.mark.parametrize("extra_args", [[], ["--set-batch-size", "4"]], ids=["profile", "set-batch-size"])
 def test_entry_point_that_is_not_utf8(tmp_path, extra_args):
     source = entry_source(imports=IMPORTS + "\n# Modèle  # <- HERE\n").encode("latin-1")

@@ -248,10 +248,30 @@ def user_code_error(
             "point and calls its providers, which must not exit; parse command-line arguments "
             '(argparse exits on Skyline\'s) only under `if __name__ == "__main__":`.'
         )
+    advice = _relative_path_advice(exc, frame.filename if frame else None, files)
+    if advice:
+        message += " " + advice  # in the message, as sys.exit's: a hint would follow the frames below
     trace = user_traceback_text(exc.__traceback__, files)
     if trace:
         message += "\nYour code's frames, innermost last:\n" + trace
     return UserCodeError(message, path=path, line=line)
+
+
+def _relative_path_advice(exc: BaseException, code_file: str | None, files: ProjectFiles) -> str | None:
+    """For a relative path that was not found: where it was looked for, and where it lies when it
+    lies beside the code that opened it or in the project root (the editor's engine runs there;
+    the command line, wherever it was started)."""
+    name = getattr(exc, "filename", None) if isinstance(exc, FileNotFoundError) else None
+    if not isinstance(name, str) or os.path.isabs(name):
+        return None
+    cwd = os.getcwd()
+    said = f"`{name}` is relative, so it was looked for in the working directory, {cwd}"
+    beside = os.path.dirname(code_file) if code_file else None
+    if beside and os.path.realpath(beside) != os.path.realpath(cwd) and os.path.exists(os.path.join(beside, name)):
+        return f"{said}; it lies beside your code: open `Path(__file__).parent / {name!r}`, found from anywhere."
+    if os.path.realpath(files.root) != os.path.realpath(cwd) and os.path.exists(os.path.join(files.root, name)):
+        return f"{said}; it lies in the project root, {files.root}: run Skyline from there, as the editor does."
+    return said + "."
 
 
 def _definition(fn: Callable[..., Any] | None, files: ProjectFiles) -> tuple[str | None, int | None]:
