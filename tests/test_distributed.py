@@ -45,6 +45,7 @@ def test_every_rank_is_measured_and_the_slowest_named(profiled):
     assert dp["slowest_rank"] == slowest
     assert doc["iteration"]["run_time_ms"] == dp["ranks"][0]["run_time_ms"]
     assert doc["models"] is None and "one batch size" in doc["models_withheld"]
+    assert doc["memory_growth"] is None  # the ranks' iterations keep nothing for good
 
 
 def test_buckets_hold_every_gradient_once_with_the_lines_that_made_them(profiled):
@@ -109,6 +110,20 @@ def test_scaling_is_predicted_to_64_ranks_and_marked_beyond_the_measured(profile
     assert dp["link"]["description"] == "loopback (gloo on one machine)" and dp["link"]["source"] == "measured"
     assert dp["link"]["bandwidth_gbps"] > 0 and dp["link"]["latency_us"] >= 0
     assert "Data parallel  2 ranks (gloo" in report and "64 ranks" in report
+
+
+def test_a_rank_that_keeps_memory_for_good_says_where(tmp_path):
+    out = tmp_path / "analysis.json"
+    result = run_skyline("profile", "keeps_graphs.py", "--nproc", "2", "--device", "cpu", "--json", out, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr
+    growth = json.loads(out.read_text())["memory_growth"]
+    # model.py:16 and :17, `hidden = self.inner(x).relu()` and the next: the ReLUs' outputs the
+    # kept graphs saved, 16 samples of 1024 and of 512 floats.
+    assert growth["lines"][:2] == [
+        {"path": "model.py", "line": 16, "bytes": 4 * 16 * 1024},
+        {"path": "model.py", "line": 17, "bytes": 4 * 16 * 512},
+    ]
+    assert "Tensor memory grows by" in " ".join(result.stdout.split())
 
 
 def test_a_planned_interconnect_replaces_the_measured_link(tmp_path):

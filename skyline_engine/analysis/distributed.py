@@ -115,6 +115,8 @@ class _RankAnalysis:
             sites = ParameterCallSites(ddp.module, creation)
             with sites.watching():
                 recording.record_first(without_communication, runner.clock, runner.live_tensors)
+            # Without communication, as recorded: its operations line up with the recording's.
+            growth = recording.memory_growth(without_communication)
             self.progress("timing the iteration with and without communication", 0.3)
             iteration_ms = min(runner.clock.time_ms(run) for _ in range(3))  # past one-off costs
             block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget))
@@ -170,10 +172,11 @@ class _RankAnalysis:
             breakdown=breakdown,
             models=None,
             batch_size_location=batch_size_location(self.entry),
-            warnings=data_parallel_notes(data_parallel, link_unfitted),
+            warnings=[*([growth.warning()] if growth else []), *data_parallel_notes(data_parallel, link_unfitted)],
             distributed=data_parallel,
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
             models_withheld=NO_BATCH_SIZE_MODELS,
+            memory_growth=growth,
         )
 
     @contextlib.contextmanager
