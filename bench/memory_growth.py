@@ -51,7 +51,7 @@ def one_example(name: str, rounds: int) -> tuple[float, float, int]:
                     run()
                 plain.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                kept = measure_retention(run, runner.model).bytes_per_iteration
+                kept = measure_retention(run, runner.model, runner.device, runner.live_tensors).bytes_per_iteration
                 checked.append(time.perf_counter() - started)
         return statistics.median(plain), statistics.median(checked), kept
     finally:

@@ -100,6 +100,13 @@ MUTATIONS = [
         ("tests/test_memory_growth.py",),
     ),
     Mutation(
+        "a bounded window of outputs is kept for good",
+        "skyline_engine/measure/retention.py",
+        "if grown < iterations * sum(kept.values()) / 2:",
+        "if grown < 0:",
+        ("tests/test_memory_growth.py",),
+    ),
+    Mutation(
         "an in-place operation's output is a new storage",
         "skyline_engine/measure/retention.py",
         "if id(storage) not in inputs and storage not in self.created:",

@@ -116,7 +116,7 @@ class _RankAnalysis:
             with sites.watching():
                 recording.record_first(without_communication, runner.clock, runner.live_tensors)
             # Without communication, as recorded: its operations line up with the recording's.
-            growth = recording.memory_growth(without_communication)
+            growth = recording.memory_growth(without_communication, runner.live_tensors)
             self.progress("timing the iteration with and without communication", 0.3)
             iteration_ms = min(runner.clock.time_ms(run) for _ in range(3))  # past one-off costs
             block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget))

@@ -50,7 +50,7 @@ def measure_with_breakdown(
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
-        growth = recording.memory_growth(run)
+        growth = recording.memory_growth(run, runner.live_tensors)
         recording.record_more(run, timing.run_time_ms)
         final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)
         return UsersBatchSize(Sample(batch_size, timing, memory, micro_batches), final, growth)

@@ -52,11 +52,11 @@ class IterationRecording:
         self._first_names = profile.operation_names
         return profile, wall_ms
 
-    def memory_growth(self, run: Run) -> MemoryGrowth | None:
+    def memory_growth(self, run: Run, live_tensors: LiveTensors) -> MemoryGrowth | None:
         """The tensor memory each iteration keeps for good (measure/retention.py), at the lines of
         the first recorded iteration's operations that made it; None when it keeps none. Run in
         steady state, after the first recorded iteration."""
-        retention = measure_retention(run, self.model)
+        retention = measure_retention(run, self.model, self.device, live_tensors)
         return memory_growth(retention, self._first_names, self.recorder.recording.operations)
 
     def record_more(self, run: Run, run_time_ms: float) -> None:

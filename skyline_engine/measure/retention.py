@@ -13,7 +13,11 @@ in steady state, noting each new storage an operation returns (any device): what
 them created and is still alive after all of them (after a garbage collection) survived two whole
 iterations that could have replaced it (one would not do: a loss against the output before last
 keeps each output through the next iteration). Parameters' gradients are left out: accumulating
-them over several iterations before a step keeps them legitimately. Each survivor keeps the index of the
+them over several iterations before a step keeps them legitimately. And the memory alive must have
+grown meanwhile by as much: a bounded window (the last 100 losses, a replay buffer that is full)
+keeps what an iteration makes for long, but frees as much of what earlier ones made. On CUDA the
+allocator counts what is alive; on the CPU a StorageCounter (measure/memory.py), which sees the
+storages alive at the start that Python holds, and every storage made since. Each survivor keeps the index of the
 operation that made it, in the order the breakdown's recorder saw the recorded iteration's
 operations (the same saved-tensor hooks and eager replay), so the caller can name its line.
 """
@@ -31,7 +35,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.measure.compilation import eager_replay
-from skyline_engine.measure.memory import is_work, saved_unchanged
+from skyline_engine.measure.memory import LiveTensors, StorageCounter, is_work, saved_unchanged
 
 # The first iteration's survivors must outlive this many iterations in all (itself and two more).
 RETENTION_ITERATIONS = 3
@@ -39,7 +43,8 @@ RETENTION_ITERATIONS = 3
 
 @dataclass(frozen=True)
 class Retention:
-    """What the first of the iterations run created and kept after all of them."""
+    """What the first of the iterations run created and kept after all of them, when the memory
+    alive grew by as much (else nothing)."""
 
     operation_names: tuple[str, ...]  # the first iteration's operations, in order
     kept_bytes: dict[int, int]  # by the index of the operation that created it, bytes kept
@@ -53,8 +58,9 @@ class _NewStorages(TorchDispatchMode):
     """Remembers each storage an operation newly creates: outputs that share an input's storage
     (in-place operations, views, `out=`) are not new."""
 
-    def __init__(self) -> None:
+    def __init__(self, counter: StorageCounter | None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
+        self.counter = counter  # the CPU's bytes alive, shown each operation's outputs
         self.iteration = 0
         self.index = 0  # of the operation within the iteration
         # Storage -> (iteration, operation index, bytes); weak, so that freed storages drop out.
@@ -75,6 +81,8 @@ class _NewStorages(TorchDispatchMode):
         for storage in _storages(tree_flatten(out)[0]):
             if id(storage) not in inputs and storage not in self.created:
                 self.created[storage] = (self.iteration, self.index, _nbytes(storage))
+        if self.counter is not None:
+            self.counter.add_outputs(out)
         if self.iteration == 0:
             self.names.append(func.__name__)
         self.index += 1
@@ -86,17 +94,26 @@ class _NewStorages(TorchDispatchMode):
 
 
 def measure_retention(
-    run_iteration: Callable[[], None], model: torch.nn.Module, iterations: int = RETENTION_ITERATIONS
+    run_iteration: Callable[[], None],
+    model: torch.nn.Module,
+    device: torch.device,
+    live_tensors: LiveTensors | None = None,
+    iterations: int = RETENTION_ITERATIONS,
 ) -> Retention:
-    """Run `run_iteration` `iterations` times (in steady state) and return what the first kept
-    after all of them, gradients of `model`'s parameters aside."""
-    mode = _NewStorages()
+    """Run `run_iteration` `iterations` times (in steady state) on `device` and return what the
+    first kept after all of them, gradients of `model`'s parameters aside, when the memory alive
+    grew by as much; `live_tensors` finds the tensors alive at the start (see LiveTensors)."""
+    gc.collect()
+    counter = StorageCounter(live_tensors) if device.type == "cpu" else None
+    start = _alive(device, counter)
+    mode = _NewStorages(counter)
     with eager_replay(), saved_unchanged(), mode:
         for i in range(iterations):
             if i:
                 mode.next_iteration()
             run_iteration()
     gc.collect()  # tensors in reference cycles are not kept, only not yet freed
+    grown = _alive(device, counter) - start
     gradients = {
         id(storage) for storage in _storages(p.grad for p in model.parameters() if isinstance(p.grad, torch.Tensor))
     }
@@ -104,7 +121,17 @@ def measure_retention(
     for storage, (iteration, index, size) in list(mode.created.items()):
         if iteration == 0 and id(storage) not in gradients:
             kept[index] = kept.get(index, 0) + size
+    # Half of what the first iteration kept, for each iteration: the CUDA allocator rounds blocks up.
+    if grown < iterations * sum(kept.values()) / 2:
+        kept = {}
     return Retention(tuple(mode.names), kept)
+
+
+def _alive(device: torch.device, counter: StorageCounter | None) -> int:
+    """Bytes of tensor memory alive now on `device`."""
+    if counter is not None:
+        return counter.live_bytes
+    return int(torch.cuda.memory_allocated(device))
 
 
 def _storages(values: Any) -> Iterator[torch.UntypedStorage]:
