@@ -14,12 +14,14 @@ them created and is still alive after all of them (after a garbage collection) s
 iterations that could have replaced it (one would not do: a loss against the output before last
 keeps each output through the next iteration). Parameters' gradients are left out: accumulating
 them over several iterations before a step keeps them legitimately. And the memory alive must have
-grown meanwhile by as much: a bounded window (the last 100 losses, a replay buffer that is full)
-keeps what an iteration makes for long, but frees as much of what earlier ones made. On CUDA the
-allocator counts what is alive; on the CPU a StorageCounter (measure/memory.py), which sees the
-storages alive at the start that Python holds, and every storage made since. Each survivor keeps the index of the
-operation that made it, in the order the breakdown's recorder saw the recorded iteration's
-operations (the same saved-tensor hooks and eager replay), so the caller can name its line.
+grown meanwhile: a bounded window (the last 100 losses, a replay buffer that is full) keeps what
+an iteration makes for long, but frees as much of what earlier ones made. On CUDA the allocator
+counts what is alive; on the CPU a StorageCounter (measure/memory.py), which sees the storages
+alive at the start that Python holds, and every storage made since.
+
+Each survivor keeps the index of the operation that made it, in the order the breakdown's
+recorder saw the recorded iteration's operations (the same saved-tensor hooks and eager replay),
+so the caller can name its line.
 """
 
 from __future__ import annotations
@@ -121,7 +123,8 @@ def measure_retention(
     for storage, (iteration, index, size) in list(mode.created.items()):
         if iteration == 0 and id(storage) not in gradients:
             kept[index] = kept.get(index, 0) + size
-    # Half of what the first iteration kept, for each iteration: the CUDA allocator rounds blocks up.
+    # A leak grows memory by at least what each iteration keeps (the CUDA allocator rounds blocks
+    # up), a bounded window by nothing: half of it tells them apart.
     if grown < iterations * sum(kept.values()) / 2:
         kept = {}
     return Retention(tuple(mode.names), kept)
