@@ -2,7 +2,9 @@
 annotations on the document's lines, the breakdown float, stale marking, profile on save."""
 
 import itertools
+import shutil
 
+from conftest import REPO
 from nvim_helpers import (
     FAST_SETUP,
     annotations,
@@ -171,3 +173,21 @@ def test_unsaved_changes_are_matched_to_the_profiled_file(nvim, project):
     assert {group for _, group in shown.values()} == {"SkylineStale"}
     # The entry point differs from its file only by the batch size the request carried.
     assert "SkylineStale" not in {group for _, group in annotations(nvim, entry).values()}
+
+
+def test_a_leak_found_by_the_real_engine_is_a_warning_over_the_line_that_made_it(nvim, tmp_path):
+    """tests/projects/training_loops/keeps_graphs.py keeps each iteration's graph: through the
+    service and the remote plugin, the document's `memory_growth` reaches the editor, which warns
+    over model.py's `hidden = self.body(x)` (line 12) and keeps no batch-size models."""
+    root = tmp_path / "training_loops"
+    shutil.copytree(REPO / "tests" / "projects" / "training_loops", root, ignore=shutil.ignore_patterns("__pycache__"))
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {root}/keeps_graphs.py")
+    profile(nvim)
+    doc = document(nvim)
+    assert doc["memory_growth"]["lines"][0]["line"] == 12 and "models" not in doc  # null fields are dropped
+    get = "return vim.diagnostic.get(vim.fn.bufadd(...), {namespace = require('skyline.diagnostics').ns})"
+    warned = nvim.exec_lua(get, str(root / "model.py"))
+    assert (warned[0]["lnum"], warned[0]["severity"]) == (11, 2)  # the largest first; 2: severity.WARN
+    assert warned[0]["message"].startswith("tensors made here stay alive after every iteration: 64.0 KiB of the ")
+    assert_no_traceback(nvim)
