@@ -9,7 +9,7 @@ import pytest
 from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
-from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, MemoryLine, PeakMemoryModel, fit_peak_memory
+from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, MemoryCurve, PeakMemoryModel, fit_peak_memory
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -96,46 +96,50 @@ def test_each_line_holds_the_peak_over_the_whole_batch_sizes_it_says():
     # The optimizer's flat line up to 299; at 300 the second overtakes it (a tie: the steeper
     # holds); the third from 1400 / 3 = 466.7, so from 467.
     lines = (
-        MemoryLine(OPTIMIZER, 0.0, 1000.0, None),
-        MemoryLine(FORWARD_BACKWARD, 2.0, 400.0, None),
-        MemoryLine(FORWARD_BACKWARD, 5.0, -1000.0, None),
+        MemoryCurve(OPTIMIZER, 0.0, 1000.0, None),
+        MemoryCurve(FORWARD_BACKWARD, 2.0, 400.0, None),
+        MemoryCurve(FORWARD_BACKWARD, 5.0, -1000.0, None),
     )
     model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
-    ranges = model.held_ranges()
-    assert ranges == [(1, 299), (300, 466), (467, None)]
+    segments = model.segments()
+    assert segments == [(1, 299, lines[0]), (300, 466, lines[1]), (467, None, lines[2])]
     for b in range(1, 1000):
-        held = next(i for i, r in enumerate(ranges) if r[0] <= b and (r[1] is None or b <= r[1]))
-        assert model.line_at(b) is lines[held], b
+        holder = next(curve for first, last, curve in segments if first <= b and (last is None or b <= last))
+        assert model.line_at(b) is holder, b
 
 
 def test_a_line_overtaken_between_two_whole_batch_sizes_holds_at_none():
     # The second line overtakes the first at 99.5 and is overtaken by the third at 99.7.
     lines = (
-        MemoryLine(OPTIMIZER, 0.0, 100.0, None),
-        MemoryLine(FORWARD_BACKWARD, 1.0, 0.5, None),
-        MemoryLine(FORWARD_BACKWARD, 2.0, -99.2, None),
+        MemoryCurve(OPTIMIZER, 0.0, 100.0, None),
+        MemoryCurve(FORWARD_BACKWARD, 1.0, 0.5, None),
+        MemoryCurve(FORWARD_BACKWARD, 2.0, -99.2, None),
     )
     model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
-    assert model.held_ranges() == [(1, 99), None, (100, None)]
+    assert model.segments() == [(1, 99, lines[0]), (100, None, lines[2])]
     assert model.line_at(99) is lines[0] and model.line_at(100) is lines[2]
-    assert PeakMemoryModel(lines[:1], PER_OPERATION, 3, 0.0).held_ranges() == [(1, None)]
+    assert PeakMemoryModel(lines[:1], PER_OPERATION, 3, 0.0).segments() == [(1, None, lines[0])]
 
 
 def test_a_line_that_takes_over_only_beyond_the_largest_batch_size_that_fits_holds_at_none_there():
     # Two operations of a GAN's backward passes gave nearly parallel lines (3.6 KiB a sample each)
     # that cross at 2.2e12; the report said "the highest at batch sizes 39-2,199,023,255,551".
     lines = (
-        MemoryLine(OPTIMIZER, 1100.0, 367_000.0, None),
-        MemoryLine(FORWARD_BACKWARD, 3700.0, 268_900.0, None),
-        MemoryLine(FORWARD_BACKWARD, 3700.5, 268_900.0 - 1.1e12, None),
+        MemoryCurve(OPTIMIZER, 1100.0, 367_000.0, None),
+        MemoryCurve(FORWARD_BACKWARD, 3700.0, 268_900.0, None),
+        MemoryCurve(FORWARD_BACKWARD, 3700.5, 268_900.0 - 1.1e12, None),
     )
     model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
-    assert model.held_ranges() == [(1, 37), (38, 2_199_999_999_999), (2_200_000_000_000, None)]
-    assert model.held_ranges(6_030_566) == [(1, 37), (38, None), None]
-    assert model.held_ranges(37) == [(1, None), None, None]
+    assert model.segments() == [
+        (1, 37, lines[0]),
+        (38, 2_199_999_999_999, lines[1]),
+        (2_200_000_000_000, None, lines[2]),
+    ]
+    assert model.segments(6_030_566) == [(1, 37, lines[0]), (38, None, lines[1])]
+    assert model.segments(37) == [(1, None, lines[0])]
     # The largest that fits at the very batch size where a line takes over: it holds there.
-    assert model.held_ranges(38) == [(1, 37), (38, None), None]
-    assert model.held_ranges(0) == model.held_ranges()  # nothing fits: nothing to clip to
+    assert model.segments(38) == [(1, 37, lines[0]), (38, None, lines[1])]
+    assert model.segments(0) == model.segments()  # nothing fits: nothing to clip to
 
 
 def models(run_time=(0.5, 2.0), memory=(1000.0, 50_000.0), capacity=1_000_000, measured=(8, 16, 32)):
@@ -182,7 +186,7 @@ def test_best_throughput_stays_within_the_trusted_range():
     assert m.predicted_max_samples_per_second() == pytest.approx(128 / (0.5 * 128 + 2.0) * 1000)
 
 
-def test_negative_intercept_puts_the_best_throughput_at_the_smallest_measured_batch_size():
+def test_negative_intercept_puts_the_best_throughput_at_the_fastest_measured_batch_size():
     m = models(run_time=(0.5, -1.0))
     assert m.best_batch_size() == 8
     assert m.throughput_knee_batch_size() is None
@@ -227,13 +231,22 @@ def test_the_document_gives_the_models_back():
     m = BatchSizeModels.fit(
         measured, [1.0 + 0.1 * b for b in measured], {b: profile(b, OPTIMIZER_DOMINATED) for b in measured}, 1 << 30
     )
-    document = {**m.to_dict(), "samples": [{"batch_size": b} for b in measured], "memory_samples": []}
+    document = {
+        **m.to_dict(),
+        "samples": samples_of(measured, [1.0 + 0.1 * b for b in measured]),
+        "memory_samples": [],
+    }
     again = BatchSizeModels.from_dict(document, 1 << 30)
     for b in (1, 16, 100, 682, 683, 5000, 15625, 15626):
         assert again.predict(b) == m.predict(b)
     memory = document["peak_memory_bytes"]
     assert memory["phase_at_max_batch_size"] == FORWARD_BACKWARD
     assert (memory["slope"], memory["bias"]) == pytest.approx((54 * KiB, 200 * MiB))  # the deciding line
+
+
+def samples_of(batch_sizes, times_ms):
+    """The document's `models.samples` of these measurements (the fields the models read back)."""
+    return [{"batch_size": b, "samples_per_second": b / t * 1000.0} for b, t in zip(batch_sizes, times_ms)]
 
 
 # --- the boundaries, exactly (docs/analysis-document.md) --------------------------------------
@@ -312,7 +325,7 @@ def test_a_document_gives_back_the_very_models_it_was_written_from():
     models = dataclasses.replace(fitted, headroom_fraction=0.25)
     written = {
         **models.to_dict(),
-        "samples": [{"batch_size": b} for b in timed],
+        "samples": samples_of(timed, [2.7, 4.1, 7.4]),
         "memory_samples": [{"batch_size": b} for b in probed],
     }
     again = BatchSizeModels.from_dict(written, 1 << 30)
@@ -324,7 +337,7 @@ def test_two_timed_batch_sizes_say_the_fit_cannot_be_checked_and_survive_the_doc
     memory = {b: profile(b, OPTIMIZER_DOMINATED) for b in (16, 32)}
     models = BatchSizeModels.fit([16, 32], [2.6, 4.2], memory, 1 << 30)
     assert models.run_time.r2 is None
-    written = {**models.to_dict(), "samples": [{"batch_size": b} for b in (16, 32)], "memory_samples": []}
+    written = {**models.to_dict(), "samples": samples_of((16, 32), (2.6, 4.2)), "memory_samples": []}
     again = BatchSizeModels.from_dict(written, 1 << 30)
     assert again == models
     assert again.warnings()[0] == (
@@ -371,15 +384,33 @@ def test_the_prediction_ladder(batch_size, measured, largest, ladder):
 RISING = (1.8, 2.6, 4.2)  # 0.1 ms a sample + 1 ms at 8, 16, 32
 
 
-def test_a_negative_intercept_recommends_the_smallest_measured_or_what_fits_below_it():
-    def falling(models):
-        return with_run_time(models, 0.1, -0.5)
+# Time growing faster than the batch size: 0.3, 1.1 and 2.7 ms at 8, 16 and 32 (0.1 ms a sample
+# − 0.5 ms): 26,667, 14,545 and 11,852 samples/s.
+FALLING_TIMES = (0.3, 1.1, 2.7)
 
-    assert falling(models_of(RISING)).best_batch_size() == 8
-    tight = falling(models_of(RISING, capacity=int((1000 * 5 + 5000) / 0.9) + 1))  # 5 samples fit
+
+def test_a_negative_intercept_recommends_the_fastest_measured_or_what_fits_below_it():
+    assert models_of(FALLING_TIMES).best_batch_size() == 8
+    tight = models_of(FALLING_TIMES, capacity=int((1000 * 5 + 5000) / 0.9) + 1)  # 5 samples fit
     assert (tight.max_batch_size(), tight.best_batch_size()) == (5, 5)
-    unbounded = falling(models_of(RISING, memory_bytes_per_sample=0))  # memory does not grow
+    unbounded = models_of(FALLING_TIMES, memory_bytes_per_sample=0)  # memory does not grow
     assert (unbounded.max_batch_size(), unbounded.best_batch_size()) == (None, 8)
+    fits_16 = models_of(FALLING_TIMES, capacity=int((1000 * 20 + 5000) / 0.9) + 1)  # 20 samples fit
+    assert (fits_16.max_batch_size(), fits_16.best_batch_size()) == (20, 8)
+
+
+def test_a_negative_intercept_recommends_what_was_measured_fastest_not_the_smallest():
+    # A CLIP loss's times at 256, 512 and 1,024: the line falls (−2.8 ms), but 512 measured 2 %
+    # faster than 256; recommending 256 read "use 256 for 23,357 samples/s, 2% slower than yours".
+    sizes, times = (256, 512, 1024), (10.96, 21.49, 48.97)
+    memory = {b: profile(b, [(FORWARD_BACKWARD, 1000, 5000)]) for b in sizes}
+    models = BatchSizeModels.fit(sizes, times, memory, 10**12)
+    assert models.run_time.bias < 0
+    assert models.best_batch_size() == 512
+    again = BatchSizeModels.from_dict(
+        models.to_dict() | {"samples": samples_of(sizes, times), "memory_samples": []}, 10**12
+    )
+    assert again.best_batch_size() == 512
 
 
 def test_fixed_costs_recommend_the_end_of_the_trusted_range_or_what_fits_below_it():
@@ -410,7 +441,7 @@ POOR_FIT = (
 )
 FALLING = (
     "Iteration time grows faster than the batch size over the measured range (the run-time line has a negative "
-    "intercept), so throughput is predicted to fall at larger batch sizes: prefer the smallest measured batch "
+    "intercept), so throughput is predicted to fall at larger batch sizes: prefer the fastest measured batch "
     "size, and re-run on a quiet machine to confirm it."
 )
 EXTRAPOLATED = (
@@ -507,3 +538,97 @@ def test_memory_that_nothing_bounds_is_described_by_the_line_at_the_largest_meas
     assert models.max_batch_size() is None
     memory = models.to_dict()["peak_memory_bytes"]
     assert (memory["slope"], memory["bias"]) == pytest.approx((0, 7 * MiB))
+
+
+# --- memory that grows with the batch size squared ---------------------------------------------
+
+
+def quadratic_profile(batch_size, operations):
+    """A profile whose operations hold `quadratic * b² + slope * b + bias` bytes each;
+    `operations` is [(phase, quadratic, slope, bias), ...] in order."""
+    return profile(batch_size, [(phase, q * batch_size + s, b) for phase, q, s, b in operations])
+
+
+# A contrastive loss, in miniature: Adam's step holds 17 MiB and 5 KiB a sample; the forward and
+# backward pass 17 KiB a sample and, while the batch × batch logits are alive, 20 B × b².
+CONTRASTIVE = [
+    (FORWARD_BACKWARD, 0, 17 * KiB, 10 * MiB),
+    (FORWARD_BACKWARD, 20, 17 * KiB, 10 * MiB),
+    (FORWARD_BACKWARD, 12, 17 * KiB, 10 * MiB),
+    (OPTIMIZER, 0, 5 * KiB, 17 * MiB),
+]
+
+
+def test_a_fourth_batch_size_lets_memory_grow_with_the_batch_size_squared():
+    measured = [256, 512, 1024, 4096]
+    model = fit_peak_memory(measured, [quadratic_profile(b, CONTRASTIVE) for b in measured])
+    assert model.quadratic and model.max_relative_residual == pytest.approx(0, abs=1e-9)
+    assert [line.phase for line in model.lines] == [OPTIMIZER, FORWARD_BACKWARD]
+    steepest = model.lines[-1]
+    assert (steepest.quadratic, steepest.slope, steepest.bias) == pytest.approx((20, 17 * KiB, 10 * MiB))
+    for b in (1, 300, 20_000, 10**6):  # far beyond the measurements, as the bytes would be
+        assert model(b) == pytest.approx(quadratic_profile(b, CONTRASTIVE).peak_bytes, rel=1e-9)
+    usable = 20 << 30
+    largest = model.largest_within(usable)
+    assert model(largest) <= usable < model(largest + 1)
+    # The lines through the same operations: the largest that fits many times too large.
+    lines = fit_peak_memory(measured[:3], [quadratic_profile(b, CONTRASTIVE) for b in measured[:3]])
+    assert not lines.quadratic and lines.max_relative_residual > 0.05
+    assert lines.largest_within(usable) > 5 * largest
+
+
+def test_three_batch_sizes_never_give_a_quadratic_that_nothing_checks():
+    measured = [256, 512, 1024]
+    model = fit_peak_memory(measured, [quadratic_profile(b, CONTRASTIVE) for b in measured])
+    assert not model.quadratic
+
+
+def test_bytes_that_no_quadratic_follows_stay_on_a_line():
+    # Memory allocated in steps (a workspace chosen per shape): no quadratic reproduces it.
+    measured = [16, 32, 64, 128]
+    steps = {16: 1 * MiB, 32: 1 * MiB, 64: 8 * MiB, 128: 8 * MiB}
+    profiles = [profile(b, [(FORWARD_BACKWARD, 1 * KiB, steps[b])]) for b in measured]
+    model = fit_peak_memory(measured, profiles)
+    assert not model.quadratic and model.max_relative_residual > 0.10
+
+
+def test_a_quadratic_that_a_line_overtakes_for_a_while_holds_twice():
+    # b² / 100 + 1000 against 6 b + 200: the line is higher between 200 and 400 samples (the
+    # difference is (b − 200)(b − 400) / 100); on the ties the quadratic, the steeper, holds.
+    curves = (
+        MemoryCurve(FORWARD_BACKWARD, 0.0, 1000.0, None, 0.01),
+        MemoryCurve(OPTIMIZER, 6.0, 200.0, None),
+    )
+    model = PeakMemoryModel(curves, PER_OPERATION, 4, 0.0)
+    assert model.segments() == [(1, 200, curves[0]), (201, 399, curves[1]), (400, None, curves[0])]
+    assert model.segments(300) == [(1, 200, curves[0]), (201, None, curves[1])]
+    for b in range(1, 1000):
+        holder = next(c for first, last, c in model.segments() if first <= b and (last is None or b <= last))
+        assert model.line_at(b) is holder, b
+
+
+def test_the_envelope_keeps_only_the_curves_that_hold_somewhere():
+    measured = [8, 16, 32, 64]
+    below = (FORWARD_BACKWARD, 10, 100, 0)  # under the next one at every batch size
+    above = (FORWARD_BACKWARD, 10, 200, 0)
+    flat = (OPTIMIZER, 0, 0, 100 * KiB)
+    model = fit_peak_memory(measured, [quadratic_profile(b, [below, above, flat]) for b in measured])
+    assert [(line.phase, line.quadratic) for line in model.lines] == [
+        (OPTIMIZER, 0.0),
+        (FORWARD_BACKWARD, pytest.approx(10)),
+    ]
+
+
+def test_a_quadratic_survives_the_document_and_decides_what_fits():
+    measured = [256, 512, 1024, 4096]
+    memory = {b: quadratic_profile(b, CONTRASTIVE) for b in measured}
+    times = [11.0, 21.5, 49.0]
+    models = BatchSizeModels.fit(measured[:3], times, memory, 1 << 30)
+    written = models.to_dict()
+    assert written["peak_memory_bytes"]["quadratic"] == pytest.approx(20)
+    assert written["trusted_range"] == [256, 1024]  # time: no further than what was timed
+    assert models.predict(1025).extrapolated and not models.predict(1024).extrapolated
+    document = {**written, "samples": samples_of(measured[:3], times), "memory_samples": [{"batch_size": 4096}]}
+    again = BatchSizeModels.from_dict(document, 1 << 30)
+    assert again == models
+    assert any("× batch size²" in note and "(1,024)" in note for note in models.warnings())

@@ -40,9 +40,9 @@ def document():
     return analyze(request).to_dict()
 
 
-def measured_peak(batch_size: int) -> int:
+def measured_peak(batch_size: int, project: Path = PROJECT) -> int:
     """The real peak of one steady-state iteration at `batch_size`."""
-    entry = load_entry_point(PROJECT / "entry_point.py", PROJECT)
+    entry = load_entry_point(project / "entry_point.py", project)
     try:
         with IterationRunner(entry, torch.device("cpu"), QUICK) as runner, runner.at_batch_size(batch_size) as run:
             runner.warm_up(run)
@@ -123,3 +123,23 @@ def test_memory_alone_is_measured_further_when_the_operations_differ_between_bat
         predicted = max(line["slope"] * b + line["bias"] for line in memory["phases"])
         assert predicted == pytest.approx(sample["peak_memory_bytes"], rel=0.01)
     assert models["trusted_range"] == [16, 4 * 64]  # what was timed
+
+
+def test_memory_that_grows_with_the_batch_size_squared_is_planned_for_exactly():
+    """tests/projects/contrastive compares every sample with every other (batch × batch logits):
+    lines through its operations at 32, 64 and 128 samples miss, so memory alone is measured at
+    512, and a quadratic through the four, checked by the fourth, finds the true limit; time is
+    trusted no further than what was timed."""
+    project = Path(__file__).parent / "projects" / "contrastive"
+    request = AnalysisRequest("entry_point.py", project, device="cpu", budget=PLANNING, memory_capacity_bytes=CAPACITY)
+    doc = analyze(request).to_dict()
+    models = doc["models"]
+    assert [s["batch_size"] for s in models["samples"]] == [32, 64, 128]
+    assert 512 in [s["batch_size"] for s in models["memory_samples"]]
+    memory = models["peak_memory_bytes"]
+    assert memory["quadratic"] > 0 and memory["max_relative_residual"] < 0.01
+    largest, usable = models["max_batch_size"], models["usable_memory_bytes"]
+    assert measured_peak(largest, project) <= usable
+    assert measured_peak(int(largest * 1.05) + 1, project) > usable
+    assert models["trusted_range"] == [32, 128]
+    assert any("square of the batch size" in w and "(128)" in w for w in doc["warnings"])

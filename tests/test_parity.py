@@ -72,7 +72,8 @@ def test_default_token_path(nvim, monkeypatch, state_home):
 
 def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32, 64), phases=None, r2=None):
     """An analysis document's `models`, as far as a prediction reads it; `phases` are the memory
-    model's lines as (name, slope, bias), by default the one line `memory`."""
+    model's curves as (name, slope, bias) or (name, slope, bias, quadratic), by default the one
+    line `memory`."""
     lines = phases or [("forward_backward", *memory)]
     return {
         "samples": [{"batch_size": b} for b in measured],
@@ -91,7 +92,10 @@ def document_models(run_time, memory, capacity, headroom=0.10, measured=(16, 32,
             "max_relative_residual": 0.0,
             "points": len(measured),
             "fitted": "per_operation",
-            "phases": [{"name": n, "slope": s, "bias": b, "r2": None} for n, s, b in lines],
+            "phases": [
+                {"name": n, "slope": s, "bias": b, "r2": None, **({"quadratic": q[0]} if q else {})}
+                for n, s, b, *q in lines
+            ],
             "phase_at_max_batch_size": lines[-1][0],
         },
         "memory_headroom_fraction": headroom,
@@ -125,6 +129,24 @@ MODEL_CASES = [
         ),
         [1, 16, 682, 683, 1000, 15625, 15626, 20000],
     ),
+    # a contrastive loss: the optimizer's line up to 352 samples, then a batch × batch logits
+    # matrix's quadratic (20 B × b² + 17 KiB × b + 10.5 MiB); time trusted up to the largest timed
+    (
+        {
+            **document_models(
+                (0.0618, -2.37),
+                (17408.0, 11010048.0),
+                1 << 30,
+                measured=(256, 512, 1024),
+                phases=[
+                    ("optimizer", 5120.0, 17825792.0),
+                    ("forward_backward", 17408.0, 11010048.0, 20.0),
+                ],
+            ),
+            "trusted_range": [256, 1024],
+        },
+        [1, 256, 352, 353, 1024, 1025, 6489, 6490, 10**5],
+    ),
     # gradient accumulation: four micro-batches of b samples per iteration
     ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "micro_batches": 4}, [1, 64, 1000]),
 ]
@@ -145,6 +167,18 @@ def test_predictions_match_the_engine(nvim):
         assert got.keys() == expected.keys(), (b, got, engine)
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-12, abs=0), (key, b, got, engine)
+
+
+def test_what_ends_the_trusted_range_is_named_alike(nvim):
+    cases = [models for models, _ in MODEL_CASES]
+    lua = nvim.exec_lua(
+        "local models = require('skyline.models')\n"
+        "return vim.tbl_map(function(m) return models.trusted_range_end(m) end, ...)",
+        [as_lua_receives(models) for models in cases],
+    )
+    engine = [BatchSizeModels.from_dict(models, _capacity(models)).trusted_range_end for models in cases]
+    assert lua == engine
+    assert len(set(engine)) == 2  # lines, and a quadratic
 
 
 def _capacity(models):

@@ -176,10 +176,11 @@ local function warn_if_unreliable(prediction)
   if prediction.extrapolated then
     util.warn(
       string.format(
-        'batch size %s is outside the trusted range (%s-%s: up to 4× the largest measured): the prediction is an extrapolation',
+        'batch size %s is outside the trusted range (%s-%s: up to %s): the prediction is an extrapolation',
         format.integer(prediction.batch_size),
         format.integer(low),
-        format.integer(high)
+        format.integer(high),
+        models.trusted_range_end(state.models)
       )
     )
   end

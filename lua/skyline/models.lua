@@ -4,14 +4,27 @@
 -- shows its numbers at once, without a round trip to the engine.
 local M = {}
 
---- The predicted peak memory at batch size `b`: the highest of the model's lines (`phases`).
+--- The predicted peak memory at batch size `b`: the highest of the model's curves (`phases`),
+--- each `quadratic * b^2 + slope * b + bias` (`quadratic` absent or 0 for a line), computed as the
+--- engine does so that both give the same bytes.
 function M.peak_memory(memory, b)
   local lines = (memory.phases and #memory.phases > 0) and memory.phases or { memory }
   local peak = -math.huge
   for _, line in ipairs(lines) do
-    peak = math.max(peak, line.slope * b + line.bias)
+    peak = math.max(peak, ((line.quadratic or 0) * b + line.slope) * b + line.bias)
   end
   return peak
+end
+
+--- What ends the trusted range (`models.trusted_range`), as a message names it: the engine's
+--- BatchSizeModels.trusted_range_end.
+function M.trusted_range_end(models)
+  for _, line in ipairs(models.peak_memory_bytes.phases or {}) do
+    if (line.quadratic or 0) > 0 then
+      return 'the largest measured: memory grows with the batch size squared'
+    end
+  end
+  return '4× the largest measured'
 end
 
 --- Whether the run-time line predicts anything: it grows with the batch size and fits the

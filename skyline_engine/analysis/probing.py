@@ -14,7 +14,7 @@ from typing import Callable
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.batch_models import TRUSTED_FACTOR
-from skyline_engine.predict.peak_memory import PER_OPERATION, fit_peak_memory
+from skyline_engine.predict.peak_memory import PER_OPERATION, PeakMemoryModel, fit_peak_memory
 
 PROBES = 3
 # Each out-of-memory probe costs an iteration; after this many, larger batch sizes are abandoned.
@@ -76,7 +76,7 @@ class Probing:
             fits = model.largest_within(self.usable)
             if fits is not None:
                 target = min(target, fits)
-            if target <= largest or target * seconds_per_sample > budget_s:
+            if target <= largest or self._seconds_at(target, model, seconds_per_sample) > budget_s:
                 return
             self.progress(f"measuring the memory of batch size {target}", 0.6)
             if not self._measure_memory_only(target):
@@ -88,11 +88,25 @@ class Probing:
         the trusted range and one iteration there is affordable: planning for a capacity then
         answers with a measured batch size, not an extrapolation."""
         known = {**self.memory, **self.memory_only}
-        limit = fit_peak_memory(list(known), list(known.values())).largest_within(self.usable)
-        if limit is None or limit <= TRUSTED_FACTOR * max(known) or limit * seconds_per_sample > budget_s:
+        model = fit_peak_memory(list(known), list(known.values()))
+        limit = model.largest_within(self.usable)
+        if (
+            limit is None
+            or limit <= TRUSTED_FACTOR * max(known)
+            or self._seconds_at(limit, model, seconds_per_sample) > budget_s
+        ):
             return
         self.progress(f"measuring the memory of batch size {limit}, the largest predicted to fit", 0.65)
         self._measure_memory_only(limit)
+
+    def _seconds_at(self, batch_size: int, model: PeakMemoryModel, seconds_per_sample: float) -> float:
+        """One iteration's predicted time at `batch_size`: the user's time per sample, times the
+        growth of the memory per sample where it grows (tensors of batch × batch: a contrastive
+        loss's work grows with the batch size squared as its memory does, and a time per sample
+        from the user's batch size put a 20 GiB iteration that took 100 s at 1.2 s)."""
+        users = self.memory[self.user_batch_size].peak_bytes / self.user_batch_size
+        growth = model(batch_size) / batch_size / users if users > 0 else 1.0
+        return batch_size * seconds_per_sample * max(1.0, growth)
 
     def _measure_memory_only(self, batch_size: int) -> bool:
         try:

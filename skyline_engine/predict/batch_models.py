@@ -7,7 +7,8 @@ is the upper envelope of per-operation lines (predict/peak_memory.py), not one l
 peaks.
 
 What the models say is trusted between the smallest measured batch size and TRUSTED_FACTOR times
-the largest: a prediction outside says `extrapolated`. No prediction carries an impossible number:
+the largest (the largest itself where memory grows with the batch size squared): a prediction
+outside says `extrapolated`. No prediction carries an impossible number:
 where the run-time line is not positive, or does not grow with the batch size at all, no time and
 no throughput is predicted.
 """
@@ -22,6 +23,7 @@ from typing import Any
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PeakMemoryModel, fit_peak_memory
+from skyline_engine.units import format_bytes
 
 # Memory kept free when deciding what fits: the device needs some for itself (CUDA context,
 # allocator fragmentation, the interpreter on CPU), which a tensor-level peak does not show.
@@ -78,6 +80,9 @@ class BatchSizeModels:
     memory_batch_sizes: tuple[int, ...]  # whose memory was measured: the timed ones, and more
     headroom_fraction: float = MEMORY_HEADROOM_FRACTION
     micro_batches: int = 1  # of `batch_size` samples each, per iteration (gradient accumulation)
+    # Each timed batch size's measured throughput, in the order of `measured_batch_sizes` (empty
+    # when not known: then the run-time line alone decides).
+    measured_samples_per_second: tuple[float, ...] = ()
 
     @classmethod
     def fit(
@@ -90,13 +95,16 @@ class BatchSizeModels:
     ) -> BatchSizeModels:
         """Run time from the timed `batch_sizes`; peak memory from every batch size whose memory
         was measured (the timed ones, and memory-only probes beyond them)."""
+        times = dict(zip(batch_sizes, run_times_ms))
+        measured = tuple(sorted(times))
         return cls(
             fit_line(batch_sizes, run_times_ms),
             fit_peak_memory(list(memory), list(memory.values())),
             capacity,
-            tuple(sorted(set(batch_sizes))),
+            measured,
             tuple(sorted(memory)),
             micro_batches=micro_batches,
+            measured_samples_per_second=tuple(micro_batches * b / times[b] * 1000.0 for b in measured),
         )
 
     @classmethod
@@ -106,6 +114,11 @@ class BatchSizeModels:
         Raises KeyError, TypeError or ValueError when `models` is not such a dict."""
         line = models["run_time_ms"]
         r2 = line.get("r2")
+        measured = sorted({int(s["batch_size"]) for s in models["samples"]})
+        # Each sample's throughput; none when a sample lacks it (a document written by hand).
+        rates = {int(s["batch_size"]): s.get("samples_per_second") for s in models["samples"]}
+        if any(rate is None for rate in rates.values()):
+            rates = {}
         return cls(
             run_time=LinearModel(
                 slope=float(line["slope"]),
@@ -116,12 +129,13 @@ class BatchSizeModels:
             ),
             peak_memory=PeakMemoryModel.from_dict(models["peak_memory_bytes"]),
             memory_capacity_bytes=int(memory_capacity_bytes),
-            measured_batch_sizes=tuple(sorted({int(s["batch_size"]) for s in models["samples"]})),
+            measured_batch_sizes=tuple(measured),
             memory_batch_sizes=tuple(
                 sorted({int(s["batch_size"]) for s in [*models["samples"], *models["memory_samples"]]})
             ),
             headroom_fraction=float(models["memory_headroom_fraction"]),
             micro_batches=int(models.get("micro_batches", 1)),
+            measured_samples_per_second=tuple(float(rates[b]) for b in measured) if rates else (),
         )
 
     @property
@@ -130,7 +144,19 @@ class BatchSizeModels:
 
     @property
     def trusted_range(self) -> tuple[int, int]:
-        return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[-1]
+        """From the smallest timed batch size to TRUSTED_FACTOR times the largest, or to the
+        largest itself where memory grows with the batch size squared: the operations on those
+        batch × batch tensors take time that grows the same way, which the run-time line cannot
+        follow (a CLIP loss's line over 256-1,024 samples said 202 ms at 4,096; it took 826)."""
+        largest = self.measured_batch_sizes[-1]
+        return self.measured_batch_sizes[0], largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest
+
+    @property
+    def trusted_range_end(self) -> str:
+        """What ends the trusted range, as a message names it."""
+        if self.peak_memory.quadratic:
+            return "the largest measured: memory grows with the batch size squared"
+        return f"{TRUSTED_FACTOR}× the largest measured"
 
     @property
     def time_predictable(self) -> bool:
@@ -189,12 +215,24 @@ class BatchSizeModels:
         the bias is positive (fixed costs get shared) and falls when it is negative. None when
         time does not grow with the batch size, or nothing fits."""
         largest = self.max_batch_size()
-        low, high = self.trusted_range
+        high = self.trusted_range[1]
         if not self.time_predictable or largest == 0:
             return None
         if self.run_time.bias < 0:
-            return min(low, largest) if largest is not None else low
+            return self._fastest_measured(largest)
         return min(high, largest) if largest is not None else high
+
+    def _fastest_measured(self, largest: int | None) -> int:
+        """Where throughput falls with the batch size: the timed batch size that fits with the
+        highest measured throughput (the line says the smallest, but measurements a few percent
+        apart decide; recommending the smallest while the user's measured faster read "use 256,
+        6% slower than yours"), else what fits below them all."""
+        rates = self.measured_samples_per_second or [-b for b in self.measured_batch_sizes]  # else the smallest
+        fitting = [(rate, b) for b, rate in zip(self.measured_batch_sizes, rates) if largest is None or b <= largest]
+        if fitting:
+            return max(fitting)[1]
+        low = self.measured_batch_sizes[0]
+        return low if largest is None else min(low, largest)
 
     def predicted_max_samples_per_second(self) -> float | None:
         """The throughput at `best_batch_size`."""
@@ -225,7 +263,7 @@ class BatchSizeModels:
             notes.append(
                 "Iteration time grows faster than the batch size over the measured range (the run-time "
                 "line has a negative intercept), so throughput is predicted to fall at larger batch sizes: "
-                "prefer the smallest measured batch size, and re-run on a quiet machine to confirm it."
+                "prefer the fastest measured batch size, and re-run on a quiet machine to confirm it."
             )
         if self.time_predictable and self.run_time.max_relative_residual > CURVED_RESIDUAL:
             notes.append(
@@ -240,6 +278,14 @@ class BatchSizeModels:
                 f"{self.peak_memory.max_relative_residual:.0%}: memory does not grow in a straight line with the "
                 "batch size here (allocations that depend on it, or memory kept from earlier iterations), so "
                 "predicted peaks, and the largest batch size that fits, can be off by as much or more."
+            )
+        if self.peak_memory.quadratic:
+            squared = max(line.quadratic for line in self.peak_memory.lines)
+            notes.append(
+                f"Peak memory grows with the square of the batch size ({format_bytes(squared)} × batch size²: a "
+                "batch × batch tensor, as a loss comparing every sample with every other makes), and the time of "
+                "the operations on it likely does too, which the run-time line cannot follow: predictions beyond "
+                f"the largest timed batch size ({self.measured_batch_sizes[-1]:,}) are marked extrapolated."
             )
         if self.max_batch_size_extrapolated():
             largest, measured = self.max_batch_size() or 0, self.memory_batch_sizes[-1]

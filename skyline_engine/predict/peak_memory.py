@@ -9,11 +9,19 @@ optimizer step at small batch sizes and hardly grows, and in the backward pass a
 line through the peaks at 16, 32 and 64 predicted a largest batch size 9 times too large, while
 the highest of the per-operation lines is exact there.
 
-So each operation's bytes are fitted with a line over the measured batch sizes, and the peak at
-batch size b is the upper envelope: the maximum over those lines. Only the lines that are the
-maximum somewhere at b >= 1 matter (a few, usually); they are kept, each named by the phase of
-the iteration its operation belongs to. When the operations differ between batch sizes (control
-flow that depends on the batch size), one line per phase, through the phase's peaks, stands in.
+Some tensors grow with the square of the batch size: a contrastive loss (CLIP, SimCLR, in-batch
+negatives) compares every sample with every other, a batch × batch matrix. Lines through a CLIP
+iteration's operations missed its measured peaks by 58 % and put the largest batch size that fits
+6 times too high. So an operation whose bytes a line misses, where four batch sizes or more were
+measured, gets a quadratic when that reproduces all of them (memory is counted exactly: the fourth
+batch size checks the three coefficients).
+
+So each operation's bytes are fitted with a curve over the measured batch sizes, and the peak at
+batch size b is the upper envelope: the maximum over those curves. Only the curves that are the
+maximum at some whole batch size matter (a few, usually); they are kept, each named by the phase
+of the iteration its operation belongs to. When the operations differ between batch sizes
+(control flow that depends on the batch size), one line per phase, through the phase's peaks,
+stands in.
 """
 
 from __future__ import annotations
@@ -29,27 +37,50 @@ from skyline_engine.measure.memory import MemoryProfile
 
 PER_OPERATION = "per_operation"
 PER_PHASE = "per_phase"
+# An operation's bytes are on a line (or a quadratic) when it misses none of them by more than
+# this share of the operation's largest: the probes' settling criterion (analysis/probing.py).
+EXACT_SHARE = 0.01
+# A quadratic has three coefficients: it is checked only by a fourth batch size.
+QUADRATIC_POINTS = 4
 
 
 @dataclass(frozen=True)
-class MemoryLine:
-    """bytes = slope * batch_size + bias, at one operation (or one phase) of the iteration."""
+class MemoryCurve:
+    """bytes = quadratic * batch_size² + slope * batch_size + bias, at one operation (or one phase)
+    of the iteration; `quadratic` is 0 but where tensors grow with the batch size squared."""
 
     phase: str
     slope: float
     bias: float
     r2: float | None  # None with two batch sizes: a line through two points cannot be judged
+    quadratic: float = 0.0
 
     def __call__(self, batch_size: float) -> float:
-        return self.slope * batch_size + self.bias
+        return (self.quadratic * batch_size + self.slope) * batch_size + self.bias
+
+    @property
+    def steepness(self) -> tuple[float, float]:
+        """How the curve ranks at ever larger batch sizes: the steeper holds on a tie."""
+        return self.quadratic, self.slope
+
+    def largest_within(self, limit_bytes: float) -> float | None:
+        """The batch size beyond which the curve exceeds `limit_bytes`; None when it never does."""
+        if self.quadratic > 0:
+            # The larger root of quadratic·b² + slope·b + (bias − limit) = 0 (the curve is convex).
+            c = self.bias - limit_bytes
+            discriminant = self.slope * self.slope - 4 * self.quadratic * c
+            return (-self.slope + math.sqrt(max(discriminant, 0.0))) / (2 * self.quadratic)
+        if self.slope > 0:
+            return (limit_bytes - self.bias) / self.slope
+        return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.phase, "slope": self.slope, "bias": self.bias, "r2": self.r2}
+        return {"name": self.phase, "slope": self.slope, "bias": self.bias, "r2": self.r2, "quadratic": self.quadratic}
 
 
 @dataclass(frozen=True)
 class PeakMemoryModel:
-    lines: tuple[MemoryLine, ...]  # the upper envelope at batch sizes >= 1, by rising slope
+    lines: tuple[MemoryCurve, ...]  # the upper envelope at whole batch sizes >= 1, by where each first holds
     fitted: str  # PER_OPERATION or PER_PHASE
     points: int  # batch sizes measured
     max_relative_residual: float  # of the envelope against the measured peaks
@@ -57,46 +88,58 @@ class PeakMemoryModel:
     def __call__(self, batch_size: float) -> float:
         return max(line(batch_size) for line in self.lines)
 
-    def line_at(self, batch_size: float) -> MemoryLine:
-        """The line that holds the peak at `batch_size` (the steeper one on a tie)."""
-        return max(reversed(self.lines), key=lambda line: line(batch_size))
+    @property
+    def quadratic(self) -> bool:
+        """Whether some of the peak grows with the square of the batch size."""
+        return any(line.quadratic > 0 for line in self.lines)
 
-    def held_ranges(self, up_to: int | None = None) -> list[tuple[int, int | None] | None]:
-        """Per line, the whole batch sizes at which it holds the peak, `(first, last)`: `last` is
-        None for the line that holds from `first` on (the steepest, or the one holding at `up_to`),
-        and a line that holds at no whole batch size (overtaken between two, or only beyond
-        `up_to`: nearly parallel lines can cross at 10^12) has None. The steeper line holds on a
-        tie, as in `line_at`."""
-        starts = [1]
-        for flatter, steeper in zip(self.lines, self.lines[1:]):
-            starts.append(max(starts[-1], 1, math.ceil(_overtakes_at(flatter, steeper))))
-        beyond = len(starts)  # the first line that holds only beyond `up_to`
+    def line_at(self, batch_size: float) -> MemoryCurve:
+        """The curve that holds the peak at `batch_size` (the steeper one on a tie)."""
+        return max(self.lines, key=lambda line: (line(batch_size), line.steepness))
+
+    def segments(self, up_to: int | None = None) -> list[tuple[int, int | None, MemoryCurve]]:
+        """Which curve holds the peak at which whole batch sizes: `(first, last, curve)` in order,
+        `last` None for the one that holds from `first` on (the last, or the one holding at
+        `up_to`: nearly parallel lines can cross at 10^12, beyond anything that fits). A curve
+        overtaken between two whole batch sizes holds at none; one that a steeper line overtakes
+        for a while and that takes over again (a quadratic) holds twice."""
+        points = _where_the_holder_may_change(self.lines)
         if up_to is not None and up_to >= 1:
-            beyond = next((i for i, start in enumerate(starts) if start > up_to), beyond)
-        ranges: list[tuple[int, int | None] | None] = []
-        for i, first in enumerate(starts[:beyond]):
-            last = starts[i + 1] - 1 if i + 1 < beyond else None
-            ranges.append(None if last is not None and last < first else (first, last))
-        return ranges + [None] * (len(starts) - beyond)
+            points = [b for b in points if b <= up_to] or [1]
+        # Every curve at every point at once (a curve's terms: b², b, 1); of equal values the
+        # first, so the curves go steepest first, as line_at breaks ties.
+        by_steepness = sorted(self.lines, key=lambda line: line.steepness, reverse=True)
+        coefficients = np.array([(line.quadratic, line.slope, line.bias) for line in by_steepness])
+        at = np.array(points, dtype=np.float64)
+        values = np.stack([at * at, at, np.ones_like(at)], axis=1) @ coefficients.T
+        segments: list[tuple[int, MemoryCurve]] = []
+        for b, index in zip(points, values.argmax(axis=1)):
+            holder = by_steepness[index]
+            if not segments or segments[-1][1] is not holder:
+                segments.append((b, holder))
+        ends: list[int | None] = [start - 1 for start, _ in segments[1:]]
+        return [(start, end, holder) for (start, holder), end in zip(segments, [*ends, None])]
 
     def largest_within(self, limit_bytes: float) -> int | None:
-        """The largest batch size whose predicted peak is within `limit_bytes`: None when no line
+        """The largest batch size whose predicted peak is within `limit_bytes`: None when no curve
         grows with the batch size (nothing bounds it), 0 when not even batch size 1 fits."""
         if self(1) > limit_bytes:
             return 0
-        growing = [line for line in self.lines if line.slope > 0]
-        if not growing:
+        # Each curve is below the limit from 1 up to where it crosses it (a quadratic is convex).
+        limits = [limit for line in self.lines if (limit := line.largest_within(limit_bytes)) is not None]
+        if not limits:
             return None
-        return max(1, min(math.floor((limit_bytes - line.bias) / line.slope) for line in growing))
+        return max(1, math.floor(min(limits)))
 
     def to_dict(self, max_batch_size: int | None, largest_measured: int) -> dict[str, Any]:
-        """The document's `models.peak_memory_bytes`: the envelope's lines, and as `slope`, `bias`
-        and `r2` the line that decides the largest batch size that fits (the one holding the peak
-        at the largest measured batch size when nothing bounds it)."""
+        """The document's `models.peak_memory_bytes`: the envelope's curves, and as `slope`, `bias`,
+        `quadratic` and `r2` the curve that decides the largest batch size that fits (the one
+        holding the peak at the largest measured batch size when nothing bounds it)."""
         deciding = self.line_at(max_batch_size if max_batch_size else largest_measured)
         return {
             "slope": deciding.slope,
             "bias": deciding.bias,
+            "quadratic": deciding.quadratic,
             "r2": deciding.r2,
             "max_relative_residual": self.max_relative_residual,
             "points": self.points,
@@ -110,7 +153,13 @@ class PeakMemoryModel:
         """The model again from a document's `models.peak_memory_bytes` (the inverse of to_dict).
         Raises KeyError, TypeError or ValueError when it is not such a dict."""
         lines = tuple(
-            MemoryLine(str(p["name"]), float(p["slope"]), float(p["bias"]), _optional_float(p.get("r2")))
+            MemoryCurve(
+                str(p["name"]),
+                float(p["slope"]),
+                float(p["bias"]),
+                _optional_float(p.get("r2")),
+                float(p.get("quadratic", 0.0)),  # absent from documents of lines only
+            )
             for p in fields["phases"]
         )
         if not lines:
@@ -119,7 +168,7 @@ class PeakMemoryModel:
 
 
 def fit_peak_memory(batch_sizes: Sequence[int], profiles: Sequence[MemoryProfile]) -> PeakMemoryModel:
-    """The envelope of per-operation lines through `profiles` measured at `batch_sizes` (at least
+    """The envelope of per-operation curves through `profiles` measured at `batch_sizes` (at least
     two distinct); per phase when the profiles' operations differ."""
     if len(set(batch_sizes)) < 2:
         raise ValueError("the peak-memory model needs at least two distinct batch sizes")
@@ -136,8 +185,9 @@ def fit_peak_memory(batch_sizes: Sequence[int], profiles: Sequence[MemoryProfile
         columns = [[peak.get(name, p.peak_bytes) for name in names] for peak, p in zip(peaks, profiles)]
         phases = names
         fitted = PER_PHASE
-    lines = _fit_lines(np.asarray(batch_sizes, dtype=np.float64), np.asarray(columns, dtype=np.float64), phases)
-    envelope = _upper_envelope(lines)
+    x, y = np.asarray(batch_sizes, dtype=np.float64), np.asarray(columns, dtype=np.float64)
+    curves = _fit_curves(x, y, phases) if fitted == PER_OPERATION else _fit_lines(x, y, phases)
+    envelope = _upper_envelope(curves)
     measured = [max(line(b) for line in envelope) for b in batch_sizes]
     residuals = [abs(m - p.peak_bytes) / p.peak_bytes for m, p in zip(measured, profiles) if p.peak_bytes]
     return PeakMemoryModel(tuple(envelope), fitted, len(batch_sizes), max(residuals, default=0.0))
@@ -150,7 +200,42 @@ def _phase_peaks(profile: MemoryProfile) -> dict[str, int]:
     return peaks
 
 
-def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[MemoryLine]:
+def _fit_curves(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[MemoryCurve]:
+    """A line through each column of `y` (samples × columns) against `x`, or a quadratic where the
+    line misses and a quadratic, checked by a fourth batch size or more, does not."""
+    lines = _fit_lines(x, y, phases)
+    if len(np.unique(x)) < QUADRATIC_POINTS:
+        return lines
+    slopes = np.array([line.slope for line in lines])
+    biases = np.array([line.bias for line in lines])
+    missed = ~_within_exact_share(y, np.outer(x, slopes) + biases)
+    if not missed.any():
+        return lines
+    # Coefficients of the batch size scaled to at most 1, so that b² and 1 are of like size.
+    scale = float(x.max())
+    design = np.stack([(x / scale) ** 2, x / scale, np.ones_like(x)], axis=1)
+    (a, s, c), *_ = np.linalg.lstsq(design, y[:, missed], rcond=None)
+    quadratic, slope = a / scale**2, s / scale
+    fitted = np.outer(x**2, quadratic) + np.outer(x, slope) + c
+    holds = (quadratic > 0) & _within_exact_share(y[:, missed], fitted)
+    r2 = _r2(y[:, missed], fitted)
+    curves = list(lines)
+    for column, index in enumerate(int(i) for i in np.flatnonzero(missed)):
+        if holds[column]:
+            curves[index] = MemoryCurve(
+                phases[index], float(slope[column]), float(c[column]), r2[column], float(quadratic[column])
+            )
+    return curves
+
+
+def _within_exact_share(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+    """Per column, whether `fitted` misses no sample by more than EXACT_SHARE of the column's
+    largest bytes."""
+    within: np.ndarray = (np.abs(y - fitted) <= EXACT_SHARE * np.abs(y).max(axis=0)).all(axis=0)
+    return within
+
+
+def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[MemoryCurve]:
     """Least-squares lines through each column of `y` (samples × columns) against `x`."""
     design = np.stack([x, np.ones_like(x)], axis=1)
     (slopes, biases), *_ = np.linalg.lstsq(design, y, rcond=None)
@@ -161,20 +246,45 @@ def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[Memo
     slopes, biases = np.where(flat, 0.0, slopes), np.where(flat, y[0], biases)
     r2: list[float | None] = [None] * y.shape[1]
     if len(x) >= 3:
-        residual = ((y - (np.outer(x, slopes) + biases)) ** 2).sum(axis=0)
-        total = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-        # Rounding leaves a residual of ~1e-20 where every sample holds the same bytes: below
-        # this, a residual or a spread is none.
-        none = 1e-12 * (y**2).sum(axis=0) + 1e-9
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = np.where(total > none, 1.0 - residual / total, np.where(residual > none, 0.0, 1.0))
-        r2 = [float(v) for v in values]
-    return [MemoryLine(phase, float(s), float(b), r) for phase, s, b, r in zip(phases, slopes, biases, r2)]
+        r2 = list(_r2(y, np.outer(x, slopes) + biases))
+    return [MemoryCurve(phase, float(s), float(b), r) for phase, s, b, r in zip(phases, slopes, biases, r2)]
 
 
-def _upper_envelope(lines: list[MemoryLine]) -> list[MemoryLine]:
+def _r2(y: np.ndarray, fitted: np.ndarray) -> list[float]:
+    """Per column, the coefficient of determination of `fitted` against `y`."""
+    residual = ((y - fitted) ** 2).sum(axis=0)
+    total = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
+    # Rounding leaves a residual of ~1e-20 where every sample holds the same bytes: below this, a
+    # residual or a spread is none.
+    none = 1e-12 * (y**2).sum(axis=0) + 1e-9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(total > none, 1.0 - residual / total, np.where(residual > none, 0.0, 1.0))
+    return [float(v) for v in values]
+
+
+def _upper_envelope(curves: list[MemoryCurve]) -> list[MemoryCurve]:
+    """The curves that hold the peak at some whole batch size >= 1, by where each first holds.
+
+    The lines' envelope is found exactly, and cheaply, first (there is one line per operation:
+    thousands); a quadratic below another in all three coefficients never holds. What remains,
+    a few curves, is swept at every whole batch size where two of them may cross."""
+    lines = _lines_envelope([curve for curve in curves if curve.quadratic == 0])
+    quadratics = _undominated([curve for curve in curves if curve.quadratic > 0])
+    if not quadratics:
+        return lines
+    model = PeakMemoryModel(tuple(lines + quadratics), PER_OPERATION, 0, 0.0)
+    holders: list[MemoryCurve] = []
+    for _, _, holder in model.segments():
+        if all(holder is not known for known in holders):
+            holders.append(holder)
+    return holders
+
+
+def _lines_envelope(lines: list[MemoryCurve]) -> list[MemoryCurve]:
     """The lines that are the maximum somewhere at batch sizes >= 1, by rising slope: from the
     highest at 1, repeatedly the steeper line that overtakes the current one first."""
+    if not lines:
+        return []
     current = max(lines, key=lambda line: (line(1), line.slope))
     envelope = [current]
     at = 1.0
@@ -188,9 +298,55 @@ def _upper_envelope(lines: list[MemoryLine]) -> list[MemoryLine]:
         envelope.append(current)
 
 
-def _overtakes_at(flatter: MemoryLine, steeper: MemoryLine) -> float:
+def _overtakes_at(flatter: MemoryCurve, steeper: MemoryCurve) -> float:
     """The batch size at which `steeper` (a larger slope) reaches `flatter`."""
     return (flatter.bias - steeper.bias) / (steeper.slope - flatter.slope)
+
+
+def _undominated(curves: list[MemoryCurve]) -> list[MemoryCurve]:
+    """The curves that no other is at least as high as in every coefficient (nowhere higher than
+    it at batch sizes >= 0); of equal ones, the first."""
+    if not curves:
+        return []
+    coefficients = np.array([(c.quadratic, c.slope, c.bias) for c in curves])
+    kept = []
+    for i, row in enumerate(coefficients):
+        at_least = (coefficients >= row).all(axis=1)
+        higher = at_least & (coefficients > row).any(axis=1)
+        equal_before = at_least & (coefficients == row).all(axis=1) & (np.arange(len(curves)) < i)
+        if not (higher.any() or equal_before.any()):
+            kept.append(curves[i])
+    return kept
+
+
+def _where_the_holder_may_change(curves: Sequence[MemoryCurve]) -> list[int]:
+    """1, and around every batch size above it where two curves are equal: the whole batch
+    sizes from which on the curve holding the peak is constant up to the next one. At a crossing
+    b the holder may change at ceil(b) (beyond it, or on the tie at a whole b) and at floor(b) + 1
+    (strictly beyond a whole b)."""
+    points = {1}
+    for i, first in enumerate(curves):
+        for second in curves[i + 1 :]:
+            for crossing in _equal_at(first, second):
+                if 1 < crossing < 2**62:
+                    points.update((math.ceil(crossing), math.floor(crossing) + 1))
+    return sorted(points)
+
+
+def _equal_at(first: MemoryCurve, second: MemoryCurve) -> list[float]:
+    """The real batch sizes where the two curves are equal (none where they are the same curve)."""
+    a = first.quadratic - second.quadratic
+    b = first.slope - second.slope
+    c = first.bias - second.bias
+    if a == 0:
+        return [] if b == 0 else [-c / b]
+    discriminant = b * b - 4 * a * c
+    if discriminant < 0:
+        return []
+    root = math.sqrt(discriminant)
+    # The form that does not cancel (b and ±root of like sign would subtract to nothing).
+    q = -0.5 * (b + math.copysign(root, b))
+    return [q / a, c / q] if q != 0 else [0.0]
 
 
 def _optional_float(value: Any) -> float | None:

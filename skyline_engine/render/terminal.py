@@ -228,9 +228,7 @@ def _advice(doc: dict[str, Any]) -> str:
         )
     knee = models["throughput_knee_batch_size"]
     if knee is None:  # throughput does not rise with the batch size
-        return _use(
-            doc, best, "throughput does not rise with the batch size: the smallest measured is fastest per sample"
-        )
+        return _use(doc, best, "throughput falls at larger batch sizes: the fastest measured")
     low, high = models["trusted_range"]
     measured = max(sample["batch_size"] for sample in models["samples"])
     ceiling = high if largest is None else min(largest, high)
@@ -241,10 +239,11 @@ def _advice(doc: dict[str, Any]) -> str:
         )
     if largest is not None and largest <= high:
         return _use(doc, largest, "the largest predicted to fit: memory runs out before throughput levels off")
+    trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
     return _use(
         doc,
         high,
-        f"the largest of the trusted range (up to {high // measured}× {measured:,}, the largest measured);\n"
+        f"the largest of the trusted range (up to {trusted});\n"
         f"throughput still rises beyond it (90% of {approached} at {knee:,}):\n"
         f"profile with --batch-size {high} to measure further",
     )
@@ -383,7 +382,8 @@ def _largest_fit(doc: dict[str, Any]) -> str:
     kept = f"{models['memory_headroom_fraction']:.0%} of memory kept free"
     set_by = f"set by {_phase(doc, phase)}"
     if models["max_batch_size_extrapolated"]:
-        high = models["trusted_range"][1]
+        # What is known to fit: the trusted range, or a batch size whose memory was measured beyond it.
+        high = max([models["trusted_range"][1], *(s["batch_size"] for s in models["memory_samples"])])
         return f"more than {high:,}: the memory model says {largest:,}, {set_by}, far beyond the measurements ({kept})"
     return f"{largest:,}, {set_by} ({kept})"
 
@@ -428,8 +428,7 @@ def _models(doc: dict[str, Any]) -> str:
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
     memory_lines = [
-        f"{format_bytes(line['slope'])} × batch size {_signed(line['bias'], format_bytes)} "
-        f"(in {_phase(doc, line['name'])}{_held(batch_sizes)})"
+        f"{_curve(line)} (in {_phase(doc, line['name'])}{_held(batch_sizes)})"
         for line, batch_sizes in _lines_that_hold(mem, models["max_batch_size"])
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
@@ -442,20 +441,30 @@ def _models(doc: dict[str, Any]) -> str:
     )
 
 
+def _curve(line: dict[str, Any]) -> str:
+    """`5.0 KiB × batch size + 17.0 MiB`, or `21 B × batch size² + 5.0 KiB × batch size + 17.0 MiB`
+    where tensors grow with the batch size squared."""
+    bias = _signed(line["bias"], format_bytes)
+    if not line.get("quadratic"):
+        return f"{format_bytes(line['slope'])} × batch size {bias}"
+    return f"{format_bytes(line['quadratic'])} × batch size² {_signed(line['slope'], format_bytes)} × batch size {bias}"
+
+
 def _lines_that_hold(
     memory: dict[str, Any], largest_that_fits: int | None
 ) -> list[tuple[dict[str, Any], tuple[int, int | None] | None]]:
-    """The memory model's lines that hold the peak at some whole batch size up to the largest
-    that fits, with where they hold it (None for a model of one line): a line that takes over only
-    beyond it (nearly parallel lines cross at 10^12) or between two batch sizes plans nothing."""
+    """The memory model's curves in the order they hold the peak at whole batch sizes up to the
+    largest that fits, with where they hold it (None for a model of one curve): a line that takes
+    over only beyond it (nearly parallel lines cross at 10^12) or between two batch sizes plans
+    nothing."""
     lines = memory["phases"]
     if len(lines) == 1:
         return [(lines[0], None)]
-    held = PeakMemoryModel.from_dict(memory).held_ranges(largest_that_fits)
-    holding: list[tuple[dict[str, Any], tuple[int, int | None] | None]] = [
-        (line, batch_sizes) for line, batch_sizes in zip(lines, held) if batch_sizes is not None
-    ]
-    return holding if len(holding) > 1 else [(holding[0][0], None)]
+    model = PeakMemoryModel.from_dict(memory)
+    segments = model.segments(largest_that_fits)
+    if len(segments) == 1:
+        return [(lines[model.lines.index(segments[0][2])], None)]
+    return [(lines[model.lines.index(curve)], (first, last)) for first, last, curve in segments]
 
 
 def _held(batch_sizes: tuple[int, int | None] | None) -> str:

@@ -222,7 +222,7 @@ class Dispatcher:
         return RESPONDED
 
     def _predict(self, params: dict[str, Any], respond: Respond) -> dict[str, Any]:
-        from skyline_engine.predict.batch_models import TRUSTED_FACTOR, BatchSizeModels  # numpy: only when asked
+        from skyline_engine.predict.batch_models import BatchSizeModels  # numpy: only when asked
 
         args = p.validate(params, PREDICT)
         latest = self._analyses().latest
@@ -243,8 +243,8 @@ class Dispatcher:
             )
         elif batch_size > high:
             warning = (
-                f"batch size {batch_size} is beyond the trusted range (up to {high}, {TRUSTED_FACTOR}× the largest "
-                "measured): the prediction is an extrapolation."
+                f"batch size {batch_size} is beyond the trusted range (up to {high}, {models.trusted_range_end}): "
+                "the prediction is an extrapolation."
             )
         return {"analysis_id": latest.analysis_id, **prediction.to_dict(), "warning": warning}
 
