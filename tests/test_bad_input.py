@@ -815,7 +815,7 @@ def test_iteration_that_fails_only_at_a_larger_batch_size(tmp_path):
         "fails-at-16",
         with_model(forward),
         path="model.py",
-        says=("ValueError: cannot handle 16 samples", "at batch size 16"),
+        says=("ValueError: cannot handle 16 samples", "at batch size 16, after it had run at batch sizes 4, 8"),
     )
     check(case, tmp_path)
 

@@ -83,6 +83,22 @@ def test_parameters_updated_by_hand_are_not_waited_for_an_optimizer():
     assert update["forward_ms"] > 0
 
 
+def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():
+    # torch.func.grad refuses saved-tensor hooks: the analysis failed at its first recorded
+    # iteration with "torch.func.{grad, vjp, jacrev, hessian} don't yet support saved tensor hooks".
+    doc = analysed("functional.py")
+    assert doc["models"] is not None and doc["iteration"]["run_time_ms"] > 0
+    assert any(w.startswith("torch.func's transforms (grad, vjp, jacrev) refuse") for w in doc["warnings"])
+    # The model's lines carry the forward and backward passes grad() runs; the update, its line.
+    body = line(doc, "model.py", 12)  # hidden = self.body(x)
+    assert body["forward_ms"] > 0 and body["backward_ms"] > 0
+    assert line(doc, "functional.py", 29)["forward_ms"] > 0  # p -= 0.01 * found[name]
+    # The next analysis in this process runs with hooks again: activations count by line.
+    manual = analysed("manual_update.py", predict=False)
+    assert not any("saved-tensor hooks" in w for w in manual["warnings"])
+    assert line(manual, "model.py", 12)["memory_bytes"] > 0
+
+
 def test_accumulated_micro_batches_count_in_the_throughput(accumulation):
     doc = accumulation
     it = doc["iteration"]

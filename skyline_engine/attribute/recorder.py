@@ -24,6 +24,7 @@ passes through it, forward, backward and optimizer alike. For each it records:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
+from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.memory import MemoryMeter, is_work
 
 FORWARD = "forward"
@@ -201,7 +203,7 @@ class OperationRecorder(TorchDispatchMode):
         self._module_call_count = 0
         self._users_module_types: dict[type, bool] = {}
         self._hooks: list[RemovableHandle]
-        self._saved_tensor_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._saved_tensor_hooks: contextlib.AbstractContextManager[Any]
         self._iteration_thread: int  # the thread that runs the iteration
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -216,6 +218,7 @@ class OperationRecorder(TorchDispatchMode):
             register_optimizer_step_pre_hook(self._enter_step),
             register_optimizer_step_post_hook(self._leave_step),
         ]
+        self._saved_tensor_hooks = saved_tensors.hooks(self._pack, _unpack)
         self._saved_tensor_hooks.__enter__()
         super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         return self

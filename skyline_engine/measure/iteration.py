@@ -27,6 +27,7 @@ from skyline_engine.entry.contract import INPUT_PROVIDER, ITERATION_PROVIDER, MO
 from skyline_engine.entry.loader import EntryPoint, user_code_error
 from skyline_engine.entry.user_frames import innermost_user_frame
 from skyline_engine.errors import EntryPointError, UserCodeError
+from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.allocator import pin_malloc_thresholds
 from skyline_engine.measure.compilation import (
     NOTHING_COMPILED,
@@ -201,7 +202,8 @@ class IterationRunner:
             )
         self._last_output: Any = None
         self.model.register_forward_hook(self._remember_output)
-        self._ran_once = False
+        self._ran_at: set[int] = set()  # the batch sizes the iteration ran at without an error
+        saved_tensors.allow()  # until this analysis's iteration refuses them (see warm_up)
         self._compiled: dict[int, CompilerWork] = {}  # by batch size, in the order they first compiled
         # Steady state reached (an optimizer stepped: its state exists), or sought and said to be out of reach.
         self._steady = not find_steady_state
@@ -254,15 +256,32 @@ class IterationRunner:
         state exists, nothing is tuned per shape, and the memory iteration comes before timing);
         cuDNN picks its algorithms per shape, so CUDA warms up at every batch size, and torch.compile
         compiles for new shapes, so a compiled model does too."""
-        if self._ran_once and self.device.type != "cuda" and not self._compiled:
+        if self._ran_at and self.device.type != "cuda" and not self._compiled:
             return math.inf
         with counting_steps() as steps:
+            if not self._ran_at:
+                self._first_run_under_saved_tensor_hooks(run)
             for _ in range(self.budget.warmup_iterations - 1):
                 run()
             last_ms = self.clock.time_ms(run)
         if not self._steady:
             self._steady = steps.count > 0 or self._until_an_optimizer_steps(run)
         return last_ms
+
+    def _first_run_under_saved_tensor_hooks(self, run: Run) -> None:
+        """The first iteration, under saved-tensor hooks that change nothing: where torch refuses
+        them (torch.func's transforms), the analysis runs without (measure/saved_tensors.py)."""
+        try:
+            with saved_tensors.unchanged():
+                run()
+        except UserCodeError as error:
+            if not saved_tensors.refuse(error):
+                raise
+            self.notes.append(
+                "torch.func's transforms (grad, vjp, jacrev) refuse autograd's saved-tensor hooks, through which "
+                "Skyline counts the activations each line keeps for the backward pass: the lines' memory leaves "
+                "them out (they count as untracked)."
+            )
 
     def _until_an_optimizer_steps(self, run: Run) -> bool:
         """Steady state needs the optimizer's state, made by its first step; a GradScaler skips the
@@ -377,7 +396,7 @@ class IterationRunner:
             self._note_compiled(batch_size, compiler_work() - before)
         if out_of_memory is not None:
             raise out_of_memory
-        self._ran_once = True
+        self._ran_at.add(batch_size)
 
     def _note_compiled(self, batch_size: int, work: CompilerWork) -> None:
         if work != NOTHING_COMPILED:
@@ -389,8 +408,9 @@ class IterationRunner:
 
     def _iteration_error(self, exc: BaseException, batch_size: int) -> UserCodeError:
         where = f"the training iteration at batch size {batch_size}"
-        if self._ran_once:
-            where += ", after it had run at another batch size"
+        others = sorted(self._ran_at - {batch_size})
+        if others:
+            where += f", after it had run at batch size{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
         error = user_code_error(self.entry.files, where, exc, fallback=self.iteration)
         if isinstance(exc, TypeError) and innermost_user_frame(exc.__traceback__, self.entry.files) is None:
             # It failed before running a line of the user's: the inputs do not match its parameters.

@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.compilation import eager_replay
 
 
@@ -292,19 +293,9 @@ def measure_memory(
     without any, autograd saves some outputs through an extra `detach`, and the profiles of a
     recorded iteration and a measured one would not list the same operations."""
     meter = meter_for(device, live_tensors)
-    with eager_replay(), tracking_phases(meter), saved_unchanged(), MemoryTracker(meter):
+    with eager_replay(), tracking_phases(meter), saved_tensors.unchanged(), MemoryTracker(meter):
         run_iteration()
     return meter.profile()
-
-
-def saved_unchanged() -> contextlib.AbstractContextManager[Any]:
-    """Saved-tensor hooks that change nothing: an iteration run under them dispatches the same
-    operations as one recorded for the breakdown (see measure_memory)."""
-    return torch.autograd.graph.saved_tensors_hooks(_unchanged, _unchanged)
-
-
-def _unchanged(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def release_cached_memory(device: torch.device) -> None:

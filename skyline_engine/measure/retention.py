@@ -36,8 +36,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.compilation import eager_replay
-from skyline_engine.measure.memory import LiveTensors, StorageCounter, is_work, saved_unchanged
+from skyline_engine.measure.memory import LiveTensors, StorageCounter, is_work
 
 # The first iteration's survivors must outlive this many iterations in all (itself and two more).
 RETENTION_ITERATIONS = 3
@@ -109,7 +110,7 @@ def measure_retention(
     counter = StorageCounter(live_tensors) if device.type == "cpu" else None
     start = _alive(device, counter)
     mode = _NewStorages(counter)
-    with eager_replay(), saved_unchanged(), mode:
+    with eager_replay(), saved_tensors.unchanged(), mode:
         for i in range(iterations):
             if i:
                 mode.next_iteration()

@@ -1,0 +1,67 @@
+"""Saved-tensor hooks, where the user's iteration lets them run.
+
+The breakdown counts activations as autograd saves them (attribute/recorder.py), and the memory
+meters run hooks that change nothing so that they see the same operations as the recorder
+(measure/memory.py, measure/retention.py). torch.func's transforms (grad, vjp, jacrev, hessian)
+refuse to run under any saved-tensor hook: a functional training step (`torch.func.grad` of a
+`functional_call`) failed at its first recorded iteration. So the first warm-up iteration runs
+under hooks that change nothing (measure/iteration.py); when torch refuses them, every part runs
+without hooks for the rest of the analysis, and activations are not counted by line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+# What torch.func's RuntimeError says ("torch.func.{grad, vjp, jacrev, hessian} don't yet support
+# saved tensor hooks. ...").
+REFUSAL = "support saved tensor hooks"
+
+
+class _Switch:
+    """Whether this analysis's iteration refused the hooks (one analysis runs at a time in a process)."""
+
+    refused = False
+
+
+_SWITCH = _Switch()
+
+
+def hooks(
+    pack: Callable[[torch.Tensor], Any], unpack: Callable[[Any], torch.Tensor]
+) -> contextlib.AbstractContextManager[Any]:
+    """Autograd's saved-tensor hooks `pack` and `unpack`, or nothing where the iteration refuses them."""
+    if _SWITCH.refused:
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def unchanged() -> contextlib.AbstractContextManager[Any]:
+    """Saved-tensor hooks that change nothing: an iteration run under them dispatches the same
+    operations as one recorded for the breakdown (without any, autograd saves some outputs
+    through an extra `detach`)."""
+    return hooks(_same, _same)
+
+
+def refuse(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) is torch refusing saved-tensor hooks; if so, none run
+    from now on."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, RuntimeError) and REFUSAL in str(cause):
+            _SWITCH.refused = True
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def allow() -> None:
+    """Hooks run again (a new analysis: its iteration may allow them)."""
+    _SWITCH.refused = False
+
+
+def _same(tensor: Any) -> Any:
+    return tensor
