@@ -301,6 +301,16 @@ def process_gone(pid: int, timeout: float = WAIT_S) -> bool:
     return False
 
 
+def process_reaped(pid: int, timeout: float = WAIT_S) -> bool:
+    """Whether `pid` is gone and reaped by its parent (a zombie is not), within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def deeply_nested(depth: int) -> bytes:
     """[[[…[nil]…]]] as msgpack: `depth` arrays around a nil, one byte each."""
     return b"\x91" * depth + b"\xc0"

@@ -21,6 +21,7 @@ from service_client import (
     copy_project,
     deeply_nested,
     process_gone,
+    process_reaped,
     request_with_deep_params,
 )
 
@@ -170,6 +171,25 @@ def test_one_analysis_at_a_time_measures_on_the_device(connect, service):
     method, final = second.wait_final(waiting)
     assert method == "analysis", final
     assert process_gone(first_worker)
+
+
+def test_an_analysis_cancelled_while_it_waits_for_the_device_leaves_no_zombie(connect, service):
+    # Its worker was killed and never waited for: a zombie until the service ended (the fuzz
+    # tests found one among the service's children).
+    first, second = connect(), connect()
+    for client in (first, second):
+        client.initialize(token=service.token)
+    running = first.request("analyze", {"entry_point": SLOW})["analysis_id"]
+    first.wait_notification(lambda m, p: p.get("analysis_id") == running and p.get("phase") == "building the model")
+    waiting = second.request("analyze", {"entry_point": TINY})["analysis_id"]
+    second.wait_notification(lambda m, p: p.get("analysis_id") == waiting and m == "progress")
+    waiting_worker = second.request("status")["worker_pid"]
+    assert isinstance(waiting_worker, int), waiting_worker
+    assert second.request("cancel", {"analysis_id": waiting}) == {"cancelled": True}
+    assert second.wait_final(waiting)[1]["kind"] == "cancelled"
+    assert process_reaped(waiting_worker)
+    assert first.request("cancel", {"analysis_id": running}) == {"cancelled": True}
+    assert first.wait_final(running)[1]["kind"] == "cancelled"
 
 
 def test_two_clients_analyze_independently(connect, service):

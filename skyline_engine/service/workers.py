@@ -467,9 +467,12 @@ class Job:
             self.listener.on_error(self, Failure("internal", "internal error in the engine service; see its log."))
         finally:
             self.worker.close()
+            # Reaped (by _follow, normally) before the next analysis measures; one stopped while it
+            # waited for the device was only killed, and a kill that had not landed yet when close()
+            # polled it left a zombie for the service's life (the fuzz tests found one).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.worker.wait(EXIT_GRACE_S)
             if holding:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.worker.wait(EXIT_GRACE_S)  # reaped (by _follow, normally) before the next one measures
                 self.pool.device_slot.release()
             self.pool.release()
 
