@@ -581,6 +581,26 @@ def test_three_batch_sizes_never_give_a_quadratic_that_nothing_checks():
     measured = [256, 512, 1024]
     model = fit_peak_memory(measured, [quadratic_profile(b, CONTRASTIVE) for b in measured])
     assert not model.quadratic
+    # It is kept aside, unchecked: it rises above the lines where they put the limit.
+    steepest = max(model.unchecked, key=lambda curve: curve.quadratic)
+    assert (steepest.quadratic, steepest.slope, steepest.bias) == pytest.approx((20, 17 * KiB, 10 * MiB))
+    limit = model.largest_within(20 << 30)
+    assert model.may_rise_above(limit, 0.01)
+
+
+def test_a_large_baseline_hides_no_curve_and_makes_none():
+    # 2 GiB alive before the iteration (weights, or another program's tensors in the process):
+    # the logits' curve is 0.2 % of the peak at 128 samples, and still found; lines stay lines.
+    baseline = [(FORWARD_BACKWARD, 0, 0, 2 << 30)]
+    shifted = [(phase, q, s, b + (2 << 30)) for phase, q, s, b in CONTRASTIVE]
+    measured = [32, 64, 128]
+    three = fit_peak_memory(measured, [quadratic_profile(b, baseline + shifted) for b in measured])
+    assert three.unchecked and three.max_relative_residual < 0.01
+    four = fit_peak_memory([*measured, 512], [quadratic_profile(b, baseline + shifted) for b in [*measured, 512]])
+    assert four.quadratic and not four.unchecked
+    lines = [(FORWARD_BACKWARD, 0, 17 * KiB, 2 << 30), (OPTIMIZER, 0, 5 * KiB, 3 << 30)]
+    affine = fit_peak_memory(measured, [quadratic_profile(b, lines) for b in measured])
+    assert not affine.unchecked and not affine.quadratic
 
 
 def test_bytes_that_no_quadratic_follows_stay_on_a_line():

@@ -14,7 +14,8 @@ negatives) compares every sample with every other, a batch × batch matrix. Line
 iteration's operations missed its measured peaks by 58 % and put the largest batch size that fits
 6 times too high. So an operation whose bytes a line misses, where four batch sizes or more were
 measured, gets a quadratic when that reproduces all of them (memory is counted exactly: the fourth
-batch size checks the three coefficients).
+batch size checks the three coefficients). With three, the quadratic through them is kept aside,
+unchecked, for the probes to decide whether a fourth batch size is worth measuring.
 
 So each operation's bytes are fitted with a curve over the measured batch sizes, and the peak at
 batch size b is the upper envelope: the maximum over those curves. Only the curves that are the
@@ -38,7 +39,8 @@ from skyline_engine.measure.memory import MemoryProfile
 PER_OPERATION = "per_operation"
 PER_PHASE = "per_phase"
 # An operation's bytes are on a line (or a quadratic) when it misses none of them by more than
-# this share of the operation's largest: the probes' settling criterion (analysis/probing.py).
+# this share of how much they grow over the batch sizes measured (not of the bytes themselves:
+# weights, or any tensor alive before the iteration, would hide a curve under a large baseline).
 EXACT_SHARE = 0.01
 # A quadratic has three coefficients: it is checked only by a fourth batch size.
 QUADRATIC_POINTS = 4
@@ -84,6 +86,9 @@ class PeakMemoryModel:
     fitted: str  # PER_OPERATION or PER_PHASE
     points: int  # batch sizes measured
     max_relative_residual: float  # of the envelope against the measured peaks
+    # Quadratics through three batch sizes where a line misses an operation's bytes: unchecked (a
+    # fourth would check them), so not in the envelope; what the peak may become (analysis/probing.py).
+    unchecked: tuple[MemoryCurve, ...] = ()
 
     def __call__(self, batch_size: float) -> float:
         return max(line(batch_size) for line in self.lines)
@@ -92,6 +97,11 @@ class PeakMemoryModel:
     def quadratic(self) -> bool:
         """Whether some of the peak grows with the square of the batch size."""
         return any(line.quadratic > 0 for line in self.lines)
+
+    def may_rise_above(self, batch_size: float, share: float) -> bool:
+        """Whether an unchecked quadratic exceeds the predicted peak at `batch_size` by more than
+        `share` of it: then the lines' prediction there is not to be trusted unmeasured."""
+        return any(curve(batch_size) > (1 + share) * self(batch_size) for curve in self.unchecked)
 
     def line_at(self, batch_size: float) -> MemoryCurve:
         """The curve that holds the peak at `batch_size` (the steeper one on a tie)."""
@@ -186,11 +196,13 @@ def fit_peak_memory(batch_sizes: Sequence[int], profiles: Sequence[MemoryProfile
         phases = names
         fitted = PER_PHASE
     x, y = np.asarray(batch_sizes, dtype=np.float64), np.asarray(columns, dtype=np.float64)
-    curves = _fit_curves(x, y, phases) if fitted == PER_OPERATION else _fit_lines(x, y, phases)
+    curves, unchecked = _fit_curves(x, y, phases) if fitted == PER_OPERATION else (_fit_lines(x, y, phases), [])
     envelope = _upper_envelope(curves)
     measured = [max(line(b) for line in envelope) for b in batch_sizes]
     residuals = [abs(m - p.peak_bytes) / p.peak_bytes for m, p in zip(measured, profiles) if p.peak_bytes]
-    return PeakMemoryModel(tuple(envelope), fitted, len(batch_sizes), max(residuals, default=0.0))
+    return PeakMemoryModel(
+        tuple(envelope), fitted, len(batch_sizes), max(residuals, default=0.0), tuple(_undominated(unchecked))
+    )
 
 
 def _phase_peaks(profile: MemoryProfile) -> dict[str, int]:
@@ -200,38 +212,43 @@ def _phase_peaks(profile: MemoryProfile) -> dict[str, int]:
     return peaks
 
 
-def _fit_curves(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[MemoryCurve]:
+def _fit_curves(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> tuple[list[MemoryCurve], list[MemoryCurve]]:
     """A line through each column of `y` (samples × columns) against `x`, or a quadratic where the
-    line misses and a quadratic, checked by a fourth batch size or more, does not."""
+    line misses and a quadratic, checked by a fourth batch size or more, does not. And the
+    unchecked: with three batch sizes, the upward quadratics through the columns the lines miss."""
     lines = _fit_lines(x, y, phases)
-    if len(np.unique(x)) < QUADRATIC_POINTS:
-        return lines
+    distinct = len(np.unique(x))
+    if distinct < QUADRATIC_POINTS - 1:
+        return lines, []
     slopes = np.array([line.slope for line in lines])
     biases = np.array([line.bias for line in lines])
     missed = ~_within_exact_share(y, np.outer(x, slopes) + biases)
     if not missed.any():
-        return lines
+        return lines, []
     # Coefficients of the batch size scaled to at most 1, so that b² and 1 are of like size.
     scale = float(x.max())
     design = np.stack([(x / scale) ** 2, x / scale, np.ones_like(x)], axis=1)
     (a, s, c), *_ = np.linalg.lstsq(design, y[:, missed], rcond=None)
     quadratic, slope = a / scale**2, s / scale
     fitted = np.outer(x**2, quadratic) + np.outer(x, slope) + c
-    holds = (quadratic > 0) & _within_exact_share(y[:, missed], fitted)
+    checked = distinct >= QUADRATIC_POINTS
+    holds = (quadratic > 0) & (_within_exact_share(y[:, missed], fitted) if checked else False)
     r2 = _r2(y[:, missed], fitted)
-    curves = list(lines)
+    curves, unchecked = list(lines), []
     for column, index in enumerate(int(i) for i in np.flatnonzero(missed)):
+        curve = MemoryCurve(phases[index], float(slope[column]), float(c[column]), r2[column], float(quadratic[column]))
         if holds[column]:
-            curves[index] = MemoryCurve(
-                phases[index], float(slope[column]), float(c[column]), r2[column], float(quadratic[column])
-            )
-    return curves
+            curves[index] = curve
+        elif not checked and curve.quadratic > 0:
+            unchecked.append(curve)
+    return curves, unchecked
 
 
 def _within_exact_share(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
-    """Per column, whether `fitted` misses no sample by more than EXACT_SHARE of the column's
-    largest bytes."""
-    within: np.ndarray = (np.abs(y - fitted) <= EXACT_SHARE * np.abs(y).max(axis=0)).all(axis=0)
+    """Per column, whether `fitted` misses no sample by more than EXACT_SHARE of how much the
+    column's bytes grow over the samples (or by more than a byte: less is rounding)."""
+    tolerance = np.maximum(EXACT_SHARE * (y.max(axis=0) - y.min(axis=0)), 1.0)
+    within: np.ndarray = (np.abs(y - fitted) <= tolerance).all(axis=0)
     return within
 
 
