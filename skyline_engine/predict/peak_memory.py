@@ -42,6 +42,9 @@ PER_PHASE = "per_phase"
 # this share of how much they grow over the batch sizes measured (not of the bytes themselves:
 # weights, or any tensor alive before the iteration, would hide a curve under a large baseline).
 EXACT_SHARE = 0.01
+# Nor by less than this: CUDA's caching allocator rounds every block up to 512 bytes, and a line
+# missed by a few bytes (a shape computed with an integer division) is no curve either.
+ROUNDING_BYTES = 512
 # A quadratic has three coefficients: it is checked only by a fourth batch size.
 QUADRATIC_POINTS = 4
 
@@ -246,8 +249,8 @@ def _fit_curves(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> tuple[li
 
 def _within_exact_share(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
     """Per column, whether `fitted` misses no sample by more than EXACT_SHARE of how much the
-    column's bytes grow over the samples (or by more than a byte: less is rounding)."""
-    tolerance = np.maximum(EXACT_SHARE * (y.max(axis=0) - y.min(axis=0)), 1.0)
+    column's bytes grow over the samples, or by more than ROUNDING_BYTES."""
+    tolerance = np.maximum(EXACT_SHARE * (y.max(axis=0) - y.min(axis=0)), ROUNDING_BYTES)
     within: np.ndarray = (np.abs(y - fitted) <= tolerance).all(axis=0)
     return within
 
