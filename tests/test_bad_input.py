@@ -804,20 +804,48 @@ def test_exception_in_user_code(tmp_path, case):
     assert ENGINE_DIR not in paragraph and "skyline_engine" + os.sep not in paragraph
 
 
-def test_iteration_that_fails_only_at_a_larger_batch_size(tmp_path):
-    """The default 8 works; the probe at 16 fails: the message names 16 and the forward's line."""
+def analysis_of(files: dict[str, str | bytes], tmp_path: Path, *args: str) -> dict:
+    """The JSON document of a command-line analysis that must complete."""
+    project = write_project(tmp_path, files)
+    result = run_skyline(project, "--json", "out.json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads((project / "out.json").read_text(encoding="utf-8"))
+
+
+def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(tmp_path):
+    """The default 8 works; the probe at 16 fails: a warning at the forward's line names 16 and
+    the error, nothing from 16 on is tried, and 4 and 8 are analysed."""
     forward = """
     if x.shape[0] > 8:
         raise ValueError(f"cannot handle {x.shape[0]} samples")  # <- HERE
     return self.linear(x).pow(2).mean()
     """
-    case = Case(
-        "fails-at-16",
-        with_model(forward),
-        path="model.py",
-        says=("ValueError: cannot handle 16 samples", "at batch size 16, after it had run at batch sizes 4, 8"),
-    )
-    check(case, tmp_path)
+    files = with_model(forward)
+    document = analysis_of(files, tmp_path)
+    line = Case("", files, (), path="model.py").expected_line()
+    warning = next(w for w in document["warnings"] if "cannot handle" in w)
+    assert warning.startswith(f"model.py:{line}: ValueError: cannot handle 16 samples (raised while running the ")
+    assert "The models leave batch size 16 out and are no guide from it on." in warning
+    models = document["models"]
+    measured = [s["batch_size"] for s in models["samples"]] + [s["batch_size"] for s in models["memory_samples"]]
+    assert 8 in measured and 4 in measured and max(measured) < 16
+
+
+def test_iteration_that_fails_at_one_sample_is_analysed_above_it(tmp_path):
+    """BatchNorm refuses a batch of one sample in training; the user's 2 works: the probe at 1
+    fails with a warning at the line, and larger batch sizes are measured instead."""
+    files = {
+        **with_entry(input_provider=INPUT_PROVIDER.replace("batch_size=8", "batch_size=2")),
+        "model.py": model_source("return self.linear(self.norm(x)).pow(2).mean()  # <- HERE").replace(
+            "self.linear = nn.Linear(4, 2)", "self.linear = nn.Linear(4, 2)\n        self.norm = nn.BatchNorm1d(4)"
+        ),
+    }
+    document = analysis_of(files, tmp_path)
+    line = Case("", files, (), path="model.py").expected_line()
+    warning = next(w for w in document["warnings"] if "batch size 1 " in w)
+    assert warning.startswith(f"model.py:{line}: ValueError: Expected more than 1 value per channel")
+    assert warning.endswith("The models leave batch size 1 out and are no guide at it and below.")
+    assert [s["batch_size"] for s in document["models"]["samples"]][:2] == [2, 4]
 
 
 NOT_FINITE = "the loss the model returned at batch size 8 is "

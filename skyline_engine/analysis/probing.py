@@ -4,13 +4,16 @@ The user's batch size is measured first (it must fit: it is what they train with
 it, then twice it. Probing measures memory only (one iteration each): the batch sizes are timed
 afterwards, together (analysis/session.py). Before a larger probe, the peak-memory model of the
 sizes so far says whether it would fit; a probe that runs out of memory anyway narrows the range
-(halfway back towards the user's batch size) and never ends the analysis.
+(halfway back towards the user's batch size) and never ends the analysis. Nor does a probe that
+fails in the user's code (BatchNorm refuses one sample; a view hard-codes a size): it is noted with
+its file and line, and nothing beyond it, on its side of the user's batch size, is tried.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from skyline_engine.errors import UserCodeError
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.batch_models import TRUSTED_FACTOR
@@ -45,6 +48,7 @@ class Probing:
         self.memory_only: dict[int, MemoryProfile] = {}  # probed for the memory model alone
         self.notes: list[str] = []
         self._tried: set[int] = {user_batch_size}
+        self._failing: list[int] = []  # batch sizes the user's code fails at
 
     def probe(self) -> list[int]:
         """Up to PROBES-1 more batch sizes around the user's, their memory measured; every batch
@@ -119,6 +123,8 @@ class Probing:
         return batch_size * seconds_per_sample * max(1.0, growth)
 
     def _measure_memory_only(self, batch_size: int) -> bool:
+        if self._beyond_a_failure(batch_size):
+            return False
         try:
             self.memory_only[batch_size] = self.measure_memory(batch_size)
             return True
@@ -127,10 +133,12 @@ class Probing:
                 f"Batch size {batch_size} ran out of memory; the memory model stops short of it: stay below it on "
                 "this device."
             )
-            return False
+        except UserCodeError as error:
+            self._fails(batch_size, error)
+        return False
 
     def _try(self, batch_size: int) -> bool:
-        if len(self.memory) >= PROBES or batch_size in self._tried:
+        if len(self.memory) >= PROBES or batch_size in self._tried or self._beyond_a_failure(batch_size):
             return False
         try:
             self._measure(batch_size)
@@ -140,14 +148,40 @@ class Probing:
                 f"Batch size {batch_size} ran out of memory; it is left out of the models: stay below it on this "
                 "device."
             )
-            return False
+        except UserCodeError as error:
+            self._fails(batch_size, error)
+        return False
+
+    def _fails(self, batch_size: int, error: UserCodeError) -> None:
+        """The user's code fails at `batch_size`, a batch size they did not ask for: a warning at
+        the line that raised (the first line of the error: its frames follow), not the end of the
+        analysis, whose other batch sizes ran."""
+        self._failing.append(batch_size)
+        where = f"{error.path}:{error.line}: " if error.path and error.line else ""
+        side = "from it on" if batch_size > self.user_batch_size else "at it and below"
+        self.notes.append(
+            f"{where}{error.message.splitlines()[0]} The models leave batch size {batch_size} out and are no guide "
+            f"{side}."
+        )
+
+    def _beyond_a_failure(self, batch_size: int) -> bool:
+        """Whether `batch_size` is at or beyond one the user's code failed at, on the same side of
+        the user's batch size (a larger probe past a failing one would fail as well, an iteration
+        lost)."""
+        user = self.user_batch_size
+        return any(f <= batch_size if f > user else batch_size <= f for f in self._failing)
 
     def _try_larger(self, batch_size: int) -> bool:
         """Measure a batch size above the user's, lowered to what is predicted to fit and halved
         towards the user's on out-of-memory."""
         candidate = self._largest_predicted_to_fit(batch_size)
         for _ in range(LARGER_ATTEMPTS):
-            if candidate <= self.user_batch_size or candidate in self._tried or len(self.memory) >= PROBES:
+            if (
+                candidate <= self.user_batch_size
+                or candidate in self._tried
+                or len(self.memory) >= PROBES
+                or self._beyond_a_failure(candidate)
+            ):
                 return False
             try:
                 self._measure(candidate)
@@ -158,6 +192,9 @@ class Probing:
                     "device."
                 )
                 candidate = (self.user_batch_size + candidate) // 2
+            except UserCodeError as error:
+                self._fails(candidate, error)
+                return False
         return False
 
     def _largest_predicted_to_fit(self, batch_size: int) -> int:
