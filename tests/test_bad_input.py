@@ -829,6 +829,7 @@ def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(t
     models = document["models"]
     measured = [s["batch_size"] for s in models["samples"]] + [s["batch_size"] for s in models["memory_samples"]]
     assert 8 in measured and 4 in measured and max(measured) < 16
+    assert models["failing_batch_sizes"] == [16] and models["trusted_range"][1] == 15
 
 
 def test_iteration_that_fails_at_one_sample_is_analysed_above_it(tmp_path):
@@ -846,6 +847,7 @@ def test_iteration_that_fails_at_one_sample_is_analysed_above_it(tmp_path):
     assert warning.startswith(f"model.py:{line}: ValueError: Expected more than 1 value per channel")
     assert warning.endswith("The models leave batch size 1 out and are no guide at it and below.")
     assert [s["batch_size"] for s in document["models"]["samples"]][:2] == [2, 4]
+    assert document["models"]["failing_batch_sizes"] == [1] and document["models"]["trusted_range"][0] == 2
 
 
 NOT_FINITE = "the loss the model returned at batch size 8 is "
@@ -893,7 +895,8 @@ def test_loss_that_is_not_finite(tmp_path, case):
 
 FAILING_PROJECTS = {
     "fails-loading": with_entry(iteration_provider=None),
-    "fails-probing": with_model("assert x.shape[0] <= 8, 'too many samples'\nreturn self.linear(x).pow(2).mean()"),
+    # The loss turns NaN from 16 samples on: found when the batch sizes are timed, late.
+    "fails-timing": with_model("return self.linear(x).pow(2).mean() * (float('nan') if x.shape[0] > 8 else 1.0)"),
 }
 
 

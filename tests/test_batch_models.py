@@ -180,6 +180,20 @@ def test_predictions_outside_the_trusted_range_say_so():
     assert not any("extrapolation far beyond" in note for note in near.warnings())
 
 
+def test_nothing_is_trusted_from_a_batch_size_the_users_code_failed_at():
+    m = dataclasses.replace(models(), failing_batch_sizes=(4, 100))
+    assert m.trusted_range == (8, 99)
+    assert m.trusted_range_end == "the batch size below 100, where your code fails"
+    assert [m.predict(b).extrapolated for b in (99, 100)] == [False, True]
+    assert m.best_batch_size() == 99  # not the 128 that time and memory alone would recommend
+    written = m.to_dict() | {"samples": [{"batch_size": b} for b in (8, 16, 32)], "memory_samples": []}
+    assert written["failing_batch_sizes"] == [4, 100]
+    again = BatchSizeModels.from_dict(written, 1_000_000)
+    assert again.failing_batch_sizes == (4, 100) and again.trusted_range == (8, 99)
+    beyond = dataclasses.replace(models(), failing_batch_sizes=(200,))  # beyond 4× the largest timed
+    assert beyond.trusted_range == (8, 128) and beyond.trusted_range_end == "4× the largest measured"
+
+
 def test_best_throughput_stays_within_the_trusted_range():
     m = models()
     assert m.best_batch_size() == 128  # the trusted range's end, below the 850 that fit

@@ -147,6 +147,17 @@ MODEL_CASES = [
         },
         [1, 256, 352, 353, 1024, 1025, 6489, 6490, 10**5],
     ),
+    # the user's code failed at 1 and at 16: time and memory trusted up to 15 only; a failure
+    # beyond 4× the largest measured ends nothing
+    (
+        {
+            **document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)),
+            "trusted_range": [2, 15],
+            "failing_batch_sizes": [1, 16],
+        },
+        [1, 2, 15, 16, 17],
+    ),
+    ({**document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)), "failing_batch_sizes": [34]}, [32, 33]),
     # gradient accumulation: four micro-batches of b samples per iteration
     ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "micro_batches": 4}, [1, 64, 1000]),
 ]
@@ -178,7 +189,7 @@ def test_what_ends_the_trusted_range_is_named_alike(nvim):
     )
     engine = [BatchSizeModels.from_dict(models, _capacity(models)).trusted_range_end for models in cases]
     assert lua == engine
-    assert len(set(engine)) == 2  # lines, and a quadratic
+    assert len(set(engine)) == 3  # lines, a quadratic, and a failure of the user's code
 
 
 def _capacity(models):

@@ -48,7 +48,7 @@ class Probing:
         self.memory_only: dict[int, MemoryProfile] = {}  # probed for the memory model alone
         self.notes: list[str] = []
         self._tried: set[int] = {user_batch_size}
-        self._failing: list[int] = []  # batch sizes the user's code fails at
+        self.failing: list[int] = []  # batch sizes the user's code failed at
 
     def probe(self) -> list[int]:
         """Up to PROBES-1 more batch sizes around the user's, their memory measured; every batch
@@ -156,7 +156,7 @@ class Probing:
         """The user's code fails at `batch_size`, a batch size they did not ask for: a warning at
         the line that raised (the first line of the error: its frames follow), not the end of the
         analysis, whose other batch sizes ran."""
-        self._failing.append(batch_size)
+        self.failing.append(batch_size)
         where = f"{error.path}:{error.line}: " if error.path and error.line else ""
         side = "from it on" if batch_size > self.user_batch_size else "at it and below"
         self.notes.append(
@@ -169,7 +169,7 @@ class Probing:
         the user's batch size (a larger probe past a failing one would fail as well, an iteration
         lost)."""
         user = self.user_batch_size
-        return any(f <= batch_size if f > user else batch_size <= f for f in self._failing)
+        return any(f <= batch_size if f > user else batch_size <= f for f in self.failing)
 
     def _try_larger(self, batch_size: int) -> bool:
         """Measure a batch size above the user's, lowered to what is predicted to fit and halved

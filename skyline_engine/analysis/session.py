@@ -193,7 +193,7 @@ class _Analysis:
                     models_withheld=ignored,
                 )
         self.progress("fitting the batch-size models", 0.95)
-        models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device)
+        models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device, probing.failing)
         warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
         return self.document(
             samples=samples,
@@ -288,7 +288,9 @@ def _poor_fit(stats: dict[int, TimingStats]) -> bool:
     return line.r2 is not None and line.r2 < POOR_FIT_R2
 
 
-def _fit_models(samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo) -> BatchSizeModels | None:
+def _fit_models(
+    samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo, failing: list[int]
+) -> BatchSizeModels | None:
     if len(samples) < 2:
         return None
     return BatchSizeModels.fit(
@@ -297,6 +299,7 @@ def _fit_models(samples: list[Sample], memory: dict[int, MemoryProfile], device:
         memory,
         device.memory_capacity_bytes,
         micro_batches=samples[0].micro_batches,
+        failing=failing,
     )
 
 

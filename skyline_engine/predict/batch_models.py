@@ -83,6 +83,7 @@ class BatchSizeModels:
     # Each timed batch size's measured throughput, in the order of `measured_batch_sizes` (empty
     # when not known: then the run-time line alone decides).
     measured_samples_per_second: tuple[float, ...] = ()
+    failing_batch_sizes: tuple[int, ...] = ()  # probed, and the user's code failed there
 
     @classmethod
     def fit(
@@ -92,6 +93,7 @@ class BatchSizeModels:
         memory: Mapping[int, MemoryProfile],
         capacity: int,
         micro_batches: int = 1,
+        failing: Sequence[int] = (),
     ) -> BatchSizeModels:
         """Run time from the timed `batch_sizes`; peak memory from every batch size whose memory
         was measured (the timed ones, and memory-only probes beyond them)."""
@@ -105,6 +107,7 @@ class BatchSizeModels:
             tuple(sorted(memory)),
             micro_batches=micro_batches,
             measured_samples_per_second=tuple(micro_batches * b / times[b] * 1000.0 for b in measured),
+            failing_batch_sizes=tuple(sorted(failing)),
         )
 
     @classmethod
@@ -136,6 +139,7 @@ class BatchSizeModels:
             headroom_fraction=float(models["memory_headroom_fraction"]),
             micro_batches=int(models.get("micro_batches", 1)),
             measured_samples_per_second=tuple(float(rates[b]) for b in measured) if rates else (),
+            failing_batch_sizes=tuple(sorted(int(b) for b in models.get("failing_batch_sizes", []))),
         )
 
     @property
@@ -147,13 +151,28 @@ class BatchSizeModels:
         """From the smallest timed batch size to TRUSTED_FACTOR times the largest, or to the
         largest itself where memory grows with the batch size squared: the operations on those
         batch × batch tensors take time that grows the same way, which the run-time line cannot
-        follow (a CLIP loss's line over 256-1,024 samples said 202 ms at 4,096; it took 826)."""
+        follow (a CLIP loss's line over 256-1,024 samples said 202 ms at 4,096; it took 826).
+        Never up to a batch size the user's code failed at (below the smallest timed, one is
+        outside already)."""
+        high = self._measured_end()
+        failing = self._failing_above()
+        return self.measured_batch_sizes[0], high if failing is None else min(high, failing - 1)
+
+    def _measured_end(self) -> int:
         largest = self.measured_batch_sizes[-1]
-        return self.measured_batch_sizes[0], largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest
+        return largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest
+
+    def _failing_above(self) -> int | None:
+        """The smallest batch size above the timed ones that the user's code failed at."""
+        largest = self.measured_batch_sizes[-1]
+        return min((b for b in self.failing_batch_sizes if b > largest), default=None)
 
     @property
     def trusted_range_end(self) -> str:
         """What ends the trusted range, as a message names it."""
+        failing = self._failing_above()
+        if failing is not None and failing - 1 <= self._measured_end():
+            return f"the batch size below {failing}, where your code fails"
         if self.peak_memory.quadratic:
             return "the largest measured: memory grows with the batch size squared"
         return f"{TRUSTED_FACTOR}× the largest measured"
@@ -310,6 +329,7 @@ class BatchSizeModels:
             "max_batch_size": largest,
             "max_batch_size_extrapolated": self.max_batch_size_extrapolated(),
             "trusted_range": [low, high],
+            "failing_batch_sizes": list(self.failing_batch_sizes),
             "throughput_knee_batch_size": knee,
             "throughput_knee_samples_per_second": self.predict(knee).samples_per_second if knee else None,
             "best_batch_size": self.best_batch_size(),
