@@ -172,9 +172,38 @@ MUTATIONS = [
     Mutation(
         "the trusted range ends at the smallest measured",
         "skyline_engine/predict/batch_models.py",
-        "return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[-1]",
-        "return self.measured_batch_sizes[0], TRUSTED_FACTOR * self.measured_batch_sizes[0]",
+        "return largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest",
+        "return largest if self.peak_memory.quadratic else TRUSTED_FACTOR * self.measured_batch_sizes[0]",
         MODELS_TESTS + SERVICE_UNIT_TESTS,
+    ),
+    Mutation(
+        "the trusted range reaches a failing batch size",
+        "skyline_engine/predict/batch_models.py",
+        "return self.measured_batch_sizes[0], high if failing is None else min(high, failing - 1)",
+        "return self.measured_batch_sizes[0], high if failing is None else min(high, failing)",
+        (*MODELS_TESTS, "tests/test_parity.py"),
+    ),
+    # predict/peak_memory.py and analysis/probing.py: curves, and when memory is settled
+    Mutation(
+        "a line's miss is judged against the bytes, not their growth",
+        "skyline_engine/predict/peak_memory.py",
+        "tolerance = np.maximum(EXACT_SHARE * (y.max(axis=0) - y.min(axis=0)), ROUNDING_BYTES)",
+        "tolerance = np.maximum(EXACT_SHARE * y.max(axis=0), ROUNDING_BYTES)",
+        MODELS_TESTS,
+    ),
+    Mutation(
+        "an upward curve through three batch sizes settles memory",
+        "skyline_engine/analysis/probing.py",
+        "            and not model.may_rise_above(asked_at, SETTLED_RESIDUAL)\n",
+        "",
+        ("tests/test_probing.py", "tests/test_memory_planning.py"),
+    ),
+    Mutation(
+        "a probe past a failing batch size is tried",
+        "skyline_engine/analysis/probing.py",
+        "return any(f <= batch_size if f > user else batch_size <= f for f in self.failing)",
+        "return False",
+        ("tests/test_probing.py",),
     ),
     Mutation(
         "a largest fit at the trusted end is extrapolated",

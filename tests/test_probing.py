@@ -1,4 +1,4 @@
-"""Batch-size probing with real out-of-memory failures.
+"""Batch-size probing with real out-of-memory failures, and its decisions on written measurements.
 
 The entry points below ask the CPU allocator for 10 TB above some batch size: a real allocation
 failure, the same kind the engine meets when a probe does not fit in device memory.
@@ -9,11 +9,14 @@ import textwrap
 import pytest
 import torch
 
+from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
-from skyline_engine.errors import OutOfMemory
+from skyline_engine.errors import OutOfMemory, UserCodeError
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
+from skyline_engine.measure.memory import FORWARD_BACKWARD, MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.predict.peak_memory import fit_peak_memory
 
 QUICK = TimingBudget(warmup_iterations=1, min_run_s=0.02, max_run_s=0.2)
 
@@ -123,3 +126,53 @@ def test_the_out_of_memory_error_keeps_no_tensor_of_the_failed_iteration(tmp_pat
             assert activations[0]() is None
     finally:
         loaded.unload()
+
+
+# --- when to probe further, on injected measurements ----------------------------------------------
+# Memory is measured per operation by the engine; here each batch size's profile is written
+# down, so that the decision under test sees exactly these bytes.
+
+GiB = 1 << 30
+
+
+def profile_of(batch_size, baseline=2 * GiB, per_sample=17 << 10, per_sample_squared=20):
+    """One operation holding the weights, 17 KiB a sample and a batch × batch matrix."""
+    held = baseline + per_sample * batch_size + per_sample_squared * batch_size**2
+    return MemoryProfile(baseline, (held,), ("mm.default",), ((0, FORWARD_BACKWARD),))
+
+
+def probing_of(user, measure, usable=4 * GiB):
+    return Probing(measure, usable, lambda *_: None, user, measure(user))
+
+
+def test_a_curve_under_a_large_baseline_is_probed_at_a_fourth_batch_size():
+    # 2 GiB alive before the iteration: lines through 32, 64 and 128 samples miss the peaks by
+    # 0.002 %, but the logits' quadratic would cross the usable memory far below where they do.
+    probing = probing_of(64, profile_of)
+    assert probing.probe() == [32, 64, 128]
+    probing.settle_memory(seconds_per_sample=1e-6, budget_s=60.0)
+    assert 512 in probing.memory_only
+    known = {**probing.memory, **probing.memory_only}
+    model = fit_peak_memory(list(known), list(known.values()))
+    assert model.quadratic
+    limit = model.largest_within(4 * GiB)
+    assert profile_of(limit).peak_bytes <= 4 * GiB < profile_of(limit + 1).peak_bytes
+
+
+def test_nothing_past_a_batch_size_the_users_code_fails_at_is_probed():
+    asked = []
+
+    def measure(batch_size):
+        asked.append(batch_size)
+        if batch_size >= 16:
+            raise UserCodeError("ValueError: cannot handle it (raised while running …).", path="model.py", line=3)
+        return profile_of(batch_size, per_sample_squared=0)
+
+    probing = probing_of(8, measure, usable=2 * GiB + 100 * (17 << 10))  # the memory fits 100 samples
+    assert probing.probe() == [2, 4, 8]
+    probing.settle_memory(seconds_per_sample=1e-6, budget_s=60.0)  # the limit, 100, is not measured
+    assert asked == [8, 4, 16, 2] and probing.failing == [16] and not probing.memory_only
+    assert probing.notes == [
+        "model.py:3: ValueError: cannot handle it (raised while running …). The models leave batch size 16 "
+        "out and are no guide from it on."
+    ]
