@@ -249,7 +249,7 @@ def _fit_curves(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> tuple[li
 
 def _within_exact_share(y: np.ndarray, fitted: np.ndarray) -> np.ndarray:
     """Per column, whether `fitted` misses no sample by more than EXACT_SHARE of how much the
-    column's bytes grow over the samples, or by more than ROUNDING_BYTES."""
+    column's bytes grow over the samples (ROUNDING_BYTES at least)."""
     tolerance = np.maximum(EXACT_SHARE * (y.max(axis=0) - y.min(axis=0)), ROUNDING_BYTES)
     within: np.ndarray = (np.abs(y - fitted) <= tolerance).all(axis=0)
     return within
