@@ -155,17 +155,24 @@ def test_cancel_and_supersession_over_tcp(connect, service):
     assert client.request("predict", {"batch_size": 8})["analysis_id"] == third
 
 
-def test_one_analysis_at_a_time_measures_on_the_device(connect, service):
-    # Side by side, two analyses skew each other's times (and on a GPU, its memory): the second
-    # client's waits, saying so, until the first one's worker is gone.
+def one_measuring_one_waiting(connect, service):
+    """Two clients: the first's slow analysis measuring, the second's waiting for the device.
+    (first, its analysis id, second, its analysis id, the second's first progress)."""
     first, second = connect(), connect()
     for client in (first, second):
         client.initialize(token=service.token)
     running = first.request("analyze", {"entry_point": SLOW})["analysis_id"]
     first.wait_notification(lambda m, p: p.get("analysis_id") == running and p.get("phase") == "building the model")
-    first_worker = first.request("status")["worker_pid"]
     waiting = second.request("analyze", {"entry_point": TINY})["analysis_id"]
     _, said = second.wait_notification(lambda m, p: p.get("analysis_id") == waiting and m == "progress")
+    return first, running, second, waiting, said
+
+
+def test_one_analysis_at_a_time_measures_on_the_device(connect, service):
+    # Side by side, two analyses skew each other's times (and on a GPU, its memory): the second
+    # client's waits, saying so, until the first one's worker is gone.
+    first, running, second, waiting, said = one_measuring_one_waiting(connect, service)
+    first_worker = first.request("status")["worker_pid"]
     assert said["phase"] == "waiting for the device: another analysis is measuring on it"
     assert first.request("cancel", {"analysis_id": running}) == {"cancelled": True}
     method, final = second.wait_final(waiting)
@@ -176,13 +183,7 @@ def test_one_analysis_at_a_time_measures_on_the_device(connect, service):
 def test_an_analysis_cancelled_while_it_waits_for_the_device_leaves_no_zombie(connect, service):
     # Its worker was killed and never waited for: a zombie until the service ended (the fuzz
     # tests found one among the service's children).
-    first, second = connect(), connect()
-    for client in (first, second):
-        client.initialize(token=service.token)
-    running = first.request("analyze", {"entry_point": SLOW})["analysis_id"]
-    first.wait_notification(lambda m, p: p.get("analysis_id") == running and p.get("phase") == "building the model")
-    waiting = second.request("analyze", {"entry_point": TINY})["analysis_id"]
-    second.wait_notification(lambda m, p: p.get("analysis_id") == waiting and m == "progress")
+    first, running, second, waiting, _ = one_measuring_one_waiting(connect, service)
     waiting_worker = second.request("status")["worker_pid"]
     assert isinstance(waiting_worker, int), waiting_worker
     assert second.request("cancel", {"analysis_id": waiting}) == {"cancelled": True}
