@@ -19,26 +19,14 @@ end
 --- What ends the trusted range (`models.trusted_range`), as a message names it: the engine's
 --- BatchSizeModels.trusted_range_end.
 function M.trusted_range_end(models)
-  local quadratic = false
+  local end_ = models.trusted_range[2]
+  if vim.tbl_contains(models.failing_batch_sizes or {}, end_ + 1) then
+    return string.format('the batch size below %d, where your code fails', end_ + 1)
+  end
   for _, line in ipairs(models.peak_memory_bytes.phases or {}) do
-    quadratic = quadratic or (line.quadratic or 0) > 0
-  end
-  local largest = 0
-  for _, sample in ipairs(models.samples or {}) do
-    largest = math.max(largest, sample.batch_size)
-  end
-  -- The smallest batch size above the timed ones that the user's code failed at.
-  local failing
-  for _, b in ipairs(models.failing_batch_sizes or {}) do
-    if b > largest and (failing == nil or b < failing) then
-      failing = b
+    if (line.quadratic or 0) > 0 then
+      return 'the largest measured: memory grows with the batch size squared'
     end
-  end
-  if failing and failing - 1 <= (quadratic and largest or 4 * largest) then
-    return string.format('the batch size below %d, where your code fails', failing)
-  end
-  if quadratic then
-    return 'the largest measured: memory grows with the batch size squared'
   end
   return '4× the largest measured'
 end

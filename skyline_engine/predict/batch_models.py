@@ -170,9 +170,9 @@ class BatchSizeModels:
     @property
     def trusted_range_end(self) -> str:
         """What ends the trusted range, as a message names it."""
-        failing = self._failing_above()
-        if failing is not None and failing - 1 <= self._measured_end():
-            return f"the batch size below {failing}, where your code fails"
+        end = self.trusted_range[1]
+        if end + 1 in self.failing_batch_sizes:
+            return f"the batch size below {end + 1}, where your code fails"
         if self.peak_memory.quadratic:
             return "the largest measured: memory grows with the batch size squared"
         return f"{TRUSTED_FACTOR}× the largest measured"
