@@ -230,8 +230,30 @@ MUTATIONS = [
     Mutation(
         "a GradScaler's work is forward",
         "skyline_engine/attribute/recorder.py",
-        "phase = OPTIMIZER if stepping or self.call_sites.runs_within(_SCALER_CODES, skip=2) else FORWARD",
-        "phase = OPTIMIZER if stepping else FORWARD",
+        "or self.call_sites.runs_within(_SCALER_CODES, skip=3)",
+        "or False",
+        RECORDER_TESTS,
+    ),
+    # attribute/updates.py: the update's work outside optimizer.step()
+    Mutation(
+        "values computed from gradients are forward work",
+        "skyline_engine/attribute/updates.py",
+        "                self._derived[storage] = True",
+        "                pass",
+        RECORDER_TESTS,
+    ),
+    Mutation(
+        "writing a parameter in place is forward work",
+        "skyline_engine/attribute/updates.py",
+        "return func._schema.is_mutable and any(",
+        "return False and any(",
+        RECORDER_TESTS,
+    ),
+    Mutation(
+        "new gradients are not seen after backward",
+        "skyline_engine/attribute/recorder.py",
+        "            self._updates.gradients_changed()\n",
+        "",
         RECORDER_TESTS,
     ),
     Mutation(

@@ -79,8 +79,24 @@ def test_parameters_updated_by_hand_are_not_waited_for_an_optimizer():
     doc = analysed("manual_update.py", predict=False)
     assert doc["optimizer_state"] == []
     assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
-    update = line(doc, "manual_update.py", 22)  # p -= 0.01 * p.grad: its cost is at its line
-    assert update["forward_ms"] > 0
+    update = line(doc, "manual_update.py", 22)  # p -= 0.01 * p.grad: the update's time, at its line
+    assert update["step_ms"] > 0 and update["forward_ms"] == 0  # was forward time
+    assert line(doc, "model.py", 12)["step_ms"] == 0  # the next forward pass reads what it wrote
+
+
+def test_the_update_around_the_step_is_step_time_and_an_evaluation_after_it_forward_time():
+    doc = analysed("clipped.py", predict=False)
+    # clip_grad_norm_: the gradients' norms, their norm, the coefficient (computed from the
+    # gradients: forward work before), the gradients scaled; then zero_grad's in-place zeroing.
+    for number in (23, 25):
+        update = line(doc, "clipped.py", number)
+        assert update["step_ms"] > 0 and update["forward_ms"] == 0 and update["backward_ms"] == 0
+    assert line(doc, "clipped.py", 24)["step_ms"] > 0  # optimizer.step()
+    # The model, trained then evaluated under no_grad: its lines do forward and backward work only.
+    assert line(doc, "clipped.py", 27)["inclusive"]["forward_ms"] > 0
+    assert line(doc, "clipped.py", 27)["inclusive"]["step_ms"] == 0
+    for number in (12, 13, 14):
+        assert line(doc, "model.py", number)["forward_ms"] > 0 and line(doc, "model.py", number)["step_ms"] == 0
 
 
 def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():
@@ -92,7 +108,8 @@ def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():
     # The model's lines carry the forward and backward passes grad() runs; the update, its line.
     body = line(doc, "model.py", 12)  # hidden = self.body(x)
     assert body["forward_ms"] > 0 and body["backward_ms"] > 0
-    assert line(doc, "functional.py", 29)["forward_ms"] > 0  # p -= 0.01 * found[name]
+    # p -= 0.01 * found[name]: writes the parameters' storage (detached), the update's time
+    assert line(doc, "functional.py", 29)["step_ms"] > 0
     # The next analysis in this process runs with hooks again: activations count by line.
     manual = analysed("manual_update.py", predict=False)
     assert not any("saved-tensor hooks" in w for w in manual["warnings"])

@@ -20,6 +20,8 @@ passes through it, forward, backward and optimizer alike. For each it records:
 - whether it ran inside `optimizer.step()` (torch's global optimizer step pre- and post-hooks)
   without gradients: the phase `optimizer`, the optimizer's work, told apart from the forward
   pass's (a closure the step calls, as LBFGS's, runs the model with gradients: forward work).
+  The rest of the update is that phase too: work on the gradients, or writing the parameters in
+  place, outside a step (clipping, zeroing in place, an update by hand; attribute/updates.py).
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
+from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.memory import MemoryMeter, is_work
 
 FORWARD = "forward"
 BACKWARD = "backward"
-OPTIMIZER = "optimizer"  # inside optimizer.step(): neither forward nor backward
+OPTIMIZER = "optimizer"  # the update: optimizer.step(), and work on gradients around it
 
 # A GradScaler's work around the step (unscaling the gradients, checking them for inf and NaN,
 # updating its scale) is the optimizer's phase: `scaler.step(optimizer)` is the step.
@@ -189,6 +192,7 @@ class OperationRecorder(TorchDispatchMode):
         self.module_names = module_names
         self.device = device
         self._model_id = id(model) if model is not None else None
+        self._updates = UpdateWork.of(model)
         # Shown every operation's outputs, outside the timed span: the memory profile of the
         # recorded iteration without a second dispatch mode (which cost the transformer example
         # 9 ms a recorded iteration of 43 ms). Set for the first recorded iteration only.
@@ -234,6 +238,7 @@ class OperationRecorder(TorchDispatchMode):
 
     def start_iteration(self) -> None:
         self.recording.iteration_starts.append(len(self.recording.operations))
+        self._updates.new_iteration()
 
     # -- modules ----------------------------------------------------------------------------------
 
@@ -286,7 +291,7 @@ class OperationRecorder(TorchDispatchMode):
         start = self.timer.mark()
         out = func(*args, **kwargs)
         end = self.timer.mark()  # before any of the recorder's own work
-        record = self._record(func, node, next_sequence)
+        record = self._record(func, node, next_sequence, args, kwargs)
         self.timer.assign(record, start, end)
         if self.memory is not None:
             self.memory.after_operation(func.__name__, out)
@@ -296,17 +301,18 @@ class OperationRecorder(TorchDispatchMode):
             for value in tree_flatten(out)[0]:
                 if isinstance(value, torch.Tensor):
                     self._note_producer(value, record)
+        elif record.phase == OPTIMIZER:
+            self._updates.note_outputs(out)
         return out
 
-    def _record(self, func: OpOverload, node: Any, next_sequence: int) -> OperationRecord:
+    def _record(
+        self, func: OpOverload, node: Any, next_sequence: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> OperationRecord:
         op_name = func.overloadpacket.__name__
         if node is None:
             stack, frame_id = self.call_sites.stack(skip=2)
             module, call_id = self._call_stack[-1] if self._call_stack else ("", 0)
-            # An optimizer updates without gradients; a closure it calls (LBFGS) runs the model
-            # with them, and that is forward work.
-            stepping = self._steps_running and not torch.is_grad_enabled()
-            phase = OPTIMIZER if stepping or self.call_sites.runs_within(_SCALER_CODES, skip=2) else FORWARD
+            phase = OPTIMIZER if self._updating(func, args, kwargs) else FORWARD
             record = OperationRecord(op_name, phase, stack, module, (call_id, frame_id))
             # The first operation to see a sequence number is the one whose node it is: later
             # operations that create no node see the same counter. The optimizer's run without
@@ -314,6 +320,7 @@ class OperationRecorder(TorchDispatchMode):
             if phase == FORWARD:
                 self._forward_by_sequence.setdefault(next_sequence - 1, record)
         else:
+            self._updates.gradients_changed()
             sequence = node._sequence_nr()
             creator = self._forward_by_sequence.get(sequence) if sequence != _NO_SEQUENCE else None
             record = OperationRecord(
@@ -326,6 +333,17 @@ class OperationRecorder(TorchDispatchMode):
             )
         self.recording.operations.append(record)
         return record
+
+    def _updating(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether an operation outside backward is the update's: an optimizer updates without
+        gradients (a closure it calls, as LBFGS's, runs the model with them: forward work), a
+        GradScaler's work around the step, and work on the gradients or writing the parameters."""
+        stepping = self._steps_running and not torch.is_grad_enabled()
+        return bool(
+            stepping
+            or self.call_sites.runs_within(_SCALER_CODES, skip=3)
+            or self._updates.is_update(func, args, kwargs)
+        )
 
     def _backward_callers_stack(self) -> tuple[Context, ...]:
         """The project frames of the thread running the iteration, which called backward: on CPU
