@@ -292,6 +292,10 @@ def _inclusive_ms(line: dict[str, Any]) -> float:
     return float(inclusive["forward_ms"] + inclusive["backward_ms"] + inclusive["step_ms"])
 
 
+# What the untracked row holds, in its source column: time no operation took (Python, the framework
+# between operations), and tensors alive at the peak that are none of the lines' (gradients in
+# flight in backward, an output the user's code still holds, the inputs).
+UNTRACKED = "time between operations; other tensors"
 HOTTEST_TITLE = "Hottest lines (one iteration; share: the line's own operations, with calls: also what runs beneath it)"
 FIGURES = ("forward", "backward", "step", "share", "with calls", "memory")
 
@@ -326,7 +330,7 @@ def _hottest_lines(doc: dict[str, Any], width: int | None) -> str:
     untracked = doc.get("untracked")
     if untracked:
         ms, share = format_ms(untracked["run_time_ms"]), _share(untracked["run_time_ms"], total)
-        rows.append(("untracked", (ms, "", "", share, "", format_bytes(untracked["memory_bytes"])), ""))
+        rows.append(("untracked", (ms, "", "", share, "", format_bytes(untracked["memory_bytes"])), UNTRACKED))
     return _wrap(HOTTEST_TITLE, width) + "\n" + _hottest_table(rows, width)
 
 
