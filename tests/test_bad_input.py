@@ -830,6 +830,7 @@ def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(t
     measured = [s["batch_size"] for s in models["samples"]] + [s["batch_size"] for s in models["memory_samples"]]
     assert 8 in measured and 4 in measured and max(measured) < 16
     assert models["failing_batch_sizes"] == [16] and models["trusted_range"][1] == 15
+    assert max(p["batch_size"] for p in document["predictions"]) < 16  # no prediction where it fails
 
 
 def test_iteration_that_fails_at_one_sample_is_analysed_above_it(tmp_path):

@@ -486,7 +486,7 @@ def test_max_stays_in_the_trusted_range_and_asks_before_filling_the_machine(edit
     nvim.ui_detach()
 
     nvim.command("SkylineBatchSize! max")  # no question
-    wait_for_message(nvim, "beyond the trusted range (up to 4,096): using 4,096")
+    wait_for_message(nvim, "beyond the trusted range (up to 4,096: 4× the largest measured): using 4,096")
     assert "batch_size=4096" in entry_literal(nvim, project)
     assert state(nvim)["batch_size"] == 4096
 
@@ -495,6 +495,18 @@ def test_max_stays_in_the_trusted_range_and_asks_before_filling_the_machine(edit
     wait_for_message(
         nvim, f"batch size 8,192 is outside the trusted range ({low:,}-4,096: up to 4× the largest measured)"
     )
+    assert_no_traceback(nvim)
+
+
+def test_max_says_where_the_users_code_fails(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    doc["models"]["failing_batch_sizes"] = [2049]
+    doc["models"]["trusted_range"][1] = 2048
+    show(nvim, doc)
+    nvim.command("SkylineBatchSize! max")
+    wait_for_message(nvim, "(up to 2,048: the batch size below 2049, where your code fails): using 2,048")
+    assert "batch_size=2048" in entry_literal(nvim, project)
     assert_no_traceback(nvim)
 
 

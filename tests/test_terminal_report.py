@@ -28,11 +28,14 @@ def run_time(slope_ms: float, bias_ms: float) -> tuple[float, ...]:
     return tuple(slope_ms * b + bias_ms for b in MEASURED)
 
 
-def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=None, backward=True, recorded_ms=2.0):
+def document(
+    times, capacity=GiB, batch_size=128, with_models=True, reserved=None, backward=True, recorded_ms=2.0, failing=()
+):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
     forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
     recorded iteration's operations take `recorded_ms`, all at the user's lines, half of it
-    forward and half backward work (or all forward without `backward`)."""
+    forward and half backward work (or all forward without `backward`); the user's code failed at
+    the batch sizes `failing`."""
     samples = [
         Sample(
             b,
@@ -52,6 +55,7 @@ def document(times, capacity=GiB, batch_size=128, with_models=True, reserved=Non
         [s.run_time_ms for s in samples],
         {s.batch_size: s.memory for s in samples},
         capacity,
+        failing=failing,
     )
     backward_ms = recorded_ms / 2 if backward else 0.0
     recorded = OperationNode("iteration", "", "module", forward_ms=recorded_ms - backward_ms, backward_ms=backward_ms)
@@ -153,6 +157,22 @@ def test_a_knee_beyond_the_measurements_is_not_advised_as_if_measured():
         == f"{indent}throughput still rises beyond it (90% of the 64,000 samples/s this model approaches at {knee:,}):"
     )
     assert lines[5] == "             profile with --batch-size 1024 to measure further"
+
+
+def test_past_a_batch_size_the_code_fails_at_nothing_is_predicted_or_advised_to_measure_further():
+    # As above, but the user's code failed at 300: the chart had predicted 512 and beyond, to the
+    # largest that fits (a fails-at-16 model's chart: 67,095 samples/s at 16), and the advice to measure at the
+    # trusted range's end read as if only the measurements ended there.
+    doc = document(run_time(1 / 64, 8.0), failing=(300,))
+    assert [p["batch_size"] for p in doc["predictions"]] == [64, 128, 256]
+    assert [p["batch_size"] for p in document(run_time(1 / 64, 8.0))["predictions"]][3:6] == [512, 1024, 2048]
+    lines = summary(doc)
+    assert lines[2] == f"Batch size   use 299 for {predicted_rate(299, 1 / 64, 8.0)}, 84% faster than yours (128)"
+    assert lines[3] == "             the largest below 300, where your code fails (see the warnings);"
+    assert lines[4].startswith("             throughput would still rise beyond it (90% of the 64,000 samples/s")
+    assert lines[5] == "             profile with --batch-size 299 to check that your code runs there"
+    assert lines[6].startswith("Largest fit  more than 299: the memory model says ")
+    assert lines[7] == "             your code fails at batch size 300 (see the warnings)"
 
 
 def test_the_users_measured_batch_size_keeps_its_measured_figure():

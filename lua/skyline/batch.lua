@@ -304,9 +304,10 @@ local function parse(arg, current)
     local high = state.models.trusted_range[2]
     if max > high then
       local note = string.format(
-        'the largest batch size predicted to fit is %s, beyond the trusted range (up to %s): using %s',
+        'the largest batch size predicted to fit is %s, beyond the trusted range (up to %s: %s): using %s',
         format.integer(max),
         format.integer(high),
+        models.trusted_range_end(state.models),
         format.integer(high)
       )
       return high, nil, note

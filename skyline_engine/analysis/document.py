@@ -119,7 +119,7 @@ def build_document(
     fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
     predictions = []
     if models is not None:
-        ladder = prediction_ladder(batch_size, sorted(measured), models.max_batch_size())
+        ladder = prediction_ladder(batch_size, sorted(measured), models.max_batch_size(), models.failing_batch_sizes)
         predictions = [PredictionRow(models.predict(b), measured.get(b)) for b in ladder]
     return AnalysisDocument(
         project_root=project_root,

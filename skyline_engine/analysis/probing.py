@@ -16,7 +16,7 @@ from typing import Callable
 from skyline_engine.errors import UserCodeError
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile
-from skyline_engine.predict.batch_models import TRUSTED_FACTOR
+from skyline_engine.predict.batch_models import TRUSTED_FACTOR, beyond_a_failure
 from skyline_engine.predict.peak_memory import PER_OPERATION, PeakMemoryModel, fit_peak_memory
 
 PROBES = 3
@@ -169,8 +169,7 @@ class Probing:
         """Whether `batch_size` is at or beyond one the user's code failed at, on the same side of
         the user's batch size (a larger probe past a failing one would fail as well, an iteration
         lost)."""
-        user = self.user_batch_size
-        return any(f <= batch_size if f > user else batch_size <= f for f in self.failing)
+        return beyond_a_failure(batch_size, self.user_batch_size, self.failing)
 
     def _try_larger(self, batch_size: int) -> bool:
         """Measure a batch size above the user's, lowered to what is predicted to fit and halved

@@ -338,10 +338,14 @@ class BatchSizeModels:
         }
 
 
-def prediction_ladder(batch_size: int, measured: Sequence[int], largest: int | None) -> list[int]:
+def prediction_ladder(
+    batch_size: int, measured: Sequence[int], largest: int | None, failing: Sequence[int] = ()
+) -> list[int]:
     """Batch sizes worth showing: the user's, every measured one, powers of two from the smallest
     measured up to 16 times the user's, and the largest that fits; none above the largest that
-    fits but the user's and the measured ones."""
+    fits but the user's and the measured ones, and none at or past a batch size the user's code
+    failed at, on its side of the user's (a fails-at-16 model's chart predicted 67,095 samples/s
+    at 16)."""
     smallest = min(measured)
     upper = min(largest, batch_size * 16) if largest else batch_size * 16
     sizes = {batch_size, *measured}
@@ -352,4 +356,15 @@ def prediction_ladder(batch_size: int, measured: Sequence[int], largest: int | N
         step *= 2
     if largest:
         sizes.add(largest)
-    return sorted(s for s in sizes if largest is None or s <= largest or s == batch_size or s in measured)
+    return sorted(
+        s
+        for s in sizes
+        if (largest is None or s <= largest or s == batch_size or s in measured)
+        and not beyond_a_failure(s, batch_size, failing)
+    )
+
+
+def beyond_a_failure(batch_size: int, users: int, failing: Sequence[int]) -> bool:
+    """Whether `batch_size` is at or past one the user's code failed at, on the same side of the
+    user's batch size `users` (a larger one past a failing one fails as well, most likely)."""
+    return any(f <= batch_size if f > users else batch_size <= f for f in failing)

@@ -239,6 +239,14 @@ def _advice(doc: dict[str, Any]) -> str:
         )
     if largest is not None and largest <= high:
         return _use(doc, largest, "the largest predicted to fit: memory runs out before throughput levels off")
+    if _fails_just_past(models, high):
+        return _use(
+            doc,
+            high,
+            f"the largest below {high + 1:,}, where your code fails (see the warnings);\n"
+            f"throughput would still rise beyond it (90% of {approached} at {knee:,}):\n"
+            f"profile with --batch-size {high} to check that your code runs there",
+        )
     trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
     return _use(
         doc,
@@ -247,6 +255,11 @@ def _advice(doc: dict[str, Any]) -> str:
         f"throughput still rises beyond it (90% of {approached} at {knee:,}):\n"
         f"profile with --batch-size {high} to measure further",
     )
+
+
+def _fails_just_past(models: dict[str, Any], high: int) -> bool:
+    """Whether the trusted range ends where the user's code fails (BatchSizeModels.trusted_range_end)."""
+    return high + 1 in models.get("failing_batch_sizes", [])
 
 
 def _use(doc: dict[str, Any], batch_size: int, why: str) -> str:
@@ -388,8 +401,13 @@ def _largest_fit(doc: dict[str, Any]) -> str:
     if models["max_batch_size_extrapolated"]:
         # What is known to fit: the trusted range, or a batch size whose memory was measured beyond it.
         high = max([models["trusted_range"][1], *(s["batch_size"] for s in models["memory_samples"])])
-        return f"more than {high:,}: the memory model says {largest:,}, {set_by}, far beyond the measurements ({kept})"
-    return f"{largest:,}, {set_by} ({kept})"
+        fit = f"more than {high:,}: the memory model says {largest:,}, {set_by}, far beyond the measurements ({kept})"
+    else:
+        fit = f"{largest:,}, {set_by} ({kept})"
+    failing = [b for b in models.get("failing_batch_sizes", []) if b > doc["batch_size"]]
+    if failing and min(failing) <= largest:
+        fit += f";\nyour code fails at batch size {min(failing):,} (see the warnings)"
+    return fit
 
 
 def _predictions(doc: dict[str, Any], width: int | None) -> str:
