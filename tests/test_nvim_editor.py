@@ -153,6 +153,30 @@ def test_the_float_fits_the_window_and_always_shows_file_and_line(editor, projec
     assert_no_traceback(nvim)
 
 
+def test_a_deep_tree_keeps_its_names_whole_at_80_columns(editor, project, real_document):
+    # A library's model nests modules six levels deep (GPT-2's model.transformer.h.0.attn.c_attn,
+    # then its addmm): two cells a level left `c_…` and `…` of their names at 80 columns.
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    names = ["model", "transformer", "h", "0", "attn", "c_attn", "addmm"]
+    place = [{"path": "entry_point.py", "line": 22}]
+    leaf = {"name": names[-1], "kind": "operation", "module": "", "forward_ms": 1.0, "backward_ms": 1.0}
+    node = dict(leaf, activation_bytes=0, contexts=place, children=[])
+    for name in reversed(names[:-1]):
+        node = dict(node, name=name, kind="module", children=[node])
+    doc["operations"]["children"] = [node, *doc["operations"]["children"]]
+    show(nvim, doc)
+    nvim.options["columns"] = 80
+    nvim.command("doautocmd VimResized")
+    lines, width = float_lines(nvim)
+    tree = lines[next(i for i, line in enumerate(lines) if line.startswith("Operations")) + 1 :]
+    shown = [row.split()[0] for row in tree[1 : 1 + len(names)]]
+    assert shown == names, tree[: 1 + len(names)]
+    depths = [len(row) - len(row.lstrip()) for row in tree[1 : 1 + len(names)]]
+    assert depths == sorted(depths) and len(set(depths)) == len(names)  # still a tree, a level a step
+    assert all(nvim.funcs.strdisplaywidth(row) <= width for row in tree)
+
+
 def test_an_open_float_is_laid_out_again_when_the_editor_is_resized(editor, project, real_document):
     nvim = editor
     show(nvim, fixed_document(real_document, project))

@@ -469,21 +469,33 @@ local function tree_rows(root)
   return rows
 end
 
--- The widths of the name and place columns: what the rows need, within their bounds, the place
--- giving way first (it is shortened in the middle) when the float is narrower.
-local function tree_columns(rows, width)
-  local name, place = NAME_WIDTH.min, PLACE_WIDTH.min
+-- The cells the name column needs for the rows, indented `step` cells a level.
+local function names_need(rows, step)
+  local need = NAME_WIDTH.min
   for _, row in ipairs(rows) do
-    name = math.max(name, 2 * row.depth + vim.fn.strdisplaywidth(row.node.name) + 2)
+    need = math.max(need, step * row.depth + vim.fn.strdisplaywidth(row.node.name) + 2)
+  end
+  return need
+end
+
+-- The widths of the name and place columns, and the indentation of a level: what the rows need,
+-- within their bounds, the place giving way first (it is shortened in the middle) when the float
+-- is narrower, then the indentation (one cell a level instead of two: a library's model nests six
+-- levels deep, and at 80 columns its names were cut to `…`).
+local function tree_columns(rows, width)
+  local place = PLACE_WIDTH.min
+  for _, row in ipairs(rows) do
     if row.place then
       place = math.max(place, vim.fn.strdisplaywidth(row.place.path .. ':' .. row.place.line) + 2)
     end
   end
-  name, place = math.min(name, NAME_WIDTH.max), math.min(place, PLACE_WIDTH.max)
+  local name = math.min(names_need(rows, 2), NAME_WIDTH.max)
+  place = math.min(place, PLACE_WIDTH.max)
   local room = width - TREE_NUMBERS
   place = math.max(PLACE_WIDTH.min, math.min(place, room - name))
-  name = math.max(NAME_WIDTH.min, math.min(name, room - place))
-  return name, place
+  local step = names_need(rows, 2) > room - place and 1 or 2
+  name = math.max(NAME_WIDTH.min, math.min(names_need(rows, step), NAME_WIDTH.max, room - place))
+  return name, place, step
 end
 
 local function add_tree(sheet, document, width)
@@ -493,7 +505,7 @@ local function add_tree(sheet, document, width)
   end
   local total = math.max(root.forward_ms + root.backward_ms, 1e-9)
   local rows = tree_rows(root)
-  local name_width, place_width = tree_columns(rows, width)
+  local name_width, place_width, step = tree_columns(rows, width)
   sheet:add({})
   local header = pad('Operations', name_width + place_width) .. pad('forward', BAR + 11) .. 'backward'
   sheet:add({ { header, 'SkylineFloatHeader' } })
@@ -502,7 +514,7 @@ local function add_tree(sheet, document, width)
     local target = place and { path = project.absolute(state.request.root, place.path), line = place.line }
     local where = place and M.shorten_place(place.path, place.line, place_width - 2) or ''
     sheet:add({
-      { cell(string.rep('  ', row.depth) .. node.name, name_width) },
+      { cell(string.rep(' ', step * row.depth) .. node.name, name_width) },
       { pad(where, place_width), 'SkylineFloatMuted' },
       { format.bar(node.forward_ms / total, BAR), 'SkylineFloatForward' },
       { ' ' .. pad(format.ms(node.forward_ms), 10) },
