@@ -152,6 +152,40 @@ def test_loops_that_replace_what_they_keep_keep_nothing():
     assert steady(keeps_a_window_of_recent_outputs, model, warm_up=10).kept_bytes == {}
 
 
+def test_a_leak_beside_memory_kept_for_a_while_is_measured_alone():
+    # Each loop leaks its output (BATCH × CLASSES floats an iteration) and keeps more for a while:
+    # a hidden activation through the next iteration, or gradients accumulated over four. Memory
+    # grows, so the growth does not decide: that the first iteration's tensors must outlive two
+    # more, and that gradients are left out, do.
+    model, optimizer, x, y = mlp_and_adam()
+    leaked, recent, step = [], collections.deque(maxlen=2), [0]
+
+    def keeps_each_hidden_through_the_next_iteration():
+        optimizer.zero_grad()
+        hidden = model[0](x)
+        out = model[2](model[1](hidden))
+        nn.functional.cross_entropy(out, y).backward()
+        optimizer.step()
+        recent.append(hidden.detach())  # made in one iteration, dropped in the one after next
+        leaked.append(out.detach())
+
+    def accumulates_over_four_iterations():
+        # Warmed up for four: stepped and zeroed just before, so the first measured iteration
+        # makes the gradients, and the next two add to them in place.
+        out = model(x)
+        nn.functional.cross_entropy(out, y).backward()
+        leaked.append(out.detach())
+        step[0] += 1
+        if step[0] % 4 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+    for loop in (keeps_each_hidden_through_the_next_iteration, accumulates_over_four_iterations):
+        retention = steady(loop, model)
+        assert retention.bytes_per_iteration == BATCH * CLASSES * FLOAT32, loop.__name__
+        assert [retention.operation_names[i] for i in retention.kept_bytes] == ["addmm.default"], loop.__name__
+
+
 @pytest.fixture(scope="module")
 def keeps_graphs():
     return analysed("keeps_graphs.py")
