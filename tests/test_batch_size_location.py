@@ -163,7 +163,11 @@ def test_syntax_error_is_raised():
     "default, value, reason",
     [
         ("BATCH * 2", None, "the default is the expression `BATCH * 2`, not an integer literal"),
-        ("BATCH", None, "the default is the expression `BATCH`, not an integer literal"),
+        (
+            "BATCH",
+            None,
+            "the default is `BATCH`, which is not one integer literal assigned once at the top level of entry.py",
+        ),
         ("True", None, "the default is `True`, a boolean, not an integer literal"),
         ("32.0", None, "the default is `32.0`, a float, not an integer literal"),
         ("'32'", None, "the default is `'32'`, a string, not an integer literal"),
@@ -181,6 +185,48 @@ def test_non_editable_defaults(default, value, reason):
     assert location.value == value
     assert location.reason == reason
     assert literal_bytes(source, location) == default.encode()
+
+
+@pytest.mark.parametrize(
+    "top, line, span, value",
+    [
+        ("BATCH_SIZE = 64  # per device\n", 1, (13, 15), 64),
+        ("BATCH_SIZE: int = 0x40\n", 1, (18, 22), 64),
+        ("BATCH = 8\nBATCH_SIZE = 64\n", 2, (13, 15), 64),
+    ],
+)
+def test_a_constant_the_default_names_is_the_literal(top, line, span, value):
+    # BATCH_SIZE = 64 at the top, then batch_size=BATCH_SIZE: the keys and --set-batch-size
+    # edit the constant, which only the default reads (the editor's literal.lua finds the same).
+    source = f"{top}\ndef skyline_input_provider(batch_size=BATCH_SIZE):\n    pass\n"
+    location = find(source)
+    assert (location.line, location.col_start, location.col_end) == (line, *span)
+    assert location.editable and location.value == value
+    assert rewrite(source, 128) == source.replace(source.splitlines()[line - 1], _with_128(top, line), 1)
+
+
+def _with_128(top: str, line: int) -> str:
+    text = top.splitlines()[line - 1]
+    return text.replace("0x40", "128").replace("64", "128")
+
+
+@pytest.mark.parametrize(
+    "top, reason",
+    [
+        ("BATCH = 32\nLR = 0.1 * BATCH\n", "which line 2 uses too: changing it would change more than the batch size"),
+        ("BATCH = 32\nBATCH = 64\n", "which is not one integer literal assigned once at the top level of entry.py"),
+        ("from config import BATCH\n", "which is not one integer literal assigned once at the top level of entry.py"),
+        ("if True:\n    BATCH = 32\n", "which is not one integer literal assigned once at the top level of entry.py"),
+        ("BATCH = 2 ** 5\n", "which is the expression `2 ** 5`, not an integer literal"),
+        ("BATCH = 0\n", "which is `0`, but the batch size must be greater than 0"),
+    ],
+)
+def test_a_constant_used_elsewhere_or_not_one_literal_is_not_editable(top, reason):
+    source = f"{top}\ndef skyline_input_provider(batch_size=BATCH):\n    pass\n"
+    location = find(source)
+    assert not location.editable and location.reason == f"the default is `BATCH`, {reason}"
+    with pytest.raises(EntryPointError, match="Cannot rewrite the batch size"):
+        rewrite(source, 128)
 
 
 def test_multi_line_default_is_not_editable():

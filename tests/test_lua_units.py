@@ -144,6 +144,27 @@ def test_the_literal_in_a_file(nvim):
     assert results[4] == [None, None]
 
 
+def test_the_constant_the_default_names(nvim):
+    # As the engine finds them (tests/test_batch_size_location.py): a constant at the top of the
+    # file that only the default reads is the literal; anything else keeps the keys off.
+    provider = "def skyline_input_provider(batch_size=BATCH):"
+    commented = ["BATCH_SIZE = 64  # per device", "", "def skyline_input_provider(batch_size=BATCH_SIZE):"]
+    annotated = ["BATCH: int = 0x20", "def skyline_input_provider(*, batch_size=BATCH):"]
+    longer_name_first = ["BATCH_SIZE = 8", "BATCH = 32", provider]
+    used = ["BATCH = 32", "LR = 0.1 * BATCH", provider]
+    twice = ["BATCH = 32", "BATCH = 64", provider]
+    imported = ["from config import BATCH", provider]
+    cases = [commented, annotated, longer_name_first, used, twice, imported]
+    results = call_each(nvim, "skyline.literal", "find", [[lines] for lines in cases])
+    assert results[0] == [{"row": 0, "col_start": 13, "col_end": 15, "value": 64}, None]
+    assert results[1] == [{"row": 0, "col_start": 13, "col_end": 17, "value": 32}, None]
+    assert results[2] == [{"row": 1, "col_start": 8, "col_end": 10, "value": 32}, None]
+    also = "the batch_size default `BATCH` is also on line {}: write a number, or a constant only the default uses"
+    assert results[3][0] is None and results[3][1].startswith(also.format(2))
+    assert results[4][0] is None and results[4][1].startswith(also.format(2))
+    assert results[5][0] is None and results[5][1].startswith(also.format(1))
+
+
 def test_the_literal_of_the_definition_that_ran(nvim):
     # `if`/`else`: the engine found the first definition to have run (its location's row, 2,
     # where the buffer holds it now); the text alone would say the last one.

@@ -164,6 +164,26 @@ def test_a_computed_batch_size_is_left_alone(nvim, project):
     assert_no_traceback(nvim)
 
 
+def test_the_constant_the_default_names_is_edited(nvim, project):
+    # BATCH_SIZE = 128 at the top, read only by the default: the keys edit it, one undo step a press.
+    entry = project / "entry_point.py"
+    text = entry.read_text().replace("batch_size=128", "batch_size=BATCH_SIZE")
+    entry.write_text("BATCH_SIZE = 128  # samples per step\n" + text)
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"edit {entry}")
+    profile(nvim)
+    assert document(nvim)["batch_size_location"]["line"] == 1
+    nvim.exec_lua("require('skyline.config').get().reprofile_delay_ms = 600000")
+    before = nvim.current.buffer[:]
+    nvim.input("<Plug>(skyline-batch-inc)")
+    wait_for(lambda: nvim.current.buffer[0].startswith("BATCH_SIZE = 256 "), "the constant to become 256", timeout=10)
+    assert_prediction(nvim, 256)
+    assert nvim.current.buffer[:] == ["BATCH_SIZE = 256  # samples per step", *before[1:]]
+    nvim.command("undo")
+    assert nvim.current.buffer[:] == before
+    assert_no_traceback(nvim)
+
+
 def test_keymaps_can_be_switched_off_and_are_never_global(nvim, project):
     nvim.exec_lua("require('skyline').setup({keymaps = false, engine_args = {'--quick'}, device = 'cpu'})")
     nvim.command(f"edit {project}/entry_point.py")

@@ -40,8 +40,8 @@ function M.integer(text)
 end
 
 --- The batch_size default on one line: {col_start, col_end, value} when it is a positive integer
---- literal; nil and why not when it is something else; nil alone when the line has no
---- `batch_size=` default.
+--- literal; nil and why not when it is something else (and the name, when it is a bare name: a
+--- constant `M.find` may resolve); nil alone when the line has no `batch_size=` default.
 function M.on_line(text)
   local _, name_end = text:find('%f[%w_]' .. constants.BATCH_SIZE_PARAMETER .. '%f[^%w_]')
   if not name_end then
@@ -62,11 +62,56 @@ function M.on_line(text)
   if value and ends then
     return nil, string.format('the batch_size default `%s` must be greater than 0', expression)
   end
+  local name = ends and token and token:match('^[%a_][%w_]*$')
   return nil,
     string.format(
       'the batch_size default `%s` is not an integer literal; write a number to use the batch-size keys',
       expression
-    )
+    ),
+    name
+end
+
+-- Whether `text` holds `name` as a word.
+local function mentions(text, name)
+  return text:find('%f[%w_]' .. name .. '%f[^%w_]') ~= nil
+end
+
+--- The module-level constant `name` the default names (`BATCH_SIZE = 64` at the top, then
+--- `batch_size=BATCH_SIZE`): {row (0-based), col_start, col_end, value} of its literal, when it is
+--- assigned once, at column 0, to a positive integer literal, and no other line but the default's
+--- (`default_row`, 1-based) mentions it; else nil and why. The engine's `_locate_constant`, read
+--- from text: a mention in a comment or a string counts too.
+function M.constant(lines, name, default_row)
+  local found, why
+  for row, text in ipairs(lines) do
+    -- `NAME = 64` or `NAME: int = 64`, at column 0, a comment after it at most.
+    local rest = text:match('^' .. name .. '%s*=(.*)$') or text:match('^' .. name .. '%s*:[^=]*=(.*)$')
+    local offset = rest and #text - #rest or 0
+    local start, token, after = (rest or ''):match('^%s*()([%w_]+)()%s*$')
+    if not start then
+      start, token, after = (rest or ''):match('^%s*()([%w_]+)()%s*#')
+    end
+    local value = token and M.integer(token)
+    if value and value > 0 and not found then
+      start, after = start + offset, after + offset
+      found = { row = row - 1, col_start = start - 1, col_end = after - 1, value = value }
+    elseif row ~= default_row and mentions(text, name) then
+      why = why
+        or string.format(
+          'the batch_size default `%s` is also on line %d: write a number, or a constant only the default uses, to use the batch-size keys',
+          name,
+          row
+        )
+    end
+  end
+  if why or not found then
+    return nil,
+      why or string.format(
+        'the batch_size default `%s` is not one positive integer literal assigned at the top of the file; write a number to use the batch-size keys',
+        name
+      )
+  end
+  return found
 end
 
 -- Rows (1-based) of the signature of a `def skyline_input_provider(` in `lines`: the last one at or
@@ -96,10 +141,12 @@ end
 --- 0-based row where the analysis located the default (nil: unknown).
 function M.find(lines, near)
   for _, row in ipairs(signature(lines, near and near + 1)) do
-    local found, why = M.on_line(lines[row])
+    local found, why, name = M.on_line(lines[row])
     if found then
       found.row = row - 1
       return found
+    elseif name then
+      return M.constant(lines, name, row)
     elseif why then
       return nil, why
     end

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import CodeType
 from typing import Any
 
@@ -65,7 +65,10 @@ def find_batch_size_location(source: str, path: str, code: CodeType) -> BatchSiz
     default = _batch_size_default(provider.args)
     if default is None:
         return None
-    return _locate(default, _split_lines(source), path)
+    lines = _split_lines(source)
+    if isinstance(default, ast.Name):
+        return _locate_constant(default, tree, lines, path)
+    return _locate(default, lines, path)
 
 
 def rewrite_batch_size(source: str, new_batch_size: int, path: str, code: CodeType) -> str:
@@ -151,6 +154,62 @@ def _locate(default: ast.expr, lines: list[str], path: str) -> BatchSizeLocation
         value=value,
         reason=reason,
     )
+
+
+def _locate_constant(default: ast.Name, tree: ast.Module, lines: list[str], path: str) -> BatchSizeLocation:
+    """A default that names a module-level constant (`BATCH_SIZE = 64` at the top, then
+    `batch_size=BATCH_SIZE`): the constant's literal, when the name is bound once, at the module's
+    level, to one value, and read nowhere but in the default (changing it must change the batch
+    size alone); else the default itself, not editable, with why."""
+    name = default.id
+    bound = [node for node in ast.walk(tree) if _binds(node, name)]
+    reads = sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and node is not default
+    )
+    value = _constant_value(bound[0], tree) if len(bound) == 1 else None
+    if value is None:
+        reason = f"the default is `{name}`, which is not one integer literal assigned once at the top level of {path}"
+    elif reads:
+        reason = (
+            f"the default is `{name}`, which line {reads[0]} uses too: changing it would change more than the "
+            "batch size"
+        )
+    else:
+        located = _locate(value, lines, path)
+        if located.reason is None:
+            return located
+        # `BATCH = 2 ** 5`: why the constant's value is not editable, naming the constant.
+        return replace(
+            located, reason=located.reason.replace("the default is", f"the default is `{name}`, which is", 1)
+        )
+    return replace(_locate(default, lines, path), reason=reason)
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    """Whether `node` (re)binds `name`: an assignment or deletion of it, `global`/`nonlocal`, an
+    import as it, a `def`/`class` of it."""
+    if isinstance(node, ast.Name):
+        return node.id == name and isinstance(node.ctx, (ast.Store, ast.Del))
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return name in node.names
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name.split(".")[0]) == name
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    return False
+
+
+def _constant_value(target: ast.AST, tree: ast.Module) -> ast.expr | None:
+    """The value of the module-level statement `NAME = <value>` (or `NAME: int = <value>`) whose
+    target is `target`, when it is one."""
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and statement.targets == [target]:
+            return statement.value
+        if isinstance(statement, ast.AnnAssign) and statement.target is target and statement.value is not None:
+            return statement.value
+    return None
 
 
 def _int_literal_value(node: ast.expr) -> int | None:
