@@ -175,6 +175,46 @@ def test_past_a_batch_size_the_code_fails_at_nothing_is_predicted_or_advised_to_
     assert lines[7] == "             your code fails at batch size 300 (see the warnings)"
 
 
+def _module(path: str, forward_ms: float, backward_ms: float, *children: dict) -> dict:
+    name = path.rsplit(".", 1)[-1]
+    return {"name": name, "kind": "module", "module": path, "forward_ms": forward_ms, "backward_ms": backward_ms,
+            "children": list(children)}  # fmt: skip
+
+
+def _line(number: int, forward_ms: float, backward_ms: float) -> dict:
+    no_step = {"forward_ms": forward_ms, "backward_ms": backward_ms, "step_ms": 0.0}
+    return {"path": "entry_point.py", "line": number, **no_step, "memory_bytes": 0, "inclusive": no_step}
+
+
+def test_a_line_that_runs_most_of_the_iteration_in_library_code_is_broken_down_by_module():
+    # A model from a library, called at one line of the entry point: 2.75 ms an iteration, 2.2 ms of
+    # it at that line. Modules under 5 % (0.1375 ms) are left out with what they hold; operations too.
+    doc = document(run_time(1 / 64, 0.75))
+    addmm = {"name": "addmm", "kind": "operation", "module": "model.encoder.0", "forward_ms": 0.5, "backward_ms": 0.5}
+    doc["lines"] = [_line(22, 1.0, 1.2), _line(23, 0.1, 0.2)]
+    embed = _module("model.embed", 0.05, 0.05, _module("model.embed.inner", 0.05, 0.05))
+    layers = _module("model.encoder.0", 0.5, 0.5, addmm), _module("model.encoder.1", 0.3, 0.5)
+    encoder = _module("model.encoder", 0.8, 1.0, *layers)
+    doc["operations"]["children"] = [_module("model", 1.0, 1.2, embed, encoder, _module("model.head", 0.15, 0.15))]
+    report = render_report(doc)
+    section = next(part for part in report.split("\n\n") if part.startswith("Modules"))
+    assert section.splitlines()[0] == (
+        "Modules (entry_point.py:22 runs 80.0% of the iteration itself, in library code; the modules that took at "
+        "least 5% of it, in the order they ran)"
+    )
+    assert section.splitlines()[1:] == [
+        "  forward   backward   share   module",
+        "  1.00 ms    1.20 ms   80.0%   model",
+        "  0.80 ms    1.00 ms   65.5%   model.encoder",
+        "  0.50 ms    0.50 ms   36.4%   model.encoder.0",
+        "  0.30 ms    0.50 ms   29.1%   model.encoder.1",
+        "  0.15 ms    0.15 ms   10.9%   model.head",
+    ]
+    # Spread over the project's lines, the lines say where the time goes: no modules.
+    doc["lines"] = [_line(22, 0.6, 0.6), _line(23, 0.5, 0.5)]
+    assert "\nModules (" not in render_report(doc)
+
+
 def test_the_users_measured_batch_size_keeps_its_measured_figure():
     # The knee falls below the smallest measured: throughput has levelled off by then.
     doc = document(run_time(1.0, 0.5), batch_size=64)

@@ -59,6 +59,7 @@ def render_report(document: dict[str, Any], width: int | None = None) -> str:
         _wrap(_summary(document), width, indent=LABEL.format("")),
         render_warnings(document, width),
         _hottest_lines(document, width),
+        _modules_beneath(document, width),
         _wrap(_data_parallel(document), width),
         _predictions(document, width),
         _wrap(_models(document), width),
@@ -345,6 +346,47 @@ def _hottest_lines(doc: dict[str, Any], width: int | None) -> str:
         ms, share = format_ms(untracked["run_time_ms"]), _share(untracked["run_time_ms"], total)
         rows.append(("untracked", (ms, "", "", share, "", format_bytes(untracked["memory_bytes"])), UNTRACKED))
     return _wrap(HOTTEST_TITLE, width) + "\n" + _hottest_table(rows, width)
+
+
+# A line that runs at least this share of the iteration itself runs library code (a model from
+# transformers or timm called at `out = model(...)`): the report breaks it down by module too.
+ONE_LINE_HOLDS = 0.5
+MODULE_SHARE = 0.05  # modules below this share of the iteration are left out, with what they hold
+MODULE_ROWS = 15
+
+
+def _modules_beneath(doc: dict[str, Any], width: int | None) -> str:
+    """Where one line holds most of the iteration (its operations ran in library code, which has
+    no lines of the project), the modules beneath it, in the order they ran: a GPT-2 from
+    transformers was 92 % at one line, and the report said no more."""
+    records, root = doc.get("lines") or [], doc.get("operations")
+    total = doc["iteration"]["run_time_ms"]
+    if not records or not root or total <= 0:
+        return ""
+    line = max(records, key=_own_ms)
+    if _own_ms(line) < ONE_LINE_HOLDS * total:
+        return ""
+    rows: list[tuple[str, ...]] = []
+
+    def visit(node: dict[str, Any]) -> None:
+        for child in node.get("children") or []:
+            ms = child["forward_ms"] + child["backward_ms"]
+            if child["kind"] != "module" or ms < MODULE_SHARE * total or len(rows) >= MODULE_ROWS:
+                continue
+            rows.append(
+                (format_ms(child["forward_ms"]), format_ms(child["backward_ms"]), _share(ms, total), child["module"])
+            )
+            visit(child)
+
+    visit(root)
+    if len(rows) < 2:
+        return ""
+    title = (
+        f"Modules ({line['path']}:{line['line']} runs {_share(_own_ms(line), total)} of the iteration itself, in "
+        f"library code; the modules that took at least {MODULE_SHARE:.0%} of it, in the order they ran)"
+    )
+    table = _table([("forward", "backward", "share", "module"), *rows], right_aligned=(0, 1, 2), width=width)
+    return _wrap(title, width) + "\n" + table
 
 
 def _hottest_table(rows: Sequence[tuple[str, tuple[str, ...], str]], width: int | None) -> str:
