@@ -199,11 +199,11 @@ MUTATIONS = [
         ("tests/test_probing.py", "tests/test_memory_planning.py"),
     ),
     Mutation(
-        "a probe past a failing batch size is tried",
-        "skyline_engine/analysis/probing.py",
-        "return any(f <= batch_size if f > user else batch_size <= f for f in self.failing)",
+        "a probe past a failing batch size is tried, and predicted",
+        "skyline_engine/predict/batch_models.py",
+        "return any(f <= batch_size if f > users else batch_size <= f for f in failing)",
         "return False",
-        ("tests/test_probing.py",),
+        ("tests/test_probing.py", "tests/test_terminal_report.py"),
     ),
     Mutation(
         "a largest fit at the trusted end is extrapolated",
