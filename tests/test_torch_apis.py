@@ -13,6 +13,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+import torch
 
 ENGINE = Path(__file__).resolve().parent.parent / "skyline_engine"
 
@@ -75,3 +76,17 @@ def test_the_engine_names_the_internals_it_relies_on():
 @pytest.mark.parametrize("name", sorted(NAMES))
 def test_each_torch_name_the_engine_uses_exists(name):
     assert resolves(name), f"{name} (used at {NAMES[name]}) does not exist in this torch"
+
+
+def test_operator_schemas_say_what_they_write():
+    # attribute/updates.py reads an operator's schema to find the arguments it writes in place
+    # (`p -= lr * p.grad` is aten.sub_ writing its self): attributes of torch's C++ schema
+    # objects, which the walk above does not see.
+    sub_ = torch.ops.aten.sub_.Tensor._schema
+    assert sub_.is_mutable and not torch.ops.aten.sub.Tensor._schema.is_mutable
+    written = [a.name for a in sub_.arguments if a.alias_info is not None and a.alias_info.is_write]
+    assert written == ["self"]
+    out = torch.ops.aten.add.out._schema
+    assert [a.name for a in out.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write] == [
+        "out"
+    ]
