@@ -154,7 +154,8 @@ def test_the_constant_the_default_names(nvim):
     used = ["BATCH = 32", "LR = 0.1 * BATCH", provider]
     twice = ["BATCH = 32", "BATCH = 64", provider]
     imported = ["from config import BATCH", provider]
-    cases = [commented, annotated, longer_name_first, used, twice, imported]
+    keyword = ["def skyline_input_provider(batch_size=None):"]
+    cases = [commented, annotated, longer_name_first, used, twice, imported, keyword]
     results = call_each(nvim, "skyline.literal", "find", [[lines] for lines in cases])
     assert results[0] == [{"row": 0, "col_start": 13, "col_end": 15, "value": 64}, None]
     assert results[1] == [{"row": 0, "col_start": 13, "col_end": 17, "value": 32}, None]
@@ -163,6 +164,10 @@ def test_the_constant_the_default_names(nvim):
     assert results[3][0] is None and results[3][1].startswith(also.format(2))
     assert results[4][0] is None and results[4][1].startswith(also.format(2))
     assert results[5][0] is None and results[5][1].startswith(also.format(1))
+    assert results[6] == [
+        None,
+        "the batch_size default `None` is not an integer literal; write a number to use the batch-size keys",
+    ]
 
 
 def test_the_literal_of_the_definition_that_ran(nvim):

@@ -62,7 +62,9 @@ function M.on_line(text)
   if value and ends then
     return nil, string.format('the batch_size default `%s` must be greater than 0', expression)
   end
-  local name = ends and token and token:match('^[%a_][%w_]*$')
+  -- A bare name may be a constant (`M.constant`); Python's own constants are not.
+  local keyword = token == 'True' or token == 'False' or token == 'None'
+  local name = ends and not keyword and token and token:match('^[%a_][%w_]*$')
   return nil,
     string.format(
       'the batch_size default `%s` is not an integer literal; write a number to use the batch-size keys',
