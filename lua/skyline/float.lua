@@ -489,11 +489,12 @@ local function tree_columns(rows, width)
       place = math.max(place, vim.fn.strdisplaywidth(row.place.path .. ':' .. row.place.line) + 2)
     end
   end
-  local name = math.min(names_need(rows, 2), NAME_WIDTH.max)
+  local two_a_level = names_need(rows, 2)
+  local name = math.min(two_a_level, NAME_WIDTH.max)
   place = math.min(place, PLACE_WIDTH.max)
   local room = width - TREE_NUMBERS
   place = math.max(PLACE_WIDTH.min, math.min(place, room - name))
-  local step = names_need(rows, 2) > room - place and 1 or 2
+  local step = two_a_level > room - place and 1 or 2
   name = math.max(NAME_WIDTH.min, math.min(names_need(rows, step), NAME_WIDTH.max, room - place))
   return name, place, step
 end
