@@ -133,6 +133,15 @@ def test_loops_that_replace_what_they_keep_keep_nothing():
         optimizer.step()
         window.append(out.detach())
 
+    def builds_a_graph_it_never_backwards():
+        # The accuracy is computed with gradients on: the graph that made it (ReLU saved its output)
+        # is dropped without a backward pass. Autograd frees it; saved-tensor hooks that kept the
+        # tensor itself would not (measure/saved_tensors.py).
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        (model(x).argmax(1) == y).float().mean().item()
+
     scaler = torch.amp.GradScaler("cpu")
 
     def mixed_precision():
@@ -150,6 +159,7 @@ def test_loops_that_replace_what_they_keep_keep_nothing():
     assert steady(mixed_precision, model).kept_bytes == {}
     assert steady(keeps_the_last_two_outputs, model).kept_bytes == {}
     assert steady(keeps_a_window_of_recent_outputs, model, warm_up=10).kept_bytes == {}
+    assert steady(builds_a_graph_it_never_backwards, model).kept_bytes == {}
 
 
 def test_a_leak_beside_memory_kept_for_a_while_is_measured_alone():
@@ -224,7 +234,7 @@ def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
     assert doc["models"] is not None and doc["models_withheld"] is None
 
 
-@pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py"])
+@pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py", "gan.py"])
 def test_training_loops_that_keep_nothing_have_no_memory_growth(entry):
     doc = analysed(entry, predict=False)
     assert doc["memory_growth"] is None

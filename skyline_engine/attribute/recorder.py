@@ -364,12 +364,12 @@ class OperationRecorder(TorchDispatchMode):
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
-            return tensor
+            return saved_tensors.kept(tensor)
         producer: OperationRecord | None = self._producer.get(storage)
         if producer is not None and storage not in self._saved:
             self._saved[storage] = True
             producer.activation_bytes += storage.nbytes()
-        return tensor
+        return saved_tensors.kept(tensor)
 
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,11 @@ refuse to run under any saved-tensor hook: a functional training step (`torch.fu
 `functional_call`) failed at its first recorded iteration. So the first warm-up iteration runs
 under hooks that change nothing (measure/iteration.py); when torch refuses them, every part runs
 without hooks for the rest of the analysis, and activations are not counted by line.
+
+A pack hook keeps the tensor detached (`kept`): the tensor itself carries its grad_fn, which holds
+the saved tensor, a reference cycle through autograd's C++ graph that no garbage collection frees.
+Backward breaks it; a graph never backwarded (a GAN's `generator(noise).detach()`, a metric
+computed with gradients on) stayed alive for good, and read as the user's leak.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def unchanged() -> contextlib.AbstractContextManager[Any]:
     """Saved-tensor hooks that change nothing: an iteration run under them dispatches the same
     operations as one recorded for the breakdown (without any, autograd saves some outputs
     through an extra `detach`)."""
-    return hooks(_same, _same)
+    return hooks(kept, _same)
 
 
 def refuse(error: BaseException) -> bool:
@@ -61,6 +66,16 @@ def refuse(error: BaseException) -> bool:
 def allow() -> None:
     """Hooks run again (a new analysis: its iteration may allow them)."""
     _SWITCH.refused = False
+
+
+def kept(tensor: torch.Tensor) -> torch.Tensor:
+    """What a pack hook keeps of a saved tensor: the tensor detached, which is all autograd needs
+    (it restores the grad_fn on unpacking; see the module docstring). The detach is hidden from
+    dispatch modes, so that the recorder and the meters see the iteration's operations alone."""
+    if type(tensor) is torch.Tensor or type(tensor) is torch.nn.Parameter:
+        with torch._C._DisableTorchDispatch():
+            return tensor.detach()
+    return tensor.detach()  # a tensor subclass: its own dispatch must see it
 
 
 def _same(tensor: Any) -> Any:
