@@ -5,6 +5,7 @@ parameter groups. Each figure is checked against a count made here from the mode
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,67 @@ def test_several_optimizers_and_parameter_groups_each_at_their_constructor():
     ]
     for number in (32, 33):  # body.step(), head.step()
         assert line(doc, "optimizers.py", number)["step_ms"] > 0
+
+
+# tests/projects/training_loops/gan.py: Linear(16, 64), Linear(64, 64); Linear(64, 64), Linear(64, 1).
+GENERATOR = (16 * 64 + 64) + (64 * 64 + 64)
+DISCRIMINATOR = (64 * 64 + 64) + (64 * 1 + 1)
+
+
+def test_two_optimizers_of_one_class_each_at_the_constructor_of_the_name_that_steps_it():
+    # The discriminator's Adam steps first but is constructed second: each Adam's state is at the
+    # line that made the optimizer its code steps, not at the first Adam of the file.
+    doc = analysed("gan.py", predict=False)
+    source = (PROJECT / "gan.py").read_text().splitlines()
+    constructed = {
+        name: number
+        for number, text in enumerate(source, start=1)
+        for name in ("generator_optimizer", "discriminator_optimizer")
+        if text.strip().startswith(f"{name} = ")
+    }
+    found = {s["size_bytes"]: s["contexts"][0]["line"] for s in doc["optimizer_state"]}
+    assert found == {
+        2 * FLOAT32 * GENERATOR + 4 * ADAM_STEPS: constructed["generator_optimizer"],
+        2 * FLOAT32 * DISCRIMINATOR + 4 * ADAM_STEPS: constructed["discriminator_optimizer"],
+    }
+
+
+def test_optimizers_held_by_a_trainer_each_at_the_constructor_of_its_attribute(tmp_path):
+    (tmp_path / "entry_point.py").write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+
+            class Trainer:
+                def __init__(self, model):
+                    self.critic_optimizer = torch.optim.SGD(model[1].parameters(), lr=0.01, momentum=0.9)
+                    self.actor_optimizer = torch.optim.SGD(model[0].parameters(), lr=0.01, momentum=0.9)
+                    self.model = model
+
+                def step(self, x):
+                    self.actor_optimizer.zero_grad()
+                    self.critic_optimizer.zero_grad()
+                    self.model(x).pow(2).mean().backward()
+                    self.actor_optimizer.step()
+                    self.critic_optimizer.step()
+
+
+            def skyline_model_provider():
+                return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Linear(32, 1))
+
+
+            def skyline_input_provider(batch_size=4):
+                return (torch.randn(batch_size, 8),)
+
+
+            def skyline_iteration_provider(model):
+                return Trainer(model).step
+            """
+        )
+    )
+    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
+    doc = analyze(request).to_dict()
+    found = {s["size_bytes"]: s["contexts"][0]["line"] for s in doc["optimizer_state"]}
+    # A momentum buffer for each parameter: the actor's Linear(8, 32), the critic's Linear(32, 1).
+    assert found == {FLOAT32 * (8 * 32 + 32): 7, FLOAT32 * (32 + 1): 6}

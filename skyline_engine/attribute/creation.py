@@ -10,7 +10,9 @@ hook for optimizers, and a profile function active while the iteration provider 
 everything it does (torch imports its compiler stack on the first optimizer), so the optimizers
 are found as the ones that step during the first iteration (torch's global step pre-hook; a scan
 of every object in the process cost 0.1 s), and their construction line by reading the project's
-source for a call of the optimizer's class.
+source for a call of the optimizer's class. Where several calls construct that class (a GAN's two
+Adams), the one assigned to the name the stepping code holds the optimizer by (`opt_d` in
+`opt_d.step()`, `self.optimizer`) is the optimizer's; the first call is, where no name tells.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import sys
 import weakref
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import torch
@@ -40,6 +43,8 @@ class CreationSites:
         self._tensors: dict[int, tuple[weakref.ref[torch.Tensor], Stack]] = {}
         # Where each optimizer was constructed, by its id.
         self.optimizers: dict[int, Stack] = {}
+        # The names the project's code held each optimizer by when it stepped, by its id.
+        self._optimizer_names: dict[int, frozenset[str]] = {}
         self._optimizer_refs: list[weakref.ref[torch.optim.Optimizer]] = []
         self._entry_path = ""
 
@@ -62,7 +67,8 @@ class CreationSites:
         project modules (once per optimizer)."""
         key = id(optimizer)
         if key not in self.optimizers:
-            context = _construction_line(type(optimizer).__name__, self._entry_path, self.call_sites.files)
+            names = self._optimizer_names.get(key, frozenset())
+            context = _construction_line(type(optimizer).__name__, names, self._entry_path, self.call_sites.files)
             self.optimizers[key] = (context,) if context else ()
         return self.optimizers[key]
 
@@ -83,36 +89,78 @@ class CreationSites:
     def _stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if all(ref() is not optimizer for ref in self._optimizer_refs):
             self._optimizer_refs.append(weakref.ref(optimizer))
+            self._optimizer_names[id(optimizer)] = self._names_of(optimizer, sys._getframe(1))
+
+    def _names_of(self, optimizer: torch.optim.Optimizer, frame: FrameType | None) -> frozenset[str]:
+        """The names the innermost project frame from `frame` outwards holds `optimizer` by: its
+        variables (closures' too), its module's globals, and its variables' attributes
+        (`self.optimizer`)."""
+        files = self.call_sites.files
+        while frame is not None and not files.contains(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return frozenset()
+        local_values = dict(frame.f_locals)
+        names = {name for name, value in [*local_values.items(), *frame.f_globals.items()] if value is optimizer}
+        for value in local_values.values():
+            try:
+                attributes = vars(value)
+            except Exception:  # noqa: BLE001 - no __dict__ (TypeError), or a user's __getattr__ raising anything
+                continue
+            names.update(attribute for attribute, held in attributes.items() if held is optimizer)
+        return frozenset(names)
 
 
-def _construction_line(class_name: str, entry_path: str, files: ProjectFiles) -> Context | None:
-    line = _first_call(files.root, entry_path, class_name)
-    if line is not None:
-        return (entry_path, line)
+def _construction_line(class_name: str, names: frozenset[str], entry_path: str, files: ProjectFiles) -> Context | None:
+    """Where an optimizer of `class_name`, held by `names`, was constructed: the entry point is
+    read first; the first construction assigned to one of `names` wins over the first at all."""
+    found = _construction_in(files.root, entry_path, class_name, names)
+    if found is not None and found[1]:
+        return (entry_path, found[0])
+    first = (entry_path, found[0]) if found is not None else None
     # Elsewhere in the project: only then the scan of every loaded module (thousands, with torch).
     filenames = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
     others = sorted({files.relative(f) for f in filenames if f and files.contains(f)} - {entry_path})
     for path in others:
-        line = _first_call(files.root, path, class_name)
-        if line is not None:
-            return (path, line)
-    return None
+        found = _construction_in(files.root, path, class_name, names)
+        if found is not None and found[1]:
+            return (path, found[0])
+        if found is not None and first is None:
+            first = (path, found[0])
+    return first
 
 
-def _first_call(root: str, path: str, class_name: str) -> int | None:
+def _construction_in(root: str, path: str, class_name: str, names: frozenset[str]) -> tuple[int, bool] | None:
+    """The line of the first call of `class_name` in `path` assigned to one of `names`, with True;
+    else of the first call at all, with False; None where the file has none."""
     try:
         with open(f"{root}/{path}", "rb") as f:
             tree = ast.parse(f.read())  # bytes: decoded as Python does (a BOM, an encoding declaration)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-            if name == class_name:
-                lines.append(node.lineno)
-    return min(lines) if lines else None
+    calls = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and _called(node) == class_name]
+    named = [
+        node.value.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and isinstance(node.value, ast.Call)
+        and _called(node.value) == class_name
+        and _assigned_names(node) & names
+    ]
+    if named:
+        return min(named), True
+    return (min(calls), False) if calls else None
+
+
+def _called(call: ast.Call) -> str | None:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _assigned_names(node: ast.Assign | ast.AnnAssign) -> set[str]:
+    """The names an assignment binds: `opt = ...` binds opt, `self.opt = ...` binds opt."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {t.id if isinstance(t, ast.Name) else t.attr for t in targets if isinstance(t, (ast.Name, ast.Attribute))}
 
 
 class _ModuleCreation:
