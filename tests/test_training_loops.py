@@ -226,3 +226,21 @@ def test_optimizers_held_by_a_trainer_each_at_the_constructor_of_its_attribute(t
     found = {s["size_bytes"]: s["contexts"][0]["line"] for s in doc["optimizer_state"]}
     # A momentum buffer for each parameter: the actor's Linear(8, 32), the critic's Linear(32, 1).
     assert found == {FLOAT32 * (8 * 32 + 32): 7, FLOAT32 * (32 + 1): 6}
+
+
+DIFFERING_CALLS = "Your iteration does not do the same work on every call"
+
+
+def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ():
+    doc = analysed("accumulates_across_calls.py", predict=False)
+    (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
+    assert "stepped no optimizer and" in warning and "made one optimizer step (one call in 4)" in warning
+    assert "Make one call one whole cycle" in warning
+
+
+@pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py", "gan.py"])
+def test_iterations_whose_calls_all_step_alike_are_not_told_they_differ(entry):
+    # A GradScaler's first skipped steps are warm-up; accumulation inside one call, two optimizers
+    # each call: every call makes the same steps.
+    doc = analysed(entry, predict=False)
+    assert not any(w.startswith(DIFFERING_CALLS) for w in doc["warnings"])

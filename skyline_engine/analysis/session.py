@@ -147,8 +147,12 @@ class _Analysis:
         )
 
     def document(self, **parts: Any) -> AnalysisDocument:
-        """The document of what is measured so far, with what torch.compile compiled meanwhile."""
+        """The document of what is measured so far, with what torch.compile compiled meanwhile, and
+        whether the iteration's calls differ."""
         compilation = self.runner.compilation if self.runner is not None else None
+        differing = self.runner.steps_per_call.warning() if self.runner is not None else None
+        if differing is not None:
+            parts["warnings"] = [differing, *parts["warnings"]]
         return self._build_document(compilation=compilation, memory_growth=self.growth, **parts)
 
     def run(self) -> AnalysisDocument:

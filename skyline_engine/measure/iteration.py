@@ -44,6 +44,7 @@ from skyline_engine.measure.memory import (
     measure_memory,
     release_cached_memory,
 )
+from skyline_engine.measure.steps_per_call import StepsPerCall
 from skyline_engine.measure.timing import (
     Clock,
     InterleavedTiming,
@@ -208,6 +209,8 @@ class IterationRunner:
         # Steady state reached (an optimizer stepped: its state exists), or sought and said to be out of reach.
         self._steady = not find_steady_state
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
+        self._steps = _Count()  # optimizer steps while measuring (`with runner:`)
+        self.steps_per_call = StepsPerCall()  # in steady state
         self.live_tensors = LiveTensors()
         self._input_shapes = InputShapesSeen()
         self._frozen = contextlib.ExitStack()
@@ -218,6 +221,7 @@ class IterationRunner:
         created since, and collections during timed iterations do not walk the engine's objects
         (see LiveTensors)."""
         self._frozen.enter_context(self.live_tensors.frozen())
+        self._steps = self._frozen.enter_context(counting_steps())
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -383,7 +387,7 @@ class IterationRunner:
 
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         out_of_memory = None
-        before = compiler_work()
+        before, steps_before = compiler_work(), self._steps.count
         try:
             self.iteration(*inputs)
         except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
@@ -397,6 +401,8 @@ class IterationRunner:
         if out_of_memory is not None:
             raise out_of_memory
         self._ran_at.add(batch_size)
+        if self._steady:
+            self.steps_per_call.add(self._steps.count - steps_before)
 
     def _note_compiled(self, batch_size: int, work: CompilerWork) -> None:
         if work != NOTHING_COMPILED:

@@ -1,0 +1,61 @@
+"""How many optimizer steps each call of the iteration made: whether every call does the same work.
+
+Skyline measures one call of the iteration function as one training iteration: the time is an
+average over many calls, but the per-line breakdown records a few consecutive calls, and each batch
+size's peak memory is one call's. A loop that steps every k-th call (gradients accumulated across
+calls, a GAN's generator stepped every fifth call) does different work on different calls, so the
+recorded calls may lack the step, and the peaks of two batch sizes may come from calls that differ.
+torch's global optimizer step hook counts the steps of each call, in steady state only (a
+GradScaler skips its first steps; measure/iteration.py warms up past them).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+# A call pattern rarer than this share of the calls is left unsaid: a GradScaler skips a step when
+# its scale overflows, once in thousands of steps, which changes no figure.
+RARE_SHARE = 0.01
+
+
+@dataclass
+class StepsPerCall:
+    """The number of calls that made each number of optimizer steps."""
+
+    calls: collections.Counter[int] = field(default_factory=collections.Counter)
+
+    def add(self, steps: int) -> None:
+        self.calls[steps] += 1
+
+    def varies(self) -> bool:
+        """Whether calls made different numbers of steps, each often enough to matter."""
+        total = sum(self.calls.values())
+        return sum(1 for count in self.calls.values() if count >= RARE_SHARE * total) > 1
+
+    def warning(self) -> str | None:
+        """What the user should know when calls differ; None when they do not."""
+        if not self.varies():
+            return None
+        total = sum(self.calls.values())
+        parts = [f"{count:,} {_steps(steps)}" for steps, count in sorted(self.calls.items(), key=lambda kv: -kv[1])]
+        rarest = min(self.calls.values())
+        every = f" (one call in {round(total / rarest)})" if rarest < total / 2 else ""
+        return (
+            f"Your iteration does not do the same work on every call: of {total:,} calls measured, "
+            f"{_join(parts)}{every}. Skyline measures one call as one iteration: the throughput averages "
+            "many calls and holds, but the per-line breakdown shows the few calls it recorded, which may lack "
+            "a step, and each batch size's peak memory comes from one call, with or without it. Make one call "
+            "one whole cycle (loop over the accumulated micro-batches, or over the critic's steps and then the "
+            "generator's, inside the iteration) and profile again."
+        )
+
+
+def _steps(steps: int) -> str:
+    if steps == 0:
+        return "stepped no optimizer"
+    return "made one optimizer step" if steps == 1 else f"made {steps} optimizer steps"
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
