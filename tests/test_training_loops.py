@@ -238,6 +238,16 @@ def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ():
     assert "Make one call one whole cycle" in warning
 
 
+def test_a_generator_stepped_every_fifth_call_is_told_and_its_optimizer_state_found():
+    doc = analysed("critic_steps.py", predict=False)
+    (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
+    assert "made one optimizer step and" in warning and "made 2 optimizer steps (one call in 5)" in warning
+    # RMSprop keeps one square average per parameter (and a step count per parameter).
+    generator, critic = (16 * 64 + 64) + (64 * 64 + 64), (64 * 64 + 64) + (64 + 1)
+    found = sorted(s["size_bytes"] for s in doc["optimizer_state"])
+    assert found == sorted([FLOAT32 * critic + 4 * ADAM_STEPS, FLOAT32 * generator + 4 * ADAM_STEPS])
+
+
 @pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py", "gan.py"])
 def test_iterations_whose_calls_all_step_alike_are_not_told_they_differ(entry):
     # A GradScaler's first skipped steps are warm-up; accumulation inside one call, two optimizers

@@ -39,9 +39,10 @@ def measure_with_breakdown(
     sample and breakdown as soon as one recorded iteration is broken down. `quick_timing` when the
     batch size is timed again later (with the others). Raises OutOfMemoryAtBatchSize when it does
     not fit."""
-    with runner.at_batch_size(batch_size) as run:
-        with creation.finding_optimizers(runner.entry.relative_path):
-            warmup_ms = runner.warm_up(run)
+    # Optimizers are found as they step, through all of it: one stepped every fifth call (a GAN's
+    # generator) may not step in the warm-up.
+    with runner.at_batch_size(batch_size) as run, creation.finding_optimizers(runner.entry.relative_path):
+        warmup_ms = runner.warm_up(run)
         # Compiled in the warm-up: the recording replays the iteration's eager code (measure/compilation.py).
         mode = RECORDED if runner.compilation is None else EAGER_REPLAY
         recording = IterationRecording(creation, runner.model, runner.device)
