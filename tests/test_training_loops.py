@@ -231,17 +231,25 @@ def test_optimizers_held_by_a_trainer_each_at_the_constructor_of_its_attribute(t
 DIFFERING_CALLS = "Your iteration does not do the same work on every call"
 
 
-def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ():
+def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ_and_recorded_for_a_cycle():
     doc = analysed("accumulates_across_calls.py", predict=False)
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "stepped no optimizer and" in warning and "made one optimizer step (one call in 4)" in warning
-    assert "Make one call one whole cycle" in warning
+    assert "averages 4 consecutive calls, one whole cycle" in warning and "Make one call one whole cycle" in warning
+    # The breakdown averages the four calls of a cycle: the step's line has its time, whichever
+    # call the analysis recorded first.
+    assert doc["attribution"]["recorded_iterations"] == 4
+    assert line(doc, "accumulates_across_calls.py", 27)["step_ms"] > 0  # optimizer.step()
 
 
-def test_a_generator_stepped_every_fifth_call_is_told_and_its_optimizer_state_found():
+def test_a_generator_stepped_every_fifth_call_is_told_recorded_for_a_cycle_and_its_optimizer_state_found():
     doc = analysed("critic_steps.py", predict=False)
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "made one optimizer step and" in warning and "made 2 optimizer steps (one call in 5)" in warning
+    assert doc["attribution"]["recorded_iterations"] == 5
+    generator_loss, generator_step = 36, 39
+    assert line(doc, "critic_steps.py", generator_loss)["backward_ms"] > 0
+    assert line(doc, "critic_steps.py", generator_step)["step_ms"] > 0
     # RMSprop keeps one square average per parameter (and a step count per parameter).
     generator, critic = (16 * 64 + 64) + (64 * 64 + 64), (64 * 64 + 64) + (64 + 1)
     found = sorted(s["size_bytes"] for s in doc["optimizer_state"])

@@ -1,8 +1,9 @@
 """The user's batch size: measured, and recorded for the per-line breakdown, in one pass.
 
-warm-up (optimizers found as they step) → one recorded iteration, with its peak memory
-→ the first result (its time from single iterations) → timing → memory kept for good (a leak)
-→ more recorded iterations for fast models → the final breakdown
+warm-up → one recorded iteration, with its peak memory → the first result (its time from single
+iterations) → timing → memory kept for good (a leak) → more recorded iterations for fast models, or
+one whole cycle of calls where calls differ → the final breakdown; optimizers found as they step,
+throughout
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ from skyline_engine.attribute.breakdown import EAGER_REPLAY, RECORDED, Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
-from skyline_engine.measure.iteration import IterationRunner, Sample, single_iteration_timing
+from skyline_engine.measure.iteration import IterationRunner, Run, Sample, single_iteration_timing
+from skyline_engine.measure.steps_per_call import MAX_CYCLE
 
 FirstResult = Callable[[Sample, Breakdown], None]
+
+# Where the iteration's calls differ (measure/steps_per_call.py), the breakdown records one whole
+# cycle of them when it takes at most this long (as timed; recorded, calls run slower).
+CYCLE_BUDGET_MS = 2000.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,22 @@ def measure_with_breakdown(
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
         growth = recording.memory_growth(run, runner.live_tensors)
-        recording.record_more(run, timing.run_time_ms)
+        cycle = _cycle_of_calls(runner, run)
+        if cycle > 1 and cycle * timing.run_time_ms <= CYCLE_BUDGET_MS:
+            recording.record_cycle(run, cycle)
+        else:
+            recording.record_more(run, timing.run_time_ms)
         final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)
         return UsersBatchSize(Sample(batch_size, timing, memory, micro_batches), final, growth)
+
+
+def _cycle_of_calls(runner: IterationRunner, run: Run) -> int:
+    """How many calls make one cycle where the iteration's calls differ (1 where they do not, or
+    not in a cycle), running a few more calls where those seen so far do not tell."""
+    calls = runner.steps_per_call
+    for _ in range(2 * MAX_CYCLE):
+        cycle = calls.cycle()
+        if cycle is not None:
+            return cycle
+        run()
+    return 1

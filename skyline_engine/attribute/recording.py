@@ -35,8 +35,8 @@ class IterationRecording:
         self.creation = creation
         self.model = model
         self.device = device
-        module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
-        self.recorder = OperationRecorder(creation.call_sites, module_names, device, model=model)
+        self._module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
+        self.recorder = self._new_recorder()
         self._peak: OperationSite | None = None
         self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
 
@@ -68,6 +68,19 @@ class IterationRecording:
             for _ in range(more):
                 self.recorder.start_iteration()
                 run()
+
+    def record_cycle(self, run: Run, calls: int) -> None:
+        """Calls that differ (measure/steps_per_call.py): the breakdown becomes that of `calls`
+        consecutive calls, one whole cycle, in place of the first recorded call (whose memory
+        profile, peak operation and growth stay as they were found)."""
+        self.recorder = self._new_recorder()
+        with eager_replay(), self.recorder:
+            for _ in range(calls):
+                self.recorder.start_iteration()
+                run()
+
+    def _new_recorder(self) -> OperationRecorder:
+        return OperationRecorder(self.creation.call_sites, self._module_names, self.device, model=self.model)
 
     def micro_batches(self) -> int:
         """Micro-batches per optimizer step, from the first recorded iteration (Recording.micro_batches)."""

@@ -17,37 +17,63 @@ from dataclasses import dataclass, field
 # A call pattern rarer than this share of the calls is left unsaid: a GradScaler skips a step when
 # its scale overflows, once in thousands of steps, which changes no figure.
 RARE_SHARE = 0.01
+# The breakdown records one whole cycle of calls up to this many (measured/steps_per_call.cycle).
+MAX_CYCLE = 16
 
 
 @dataclass
 class StepsPerCall:
-    """The number of calls that made each number of optimizer steps."""
+    """The number of calls that made each number of optimizer steps, and the steps of the latest
+    calls, in order."""
 
     calls: collections.Counter[int] = field(default_factory=collections.Counter)
+    recent: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=4 * MAX_CYCLE))
 
     def add(self, steps: int) -> None:
         self.calls[steps] += 1
+        self.recent.append(steps)
 
     def varies(self) -> bool:
         """Whether calls made different numbers of steps, each often enough to matter."""
         total = sum(self.calls.values())
         return sum(1 for count in self.calls.values() if count >= RARE_SHARE * total) > 1
 
-    def warning(self) -> str | None:
-        """What the user should know when calls differ; None when they do not."""
+    def cycle(self) -> int | None:
+        """How many calls make one cycle, where calls differ: the distance between the latest calls
+        that made the rarest number of steps, when it is always the same and at most MAX_CYCLE; 1
+        for calls that do not differ, or not in such a cycle; None while the latest calls hold the
+        rarest number only once (more calls will tell)."""
+        if not self.varies():
+            return 1
+        rarest = min(self.calls, key=lambda steps: self.calls[steps])
+        at = [i for i, steps in enumerate(self.recent) if steps == rarest]
+        if len(at) < 2:
+            return None if len(self.recent) < (self.recent.maxlen or 0) else 1
+        distances = {later - earlier for earlier, later in zip(at, at[1:])}
+        if len(distances) != 1:
+            return 1
+        (distance,) = distances
+        return distance if distance <= MAX_CYCLE else 1
+
+    def warning(self, recorded_calls: int = 1) -> str | None:
+        """What the user should know when calls differ, the breakdown having recorded
+        `recorded_calls` consecutive calls; None when calls do not differ."""
         if not self.varies():
             return None
         total = sum(self.calls.values())
         parts = [f"{count:,} {_steps(steps)}" for steps, count in sorted(self.calls.items(), key=lambda kv: -kv[1])]
-        rarest = min(self.calls.values())
-        every = f" (one call in {round(total / rarest)})" if rarest < total / 2 else ""
+        cycle = self.cycle() or 1
+        every = f" (one call in {cycle})" if cycle > 2 else ""
+        if cycle > 1 and recorded_calls == cycle:
+            breakdown = f"the per-line breakdown averages {recorded_calls} consecutive calls, one whole cycle"
+        else:
+            breakdown = "the per-line breakdown shows the few calls it recorded, which may lack a step"
         return (
             f"Your iteration does not do the same work on every call: of {total:,} calls measured, "
             f"{_join(parts)}{every}. Skyline measures one call as one iteration: the throughput averages "
-            "many calls and holds, but the per-line breakdown shows the few calls it recorded, which may lack "
-            "a step, and each batch size's peak memory comes from one call, with or without it. Make one call "
-            "one whole cycle (loop over the accumulated micro-batches, or over the critic's steps and then the "
-            "generator's, inside the iteration) and profile again."
+            f"many calls and holds, {breakdown}, but each batch size's peak memory comes from one call, with "
+            "or without a step. Make one call one whole cycle (loop over the accumulated micro-batches, or over "
+            "the critic's steps and then the generator's, inside the iteration) and profile again."
         )
 
 
