@@ -108,6 +108,16 @@ def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     assert document["attribution"]["recorded_iterations"] == recording.MAX_RECORDED_ITERATIONS  # the case that matters
     assert entry["memory_bytes"] == 0
 
+    # In the operation tree too, the step's operations are the update's time, not forward time.
+    at_step = [
+        n
+        for n in leaves(document["operations"])
+        if n["contexts"][:1] == [{"path": "entry_point.py", "line": entry["line"]}]
+    ]
+    assert at_step and all(n["forward_ms"] == 0 and n["backward_ms"] == 0 for n in at_step)
+    assert sum(n["step_ms"] for n in at_step) == pytest.approx(entry["step_ms"])
+    assert document["operations"]["step_ms"] == pytest.approx(entry["step_ms"])
+
 
 def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     for entry in document["lines"]:
@@ -177,7 +187,7 @@ def test_every_lines_inclusive_time_is_that_of_the_operations_beneath_it(documen
     beneath: dict[tuple[str, int], float] = {}
     for leaf in leaves(document["operations"]):
         for where in {(c["path"], c["line"]) for c in leaf["contexts"]}:
-            beneath[where] = beneath.get(where, 0.0) + leaf["forward_ms"] + leaf["backward_ms"]
+            beneath[where] = beneath.get(where, 0.0) + leaf["forward_ms"] + leaf["backward_ms"] + leaf["step_ms"]
     for entry in document["lines"]:
         inclusive = sum(entry["inclusive"].values())
         assert inclusive == pytest.approx(beneath.get((entry["path"], entry["line"]), 0.0), rel=1e-9, abs=1e-12)
@@ -244,7 +254,7 @@ def leaves(node):
 
 
 def test_no_operation_is_counted_twice(document):
-    tree_ms = sum(n["forward_ms"] + n["backward_ms"] for n in leaves(document["operations"]))
+    tree_ms = sum(n["forward_ms"] + n["backward_ms"] + n["step_ms"] for n in leaves(document["operations"]))
     assert tree_ms == pytest.approx(document["attribution"]["operations_ms"], rel=1e-6)
     lines_ms = sum(own_ms(e) for e in document["lines"])
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)

@@ -177,6 +177,43 @@ def test_a_deep_tree_keeps_its_names_whole_at_80_columns(editor, project, real_d
     assert all(nvim.funcs.strdisplaywidth(row) <= width for row in tree)
 
 
+def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(editor, project, real_document):
+    # The default example's Adam: its operations at `optimizer.step()` were forward time.
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    step_line = next(e["line"] for e in doc["lines"] if e["step_ms"] > 0)
+    show(nvim, doc)
+    nvim.options["columns"] = 80
+    lines, width = float_lines(nvim)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Operations"))
+    assert lines[start].split() == ["Operations", "forward", "backward", "step"]
+    tree = [row for row in lines[start + 1 :] if re.search(r"\d ms", row)]
+    times = {row.split()[0]: re.findall(r"(\d+\.\d+) ms", row) for row in tree}
+    updates = [row for row in tree if re.search(rf"point\.py:{step_line}\b", row)]  # the place shortened at 80
+    assert updates and all(re.findall(r"(\d+\.\d+) ms", row)[:2] == ["0.00", "0.00"] for row in updates)
+    assert all(len(re.findall(r" ms", row)) == 3 for row in updates)  # forward, backward, step
+    assert len(times["iteration"]) == 3 and float(times["iteration"][2]) > 0
+    others = [row for row in tree if row not in updates and not row.startswith("iteration")]
+    assert others and all(len(re.findall(r" ms", row)) == 2 for row in others)  # no step: blank
+    assert all(nvim.funcs.strdisplaywidth(row) <= width for row in lines)
+
+    # An iteration that updates nothing (inference) keeps two columns.
+    def no_step(node):
+        node["step_ms"] = 0.0
+        for child in node["children"]:
+            no_step(child)
+
+    no_step(doc["operations"])
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    assert next(line for line in lines if line.startswith("Operations")).split() == [
+        "Operations",
+        "forward",
+        "backward",
+    ]
+    assert_no_traceback(nvim)
+
+
 def test_an_open_float_is_laid_out_again_when_the_editor_is_resized(editor, project, real_document):
     nvim = editor
     show(nvim, fixed_document(real_document, project))

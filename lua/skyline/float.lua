@@ -1,8 +1,8 @@
 -- The breakdown float: throughput (measured, the knee), memory against the device's capacity
 -- (its parts, and the phase that sets the peak), throughput and memory at the batch sizes of the
 -- analysis (measured ones showing the measurement) and at the current one, data parallel (the
--- ranks, communication and throughput over world sizes), the operation tree with forward and
--- backward bars, and the warnings. Laid out for the editor's width, again on VimResized. <CR> on
+-- ranks, communication and throughput over world sizes), the operation tree with forward,
+-- backward and (where the iteration updates parameters) step bars, and the warnings. Laid out for the editor's width, again on VimResized. <CR> on
 -- a row that names a line jumps there; q and <Esc> close.
 local config = require('skyline.config')
 local format = require('skyline.format')
@@ -17,10 +17,11 @@ local ns = vim.api.nvim_create_namespace('skyline.float')
 local BAR = 12
 local MAX_DEPTH = 8
 local MAX_TREE_ROWS = 200
--- The tree's columns: the operation's name and the place (path:line), between these widths.
+-- The tree's columns: the operation's name and the place (path:line), between these widths,
+-- then a bar and a time (TIME_WIDTH cells, with the space before it) for each phase.
 local NAME_WIDTH = { min = 16, max = 40 }
 local PLACE_WIDTH = { min = 14, max = 60 }
-local TREE_NUMBERS = 2 * (BAR + 11) -- two bars with their times
+local TIME_WIDTH = 11
 local MIN_WIDTH = 60
 
 -- The open float: {win, buf, origin (the window to jump in), targets = {[row] = {path, line}}}.
@@ -481,8 +482,8 @@ end
 -- The widths of the name and place columns, and the indentation of a level: what the rows need,
 -- within their bounds, the place giving way first (it is shortened in the middle) when the float
 -- is narrower, then the indentation (one cell a level instead of two: a library's model nests six
--- levels deep, and at 80 columns its names were cut to `…`).
-local function tree_columns(rows, width)
+-- levels deep, and at 80 columns its names were cut to `…`). `numbers`: the cells of the phases.
+local function tree_columns(rows, width, numbers)
   local place = PLACE_WIDTH.min
   for _, row in ipairs(rows) do
     if row.place then
@@ -492,11 +493,24 @@ local function tree_columns(rows, width)
   local two_a_level = names_need(rows, 2)
   local name = math.min(two_a_level, NAME_WIDTH.max)
   place = math.min(place, PLACE_WIDTH.max)
-  local room = width - TREE_NUMBERS
+  local room = width - numbers
   place = math.max(PLACE_WIDTH.min, math.min(place, room - name))
   local step = two_a_level > room - place and 1 or 2
   name = math.max(NAME_WIDTH.min, math.min(names_need(rows, step), NAME_WIDTH.max, room - place))
   return name, place, step
+end
+
+-- The tree's phases: forward and backward, and the update's (optimizer steps, clipping) where the
+-- iteration has one, each a column of bars and times.
+local function tree_phases(root)
+  local phases = {
+    { field = 'forward_ms', title = 'forward', group = 'SkylineFloatForward' },
+    { field = 'backward_ms', title = 'backward', group = 'SkylineFloatBackward' },
+  }
+  if (root.step_ms or 0) > 0 then
+    table.insert(phases, { field = 'step_ms', title = 'step', group = 'SkylineFloatStep' })
+  end
+  return phases
 end
 
 local function add_tree(sheet, document, width)
@@ -504,24 +518,41 @@ local function add_tree(sheet, document, width)
   if not root then
     return
   end
-  local total = math.max(root.forward_ms + root.backward_ms, 1e-9)
+  local phases = tree_phases(root)
+  local total = 0
+  for _, phase in ipairs(phases) do
+    total = total + (root[phase.field] or 0)
+  end
+  total = math.max(total, 1e-9)
+  -- Bars as long as the names and places at their narrowest leave room for (three phases at 80
+  -- columns: 4 cells each).
+  local room = math.floor((width - NAME_WIDTH.min - PLACE_WIDTH.min) / #phases)
+  local bar = math.max(4, math.min(BAR, room - TIME_WIDTH))
   local rows = tree_rows(root)
-  local name_width, place_width, step = tree_columns(rows, width)
+  local name_width, place_width, step = tree_columns(rows, width, #phases * (bar + TIME_WIDTH))
   sheet:add({})
-  local header = pad('Operations', name_width + place_width) .. pad('forward', BAR + 11) .. 'backward'
+  local header = pad('Operations', name_width + place_width)
+  for i, phase in ipairs(phases) do
+    header = header .. (i < #phases and pad(phase.title, bar + TIME_WIDTH) or phase.title)
+  end
   sheet:add({ { header, 'SkylineFloatHeader' } })
   for _, row in ipairs(rows) do
     local node, place = row.node, row.place
     local target = place and { path = project.absolute(state.request.root, place.path), line = place.line }
     local where = place and M.shorten_place(place.path, place.line, place_width - 2) or ''
-    sheet:add({
+    local pieces = {
       { cell(string.rep(' ', step * row.depth) .. node.name, name_width) },
       { pad(where, place_width), 'SkylineFloatMuted' },
-      { format.bar(node.forward_ms / total, BAR), 'SkylineFloatForward' },
-      { ' ' .. pad(format.ms(node.forward_ms), 10) },
-      { format.bar(node.backward_ms / total, BAR), 'SkylineFloatBackward' },
-      { ' ' .. format.ms(node.backward_ms) },
-    }, target)
+    }
+    -- The step column is blank where the node has no part in the update (most of the tree).
+    local shown = (node.step_ms or 0) > 0 and #phases or 2
+    for i = 1, shown do
+      local phase, ms = phases[i], node[phases[i].field] or 0
+      local time = format.ms(ms)
+      table.insert(pieces, { format.bar(ms / total, bar), phase.group })
+      table.insert(pieces, { ' ' .. (i < shown and pad(time, TIME_WIDTH - 1) or time) })
+    end
+    sheet:add(pieces, target)
   end
 end
 

@@ -15,6 +15,7 @@ M.GROUPS = {
   { 'SkylineFloatMuted', 'Comment', 'secondary text in the breakdown float' },
   { 'SkylineFloatForward', 'DiagnosticInfo', 'forward-pass bars' },
   { 'SkylineFloatBackward', 'DiagnosticHint', 'backward-pass bars' },
+  { 'SkylineFloatStep', 'Special', "the update's bars (optimizer steps, clipping)" },
   { 'SkylineFloatMemory', 'DiagnosticOk', 'memory bars' },
   { 'SkylineFloatCurrent', 'CursorLine', 'the current batch size in the chart' },
   { 'SkylineFloatWarn', 'DiagnosticWarn', 'warnings in the breakdown float' },

@@ -96,6 +96,7 @@ class OperationNode:
     contexts: list[Context] = field(default_factory=list)
     forward_ms: float = 0.0
     backward_ms: float = 0.0
+    step_ms: float = 0.0  # the update's operations (see `lines`' `step_ms`)
     activation_bytes: float = 0
     children: OrderedDict[tuple[Any, ...], OperationNode] = field(default_factory=OrderedDict)
 
@@ -113,6 +114,7 @@ class OperationNode:
         if self.kind == "module":
             self.forward_ms = sum(c.forward_ms for c in self.children.values())
             self.backward_ms = sum(c.backward_ms for c in self.children.values())
+            self.step_ms = sum(c.step_ms for c in self.children.values())
             self.activation_bytes = sum(c.activation_bytes for c in self.children.values())
 
     def scaled(self, factor: float) -> OperationNode:
@@ -122,6 +124,7 @@ class OperationNode:
             self,
             forward_ms=self.forward_ms * factor,
             backward_ms=self.backward_ms * factor,
+            step_ms=self.step_ms * factor,
             contexts=list(self.contexts),
             children=children,
         )
@@ -133,6 +136,7 @@ class OperationNode:
             "module": self.module,
             "forward_ms": self.forward_ms,
             "backward_ms": self.backward_ms,
+            "step_ms": self.step_ms,
             "activation_bytes": round(self.activation_bytes),
             "contexts": contexts_to_list(tuple(self.contexts)),
             "children": [c.to_dict() for c in self.children.values()],
@@ -492,9 +496,12 @@ def _operation_tree(operations: list[OperationRecord], recording: Recording) -> 
             sites.append(call.context)
     leaves: dict[int, OperationNode] = {}
     for op in operations:
-        if op.phase != BACKWARD:  # forward and optimizer work, both in `forward_ms`
+        if op.phase != BACKWARD:
             leaf = _leaf(root, op, call_sites)
-            leaf.forward_ms += op.duration_ms
+            if op.phase == OPTIMIZER:
+                leaf.step_ms += op.duration_ms
+            else:
+                leaf.forward_ms += op.duration_ms
             leaf.activation_bytes += op.activation_bytes
             leaves[id(op)] = leaf
     for op in operations:

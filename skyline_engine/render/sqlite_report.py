@@ -78,7 +78,8 @@ def write_run_time_report(path: str | Path, document: dict[str, Any]) -> None:
         for op in operation_leaves(document["operations"]):
             entry_id = db.execute(
                 "INSERT INTO run_time_entries (operation_name, forward_ms, backward_ms) VALUES (?, ?, ?)",
-                (op["name"], op["forward_ms"], op["backward_ms"]),
+                # Skyline's schema has no column for the update: its operations' time is forward time there.
+                (op["name"], op["forward_ms"] + op.get("step_ms", 0.0), op["backward_ms"]),
             ).lastrowid
             db.executemany(
                 "INSERT INTO stack_frames (ordering, file_path, line_number, entry_id) VALUES (?, ?, ?, ?)",

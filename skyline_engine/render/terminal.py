@@ -370,7 +370,7 @@ def _modules_beneath(doc: dict[str, Any], width: int | None) -> str:
 
     def visit(node: dict[str, Any]) -> None:
         for child in node.get("children") or []:
-            ms = child["forward_ms"] + child["backward_ms"]
+            ms = child["forward_ms"] + child["backward_ms"] + child.get("step_ms", 0.0)
             if child["kind"] != "module" or ms < MODULE_SHARE * total or len(rows) >= MODULE_ROWS:
                 continue
             rows.append(
