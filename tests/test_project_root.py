@@ -87,6 +87,24 @@ def test_profiling_an_entry_point_from_another_folder(tmp_path):
     assert "train/helper.py" in files, files
 
 
+def test_an_entry_point_inside_a_package_imports_from_it_as_python_m_would(tmp_path):
+    """`python -m train.entry_point` runs a relative import, and an absolute one of the package;
+    `python train/entry_point.py` fails both. The analysis runs them, and attributes the lines."""
+    project = tmp_path / "project"
+    (project / "train").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    (project / "train" / "__init__.py").write_text("")
+    (project / "train" / "entry_point.py").write_text(
+        ENTRY.replace("from helper import loss_of", "from .helper import loss_of\nfrom train.helper import HELPED")
+    )
+    (project / "train" / "helper.py").write_text(HELPER + "\n\nHELPED = True\n")
+    result = run_skyline("time", "train/entry_point.py", "-o", "out.sqlite", "--device", "cpu", cwd=project)
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(project / "out.sqlite") as db:
+        files = {row[0] for row in db.execute("SELECT DISTINCT file_path FROM stack_frames")}
+    assert {"train/entry_point.py", "train/helper.py"} <= files, files
+
+
 def test_a_missing_entry_point_elsewhere_is_said_missing(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     result = run_skyline(

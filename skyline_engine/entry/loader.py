@@ -129,7 +129,9 @@ def resolve_entry_path(entry: str, project_root: Path, base: Path | None = None)
 
 
 def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
-    """Import the entry point (its folder importable, as with `python entry_point.py`) and check it."""
+    """Import the entry point (its folder importable, as with `python entry_point.py`; inside a
+    package, as a module of it, as with `python -m package.entry_point`, so that its relative
+    imports work) and check it."""
     files = ProjectFiles(project_root)
     relative = files.relative(str(path))
     source = read_source(path, relative)
@@ -137,9 +139,10 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:
         raise EntryPointError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
-    imports = ImportScope(path.parent, files)
+    package = package_of(path.parent)
+    imports = ImportScope(path.parent, files, package[1] if package else None)
     try:
-        module = _import(path, code, files)
+        module = _import(path, code, files, package[0] if package else None)
         providers = {name: _provider(module, name, relative) for name in PROVIDERS}
         _check_no_required_parameters(providers[MODEL_PROVIDER], relative)
         default_batch_size = _default_batch_size(providers[INPUT_PROVIDER], relative)
@@ -199,21 +202,35 @@ class ImportScope:
     importing it changed, so that the next analysis in this process imports the user's (maybe
     edited) files afresh."""
 
-    def __init__(self, folder: Path, files: ProjectFiles) -> None:
+    def __init__(self, folder: Path, files: ProjectFiles, package_root: Path | None = None) -> None:
+        """`package_root`: where the entry point's package is imported from (`package_of`)."""
         self.files = files
         self.modules_before = frozenset(sys.modules)
-        self.added_path: str | None = None
-        if str(folder) not in sys.path:
-            self.added_path = str(folder)
-            sys.path.insert(0, self.added_path)
+        self.added_paths: list[str] = []
+        for importable in (folder, package_root):
+            if importable is not None and str(importable) not in sys.path:
+                self.added_paths.append(str(importable))
+                sys.path.insert(0, str(importable))
 
     def undo(self) -> None:
         for name in set(sys.modules) - self.modules_before:
             filename = getattr(sys.modules.get(name), "__file__", None)
-            if name == _MODULE_NAME or (filename and self.files.contains(filename)):
+            if name.rpartition(".")[2] == _MODULE_NAME or (filename and self.files.contains(filename)):
                 del sys.modules[name]
-        if self.added_path is not None and self.added_path in sys.path:
-            sys.path.remove(self.added_path)
+        for added in self.added_paths:
+            if added in sys.path:
+                sys.path.remove(added)
+
+
+def package_of(folder: Path) -> tuple[str, Path] | None:
+    """The package `folder` is (the dotted names of it and of the folders above it that hold an
+    `__init__.py`), and the folder above the outermost, from which `python -m` would import it;
+    None for a folder that is no package."""
+    names = []
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier() and folder.parent != folder:
+        names.append(folder.name)
+        folder = folder.parent
+    return (".".join(reversed(names)), folder) if names else None
 
 
 def call_user_code(files: ProjectFiles, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -283,8 +300,9 @@ def _definition(fn: Callable[..., Any] | None, files: ProjectFiles) -> tuple[str
     return files.relative(code.co_filename), _line(fn)
 
 
-def _import(path: Path, code: CodeType, files: ProjectFiles) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+def _import(path: Path, code: CodeType, files: ProjectFiles, package: str | None) -> ModuleType:
+    """The entry point's module: in `package` where it is one's (its relative imports resolve there)."""
+    spec = importlib.util.spec_from_file_location(f"{package}.{_MODULE_NAME}" if package else _MODULE_NAME, path)
     if spec is None:  # a name that Python does not import, such as one without `.py`
         raise EntryPointError(
             "the entry point is not a Python file: its name does not end in `.py`.",
