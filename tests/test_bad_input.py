@@ -22,6 +22,7 @@ from pathlib import Path
 from textwrap import dedent, indent
 
 import pytest
+import torch
 
 import skyline_engine
 
@@ -802,6 +803,22 @@ def test_provider_returns_the_wrong_thing(tmp_path, case):
 def test_exception_in_user_code(tmp_path, case):
     paragraph = check(case, tmp_path)
     assert ENGINE_DIR not in paragraph and "skyline_engine" + os.sep not in paragraph
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the advice is for a machine without CUDA")
+def test_code_that_names_cuda_on_a_machine_without_it_is_told_to_name_no_device(tmp_path):
+    # GPU code profiled on a laptop: `.cuda()` in the model provider.
+    case = Case(
+        "cuda-without-a-gpu",
+        with_entry(
+            model_provider="""
+            def skyline_model_provider():
+                return TinyModel().cuda()  # <- HERE
+            """
+        ),
+        says=("skyline_model_provider", "no CUDA device for your code's `.cuda()`", "Name no device"),
+    )
+    check(case, tmp_path)
 
 
 def analysis_of(files: dict[str, str | bytes], tmp_path: Path, *args: str) -> dict:

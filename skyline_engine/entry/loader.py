@@ -265,13 +265,30 @@ def user_code_error(
             "point and calls its providers, which must not exit; parse command-line arguments "
             '(argparse exits on Skyline\'s) only under `if __name__ == "__main__":`.'
         )
-    advice = _relative_path_advice(exc, frame.filename if frame else None, files)
+    advice = _relative_path_advice(exc, frame.filename if frame else None, files) or _no_cuda_advice(exc)
     if advice:
         message += " " + advice  # in the message, as sys.exit's: a hint would follow the frames below
     trace = user_traceback_text(exc.__traceback__, files)
     if trace:
         message += "\nYour code's frames, innermost last:\n" + trace
     return UserCodeError(message, path=path, line=line)
+
+
+# What torch says where the code asks for CUDA and there is none (a CPU build; no driver; no GPU).
+_NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "No CUDA GPUs are available")
+
+
+def _no_cuda_advice(exc: BaseException) -> str | None:
+    """For code that names CUDA on a machine without it (profiling GPU code on a laptop): how to
+    write it so that it runs on the analysis device."""
+    if not any(text in str(exc) for text in _NO_CUDA):
+        return None
+    return (
+        "This machine has no CUDA device for your code's `.cuda()` or `device='cuda'`. Name no device: Skyline "
+        "runs the providers with the analysis device (--device, the editor's `device` option) as torch's "
+        "default device, and inside the iteration `device=x.device` follows the inputs; the same code then "
+        "runs on the CPU and on a GPU."
+    )
 
 
 def _relative_path_advice(exc: BaseException, code_file: str | None, files: ProjectFiles) -> str | None:
