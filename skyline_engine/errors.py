@@ -42,8 +42,12 @@ class EntryPointError(SkylineError):
     """The entry point breaks Skyline's provider contract."""
 
 
+@dataclass
 class UserCodeError(SkylineError):
-    """The user's own code raised; `path`/`line` name the user's innermost frame."""
+    """The user's own code raised; `path`/`line` name the user's innermost frame; `batch_size` is
+    the batch size the training iteration ran at when it was the iteration that raised."""
+
+    batch_size: int | None = None
 
 
 class OutOfMemory(SkylineError):

@@ -850,6 +850,30 @@ def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(t
     assert max(p["batch_size"] for p in document["predictions"]) < 16  # no prediction where it fails
 
 
+def test_iteration_that_fails_at_a_larger_batch_size_only_after_a_few_calls_is_analysed_below_it(tmp_path):
+    """A failure that depends on the iteration's state (a buffer of samples that fills up, say):
+    the probe at 16 runs its one call, then timing fails there. A warning, not the end of the
+    analysis: 16 is left out, 4 and 8 are timed and fitted."""
+    forward = """
+    self.calls[x.shape[0]] = self.calls.get(x.shape[0], 0) + 1
+    if x.shape[0] > 8 and self.calls[x.shape[0]] > 3:
+        raise RuntimeError(f"the buffer is full after {self.calls[x.shape[0]] - 1} calls")  # <- HERE
+    return self.linear(x).pow(2).mean()
+    """
+    files = with_model(forward)
+    files["model.py"] = files["model.py"].replace(
+        "self.linear = nn.Linear(4, 2)", "self.linear = nn.Linear(4, 2)\n        self.calls = {}"
+    )
+    document = analysis_of(files, tmp_path)
+    line = Case("", files, (), path="model.py").expected_line()
+    warning = next(w for w in document["warnings"] if "the buffer is full" in w)
+    assert warning.startswith(f"model.py:{line}: RuntimeError: the buffer is full after 3 calls (raised while ")
+    assert "The models leave batch size 16 out and are no guide from it on." in warning
+    models = document["models"]
+    assert [s["batch_size"] for s in models["samples"]] == [4, 8]
+    assert models["failing_batch_sizes"] == [16] and max(p["batch_size"] for p in document["predictions"]) < 16
+
+
 def test_iteration_that_fails_at_one_sample_is_analysed_above_it(tmp_path):
     """BatchNorm refuses a batch of one sample in training; the user's 2 works: the probe at 1
     fails with a warning at the line, and larger batch sizes are measured instead."""

@@ -135,7 +135,7 @@ class Probing:
                 "this device."
             )
         except UserCodeError as error:
-            self._fails(batch_size, error)
+            self.fails(batch_size, error)
         return False
 
     def _try(self, batch_size: int) -> bool:
@@ -150,10 +150,10 @@ class Probing:
                 "device."
             )
         except UserCodeError as error:
-            self._fails(batch_size, error)
+            self.fails(batch_size, error)
         return False
 
-    def _fails(self, batch_size: int, error: UserCodeError) -> None:
+    def fails(self, batch_size: int, error: UserCodeError) -> None:
         """The user's code fails at `batch_size`, a batch size they did not ask for: a warning at
         the line that raised (the first line of the error: its frames follow), not the end of the
         analysis, whose other batch sizes ran."""
@@ -193,7 +193,7 @@ class Probing:
                 )
                 candidate = (self.user_batch_size + candidate) // 2
             except UserCodeError as error:
-                self._fails(candidate, error)
+                self.fails(candidate, error)
                 return False
         return False
 

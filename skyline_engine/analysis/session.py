@@ -25,7 +25,7 @@ from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_l
 from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
 from skyline_engine.entry.user_output import UserOutput, first_lines_of_user_output
-from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError
+from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
 from skyline_engine.measure.compilation import is_compiled
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
@@ -33,7 +33,7 @@ from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
-from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
+from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, beyond_a_failure, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
 
 Progress = Callable[[str, float], None]
@@ -186,7 +186,7 @@ class _Analysis:
             try:
                 sizes = probing.probe()
                 probing.settle_memory(users.run_time_ms / self.batch_size / 1000, self.request.budget.memory_probe_s)
-                samples, timing_notes = self._time_together(runner, sizes, users, probing.memory)
+                samples, timing_notes = self._time_together(runner, sizes, users, probing.memory, probing)
             except InputsIgnoreBatchSize as exc:
                 # Every batch size would measure the same iteration: the user's alone, timed in full.
                 samples, timing_notes = self._time_alone(runner, users)
@@ -215,13 +215,20 @@ class _Analysis:
         return self._time_together(runner, [users.batch_size], users, {users.batch_size: users.memory})
 
     def _time_together(
-        self, runner: IterationRunner, sizes: list[int], users: Sample, memory: dict[int, MemoryProfile]
+        self,
+        runner: IterationRunner,
+        sizes: list[int],
+        users: Sample,
+        memory: dict[int, MemoryProfile],
+        probing: Probing | None = None,
     ) -> tuple[list[Sample], list[str]]:
         """Every batch size timed in interleaved rounds until each is precise, for the budget's
         longest time for one batch size in all (timed together, each needs fewer blocks than
         alone: a burst of load no longer has to be waited out size by size); then, while the
         run-time line fits the estimates poorly, more rounds (see remeasure_while_poor_fit). A
-        batch size that runs out of memory now is left out (the user's keeps its first timing)."""
+        batch size that runs out of memory now is left out (the user's keeps its first timing), and so
+        is one the user's code fails at now (a failure that depends on the iteration's state, which
+        the probe did not meet), with what lies beyond it (`probing` tells the failure)."""
         notes: list[str] = []
         budget = self.request.budget
         while True:
@@ -240,6 +247,13 @@ class _Analysis:
                     "stay below it on this device (another process may hold some of its memory)."
                 )
                 sizes = [b for b in sizes if b != exc.batch_size]
+                if sizes == [users.batch_size]:
+                    return [users], notes
+            except UserCodeError as exc:
+                if probing is None or exc.batch_size is None or exc.batch_size == users.batch_size:
+                    raise
+                probing.fails(exc.batch_size, exc)
+                sizes = [b for b in sizes if not beyond_a_failure(b, users.batch_size, probing.failing)]
                 if sizes == [users.batch_size]:
                     return [users], notes
         stats = timing.stats()

@@ -418,6 +418,7 @@ class IterationRunner:
         if others:
             where += f", after it had run at batch size{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
         error = user_code_error(self.entry.files, where, exc, fallback=self.iteration)
+        error.batch_size = batch_size
         if isinstance(exc, TypeError) and innermost_user_frame(exc.__traceback__, self.entry.files) is None:
             # It failed before running a line of the user's: the inputs do not match its parameters.
             error.hint = f"Skyline calls it as `iteration(*inputs)` with what `{INPUT_PROVIDER}` returns."
