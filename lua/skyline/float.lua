@@ -22,6 +22,7 @@ local MAX_TREE_ROWS = 200
 local NAME_WIDTH = { min = 16, max = 40 }
 local PLACE_WIDTH = { min = 14, max = 60 }
 local TIME_WIDTH = 11
+local MIN_TREE_BAR = 4 -- narrower, a bar says little: the tree shows its times alone
 local MIN_WIDTH = 60
 
 -- The open float: {win, buf, origin (the window to jump in), targets = {[row] = {path, line}}}.
@@ -482,8 +483,10 @@ end
 -- The widths of the name and place columns, and the indentation of a level: what the rows need,
 -- within their bounds, the place giving way first (it is shortened in the middle) when the float
 -- is narrower, then the indentation (one cell a level instead of two: a library's model nests six
--- levels deep, and at 80 columns its names were cut to `…`). `numbers`: the cells of the phases.
-local function tree_columns(rows, width, numbers)
+-- levels deep, and at 80 columns its names were cut to `…`); but the place keeps `files` cells
+-- (its file names and lines) where the names at their narrowest leave them. `numbers`: the cells
+-- of the phases.
+local function tree_columns(rows, width, numbers, files)
   local place = PLACE_WIDTH.min
   for _, row in ipairs(rows) do
     if row.place then
@@ -494,7 +497,8 @@ local function tree_columns(rows, width, numbers)
   local name = math.min(two_a_level, NAME_WIDTH.max)
   place = math.min(place, PLACE_WIDTH.max)
   local room = width - numbers
-  place = math.max(PLACE_WIDTH.min, math.min(place, room - name))
+  local least = math.max(PLACE_WIDTH.min, math.min(files, room - NAME_WIDTH.min))
+  place = math.max(least, math.min(place, room - name))
   local step = two_a_level > room - place and 1 or 2
   name = math.max(NAME_WIDTH.min, math.min(names_need(rows, step), NAME_WIDTH.max, room - place))
   return name, place, step
@@ -524,16 +528,24 @@ local function add_tree(sheet, document, width)
     total = total + (root[phase.field] or 0)
   end
   total = math.max(total, 1e-9)
-  -- Bars as long as the names and places at their narrowest leave room for (three phases at 80
-  -- columns: 4 cells each).
-  local room = math.floor((width - NAME_WIDTH.min - PLACE_WIDTH.min) / #phases)
-  local bar = math.max(4, math.min(BAR, room - TIME_WIDTH))
   local rows = tree_rows(root)
-  local name_width, place_width, step = tree_columns(rows, width, #phases * (bar + TIME_WIDTH))
+  -- Bars as long as the names at their narrowest and the places' file names and lines leave room
+  -- for; none where that is under MIN_TREE_BAR cells (three phases at 80 columns: the times alone,
+  -- and `entry_point.py:25` whole).
+  local files = PLACE_WIDTH.min
+  for _, row in ipairs(rows) do
+    if row.place then
+      local file = vim.fs.basename(row.place.path) .. ':' .. row.place.line
+      files = math.max(files, vim.fn.strdisplaywidth(file) + 2)
+    end
+  end
+  local room = math.floor((width - NAME_WIDTH.min - files) / #phases) - TIME_WIDTH
+  local bar = room >= MIN_TREE_BAR and math.min(BAR, room) or 0
+  local name_width, place_width, step = tree_columns(rows, width, #phases * (bar + TIME_WIDTH), files)
   sheet:add({})
   local header = pad('Operations', name_width + place_width)
   for i, phase in ipairs(phases) do
-    header = header .. (i < #phases and pad(phase.title, bar + TIME_WIDTH) or phase.title)
+    header = header .. (i < #phases and pad(phase.title, bar + TIME_WIDTH - (bar > 0 and 0 or 1)) or phase.title)
   end
   sheet:add({ { header, 'SkylineFloatHeader' } })
   for _, row in ipairs(rows) do
@@ -550,7 +562,7 @@ local function add_tree(sheet, document, width)
       local phase, ms = phases[i], node[phases[i].field] or 0
       local time = format.ms(ms)
       table.insert(pieces, { format.bar(ms / total, bar), phase.group })
-      table.insert(pieces, { ' ' .. (i < shown and pad(time, TIME_WIDTH - 1) or time) })
+      table.insert(pieces, { (bar > 0 and ' ' or '') .. (i < shown and pad(time, TIME_WIDTH - 1) or time) })
     end
     sheet:add(pieces, target)
   end
