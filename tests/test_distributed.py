@@ -170,6 +170,14 @@ def test_a_failing_rank_is_named_at_its_line_and_leaves_no_process(tmp_path):
     assert "Traceback" not in result.stderr  # the launcher's own log is kept quiet
 
 
+def test_an_iteration_that_reaches_into_the_wrapped_model_is_told_why_it_cannot(tmp_path):
+    result = profile_failing_ranks("reaches_into_the_model.py", tmp_path)
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("skyline: error: reaches_into_the_model.py:21: rank ")
+    assert "AttributeError: 'DistributedDataParallel' object has no attribute 'inner'" in first
+    assert "gets the model wrapped in DistributedDataParallel" in first and "call `model(...)`" in first
+
+
 def test_a_hanging_rank_is_named_at_the_line_it_was_running_and_leaves_no_process(tmp_path):
     result = profile_failing_ranks("rank_hangs.py", tmp_path, "--collective-timeout", "3")
     assert result.stderr.splitlines() == [

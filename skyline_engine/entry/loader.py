@@ -265,7 +265,11 @@ def user_code_error(
             "point and calls its providers, which must not exit; parse command-line arguments "
             '(argparse exits on Skyline\'s) only under `if __name__ == "__main__":`.'
         )
-    advice = _relative_path_advice(exc, frame.filename if frame else None, files) or _no_cuda_advice(exc)
+    advice = (
+        _relative_path_advice(exc, frame.filename if frame else None, files)
+        or _no_cuda_advice(exc)
+        or _data_parallel_advice(exc)
+    )
     if advice:
         message += " " + advice  # in the message, as sys.exit's: a hint would follow the frames below
     trace = user_traceback_text(exc.__traceback__, files)
@@ -288,6 +292,20 @@ def _no_cuda_advice(exc: BaseException) -> str | None:
         "runs the providers with the analysis device (--device, the editor's `device` option) as torch's "
         "default device, and inside the iteration `device=x.device` follows the inputs; the same code then "
         "runs on the CPU and on a GPU."
+    )
+
+
+def _data_parallel_advice(exc: BaseException) -> str | None:
+    """For code that reaches into the model it is given (`model.encoder`, `model["generator"]`)
+    when data-parallel analysis gave it the model wrapped in DistributedDataParallel."""
+    if not isinstance(exc, (AttributeError, TypeError)) or "'DistributedDataParallel' object" not in str(exc):
+        return None
+    return (
+        "In data-parallel analysis (--nproc, or under torchrun) the iteration provider gets the model wrapped "
+        "in DistributedDataParallel, which averages the gradients only of what runs through its own forward: "
+        "call `model(...)`, and let the model's forward run its parts. A model whose parts are trained apart "
+        "(a GAN's generator and discriminator, each with its own backward pass) is not one "
+        "DistributedDataParallel can wrap: profile it without --nproc."
     )
 
 
