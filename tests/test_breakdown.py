@@ -280,6 +280,32 @@ def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(t
     assert state["contexts"][0] == {"path": "training.py", "line": marker_line(tmp_path / "training.py", "OPTIMIZER")}
 
 
+def test_a_parameter_saved_through_a_view_is_no_activation(tmp_path):
+    """Each Linear saves `t(weight)`, a view of its weight, for the input's gradient: the weight is
+    no activation of `t` (it was a third of it, over three recorded iterations). The line's memory
+    is the ReLU's output alone, which the second Linear saves too."""
+    batch_size, hidden = 32, 64
+    (tmp_path / "entry_point.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "def skyline_model_provider():\n"
+        f"    return nn.Sequential(nn.Linear(8, {hidden}), nn.ReLU(), nn.Linear({hidden}, 4))\n\n\n"
+        f"def skyline_input_provider(batch_size={batch_size}):\n    return (torch.randn(batch_size, 8),)\n\n\n"
+        "def skyline_iteration_provider(model):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n\n"
+        "    def iteration(x):\n"
+        "        optimizer.zero_grad()\n"
+        "        model(x).pow(2).mean().backward()  # MODEL\n"
+        "        optimizer.step()\n\n"
+        "    return iteration\n"
+    )
+    doc = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)).to_dict()
+    assert doc["attribution"]["recorded_iterations"] == recording.MAX_RECORDED_ITERATIONS  # where it showed
+    model_line = line(doc, "entry_point.py", "MODEL", tmp_path)
+    relu_output, squared_output = batch_size * hidden * 4, batch_size * 4 * 4  # pow saves its input
+    assert model_line["memory_bytes"] == relu_output + squared_output
+    assert doc["operations"]["activation_bytes"] == relu_output + squared_output
+
+
 def test_activations_are_counted_once_per_tensor_at_the_line_that_made_it():
     """tests/projects/activations: exp's output (batch × 256 float32) is saved by exp and twice by
     the product that squares it; the product's own output is saved by nothing (a sum needs only

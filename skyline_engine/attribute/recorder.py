@@ -298,9 +298,7 @@ class OperationRecorder(TorchDispatchMode):
         # Not the optimizer's outputs: its in-place updates return the parameters, which the next
         # recorded iteration saves for backward, and parameters are no activations.
         if record.phase == FORWARD:
-            for value in tree_flatten(out)[0]:
-                if isinstance(value, torch.Tensor):
-                    self._note_producer(value, record)
+            self._note_produced(out, args, kwargs, record)
         elif record.phase == OPTIMIZER:
             self._updates.note_outputs(out)
         return out
@@ -352,13 +350,25 @@ class OperationRecorder(TorchDispatchMode):
             return self.call_sites.stack(skip=3)[0]
         return self.call_sites.stack_from(sys._current_frames().get(self._iteration_thread))[0]
 
-    def _note_producer(self, tensor: torch.Tensor, record: OperationRecord) -> None:
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return
-        if storage not in self._producer:
-            self._producer[storage] = record
+    def _note_produced(self, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record: OperationRecord) -> None:
+        """The storages `record`'s operation made: its outputs' storages that no operation made
+        before and that are not its inputs'. A view shares its input's storage: `t(weight)`, which
+        every Linear runs, made no weight (counted as the activation of `t`, a third of a weight
+        over three recorded iterations, it was 40 % of the default example's line)."""
+        inputs: set[int] | None = None
+        for value in tree_flatten(out)[0]:
+            if not isinstance(value, torch.Tensor):
+                continue
+            try:
+                storage = value.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if storage in self._producer:
+                continue
+            if inputs is None:
+                inputs = {id(s) for s in _storages_of(tree_flatten((args, kwargs))[0])}
+            if id(storage) not in inputs:
+                self._producer[storage] = record
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         try:
@@ -374,3 +384,14 @@ class OperationRecorder(TorchDispatchMode):
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
+
+
+def _storages_of(values: list[Any]) -> list[torch.UntypedStorage]:
+    storages = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            try:
+                storages.append(value.untyped_storage())
+            except (RuntimeError, NotImplementedError):  # sparse, nested and the like have none
+                continue
+    return storages
