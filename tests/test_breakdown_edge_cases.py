@@ -90,6 +90,25 @@ def skyline_iteration_provider(model):
         optimizer.step(closure)  # STEP
     return iteration
 """,
+    "reentrant_checkpoint": """
+def skyline_iteration_provider(model):
+    def iteration(x):
+        x = x.detach().requires_grad_()
+        y = torch.utils.checkpoint.checkpoint(model, x, use_reentrant=True)
+        y.square().mean().backward()  # CALL
+        model.zero_grad()
+    return iteration
+""",
+    "gradient_penalty": """
+def skyline_iteration_provider(model):
+    def iteration(x):
+        x = x.detach().requires_grad_()
+        out = model(x)
+        (grad,) = torch.autograd.grad(out.sum(), x, create_graph=True)  # CALL
+        (out.square().mean() + grad.square().mean()).backward()
+        model.zero_grad()
+    return iteration
+""",
     "threads": """
 def skyline_iteration_provider(model):
     def iteration(x):
@@ -138,6 +157,12 @@ def test_breakdown_is_consistent(tmp_path, case):
         assert step["step_ms"] > 0 and step["forward_ms"] == 0
         assert step["inclusive"]["forward_ms"] >= (call["forward_ms"] + forward["forward_ms"]) * (1 - 1e-9)
         assert step["inclusive"]["backward_ms"] >= forward["backward_ms"] * (1 - 1e-9) > 0
+    if case in ("reentrant_checkpoint", "gradient_penalty"):
+        # Backward that builds a graph of its own (the checkpoint's forward run again; the gradient
+        # taken with create_graph=True): the backward of that graph runs the forward line's nodes.
+        # It was work of no line's, at the backward() call, as leaves named after their nodes.
+        fallback = [c["name"] for c in doc["operations"]["children"] if c["name"].endswith(("Backward0", "Backward1"))]
+        assert fallback == []
     if case == "backward_twice":
         # Both backward passes ran; their work lands on the lines that created the nodes.
         assert call["backward_ms"] > 0
