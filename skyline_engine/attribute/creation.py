@@ -8,7 +8,8 @@ parameters: they belong to the line that registered the module holding the copie
 Optimizer state belongs to the line that constructed the optimizer. torch offers no construction
 hook for optimizers, and a profile function active while the iteration provider runs would slow
 everything it does (torch imports its compiler stack on the first optimizer), so the optimizers
-are found as the ones that step during the first iteration (torch's global step pre-hook; a scan
+are found as the ones that step while the user's batch size is measured (torch's global step
+pre-hook: one that steps every fifth call is found too; a scan
 of every object in the process cost 0.1 s), and their construction line by reading the project's
 source for a call of the optimizer's class. Where several calls construct that class (a GAN's two
 Adams), the one assigned to the name the stepping code holds the optimizer by (`opt_d` in

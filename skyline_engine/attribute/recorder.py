@@ -45,7 +45,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from skyline_engine.attribute.frames import CallSites, Context
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
-from skyline_engine.measure.memory import MemoryMeter, is_work
+from skyline_engine.measure.memory import MemoryMeter, is_work, tensor_storages
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -371,7 +371,7 @@ class OperationRecorder(TorchDispatchMode):
             if storage in self._producer:
                 continue
             if inputs is None:
-                inputs = {id(s) for s in _storages_of(tree_flatten((args, kwargs))[0])}
+                inputs = {id(s) for s in tensor_storages(tree_flatten((args, kwargs))[0])}
             if id(storage) not in inputs:
                 self._producer[storage] = record
 
@@ -389,14 +389,3 @@ class OperationRecorder(TorchDispatchMode):
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
-
-
-def _storages_of(values: list[Any]) -> list[torch.UntypedStorage]:
-    storages = []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            try:
-                storages.append(value.untyped_storage())
-            except (RuntimeError, NotImplementedError):  # sparse, nested and the like have none
-                continue
-    return storages

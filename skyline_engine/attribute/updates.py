@@ -14,13 +14,14 @@ activation that reuses its memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch._ops import OpOverload
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
+
+from skyline_engine.measure.memory import tensor_storages
 
 
 class UpdateWork:
@@ -53,17 +54,17 @@ class UpdateWork:
         # Most forward operations meet no gradient (zeroed to None) and no update's value: the
         # arguments are not walked then (it cost the recorded iteration 6-9 % more wall time).
         if len(gradients) or len(self._derived):
-            for storage in _storages(tree_flatten((args, kwargs))[0]):
+            for storage in tensor_storages(tree_flatten((args, kwargs))[0]):
                 if storage in gradients or storage in self._derived:
                     return True
         return func._schema.is_mutable and any(
-            storage in self._parameters for storage in _storages(_written(func, args, kwargs))
+            storage in self._parameters for storage in tensor_storages(_written(func, args, kwargs))
         )
 
     def note_outputs(self, out: Any) -> None:
         """An update operation's outputs: what reads them is update work too. Not the parameters
         an in-place update returns, which the next forward pass reads."""
-        for storage in _storages(tree_flatten(out)[0]):
+        for storage in tensor_storages(tree_flatten(out)[0]):
             if storage not in self._parameters:
                 self._derived[storage] = True
 
@@ -90,15 +91,6 @@ def _written(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return tree_flatten(written)[0]
 
 
-def _storages(values: Iterable[Any]) -> Iterator[torch.UntypedStorage]:
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            try:
-                yield value.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse, nested and the like have none
-                continue
-
-
 def _mark(storages: WeakIdKeyDictionary, tensor: torch.Tensor) -> None:
-    for storage in _storages([tensor]):
+    for storage in tensor_storages([tensor]):
         storages[storage] = True

@@ -259,6 +259,16 @@ def tracking_phases(meter: MemoryMeter) -> Iterator[MemoryMeter]:
             handle.remove()
 
 
+def tensor_storages(values: Iterable[Any]) -> Iterator[torch.UntypedStorage]:
+    """The storages of the tensors among `values` (sparse, nested and the like have none)."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            try:
+                yield value.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+
+
 def is_work(func: Any) -> bool:
     """Whether a dispatched operation is work: record_function markers (zero_grad, step) are not."""
     return bool(func.namespace != "profiler")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 # A call pattern rarer than this share of the calls is left unsaid: a GradScaler skips a step when
 # its scale overflows, once in thousands of steps, which changes no figure.
 RARE_SHARE = 0.01
-# The breakdown records one whole cycle of calls up to this many (measured/steps_per_call.cycle).
+# The breakdown records one whole cycle of calls up to this many (StepsPerCall.cycle).
 MAX_CYCLE = 16
 
 
