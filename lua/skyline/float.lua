@@ -2,8 +2,9 @@
 -- (its parts, and the phase that sets the peak), throughput and memory at the batch sizes of the
 -- analysis (measured ones showing the measurement) and at the current one, data parallel (the
 -- ranks, communication and throughput over world sizes), the operation tree with forward,
--- backward and (where the iteration updates parameters) step bars, and the warnings. Laid out for the editor's width, again on VimResized. <CR> on
--- a row that names a line jumps there; q and <Esc> close.
+-- backward and (where the iteration updates parameters) step times and bars, and the warnings.
+-- Laid out for the editor's width, again on VimResized. <CR> on a row that names a line jumps
+-- there; q and <Esc> close.
 local config = require('skyline.config')
 local format = require('skyline.format')
 local models = require('skyline.models')
@@ -18,7 +19,7 @@ local BAR = 12
 local MAX_DEPTH = 8
 local MAX_TREE_ROWS = 200
 -- The tree's columns: the operation's name and the place (path:line), between these widths,
--- then a bar and a time (TIME_WIDTH cells, with the space before it) for each phase.
+-- then for each phase a bar and a time (TIME_WIDTH cells with the space before it).
 local NAME_WIDTH = { min = 16, max = 40 }
 local PLACE_WIDTH = { min = 14, max = 60 }
 local TIME_WIDTH = 11
@@ -541,11 +542,12 @@ local function add_tree(sheet, document, width)
   end
   local room = math.floor((width - NAME_WIDTH.min - files) / #phases) - TIME_WIDTH
   local bar = room >= MIN_TREE_BAR and math.min(BAR, room) or 0
-  local name_width, place_width, step = tree_columns(rows, width, #phases * (bar + TIME_WIDTH), files)
+  local column = bar > 0 and bar + TIME_WIDTH or TIME_WIDTH - 1 -- a phase's cells
+  local name_width, place_width, step = tree_columns(rows, width, #phases * column, files)
   sheet:add({})
   local header = pad('Operations', name_width + place_width)
   for i, phase in ipairs(phases) do
-    header = header .. (i < #phases and pad(phase.title, bar + TIME_WIDTH - (bar > 0 and 0 or 1)) or phase.title)
+    header = header .. (i < #phases and pad(phase.title, column) or phase.title)
   end
   sheet:add({ { header, 'SkylineFloatHeader' } })
   for _, row in ipairs(rows) do
@@ -559,10 +561,11 @@ local function add_tree(sheet, document, width)
     -- The step column is blank where the node has no part in the update (most of the tree).
     local shown = (node.step_ms or 0) > 0 and #phases or 2
     for i = 1, shown do
-      local phase, ms = phases[i], node[phases[i].field] or 0
-      local time = format.ms(ms)
-      table.insert(pieces, { format.bar(ms / total, bar), phase.group })
-      table.insert(pieces, { (bar > 0 and ' ' or '') .. (i < shown and pad(time, TIME_WIDTH - 1) or time) })
+      local ms = node[phases[i].field] or 0
+      if bar > 0 then
+        table.insert(pieces, { format.bar(ms / total, bar) .. ' ', phases[i].group })
+      end
+      table.insert(pieces, { i < shown and pad(format.ms(ms), TIME_WIDTH - 1) or format.ms(ms) })
     end
     sheet:add(pieces, target)
   end
