@@ -34,7 +34,7 @@ def test_a_critic_stepped_every_call_and_a_generator_every_fifth_make_a_cycle_of
     assert "of 500 calls measured, 400 made one optimizer step and 100 made 2 optimizer steps (one call in 5)" in (
         warning
     )
-    assert "the per-line breakdown averages 5 consecutive calls, one whole cycle" in warning
+    assert "Skyline measured it in whole cycles of 5 calls: the per-line breakdown averages one cycle" in warning
     # Where the breakdown recorded something else than the cycle, it says what that can miss.
     assert "which may lack a step" in (pattern.warning(recorded_calls=3) or "")
 
@@ -51,6 +51,12 @@ def test_calls_that_alternate_make_a_cycle_of_two_and_name_no_period():
 def test_a_cycle_seen_once_is_not_yet_known():
     assert calls(1, 1, 1, 1, 2, 1).cycle() is None
     assert calls(1, 1, 1, 1, 2, 1, 1, 1, 1, 2).cycle() == 5
+
+
+def test_a_cycle_ends_with_the_call_that_steps_differently():
+    assert calls(1, 1, 1, 1, 2, times=3).ends_a_cycle()
+    assert not calls(1, 1, 1, 1, 2, 1, times=3).ends_a_cycle()
+    assert not StepsPerCall().ends_a_cycle()
 
 
 def test_steps_at_irregular_calls_or_cycles_too_long_to_record_make_no_cycle():

@@ -185,7 +185,9 @@ class _Analysis:
             probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
             try:
                 sizes = probing.probe()
-                probing.settle_memory(users.run_time_ms / self.batch_size / 1000, self.request.budget.memory_probe_s)
+                # A memory probe runs a whole cycle where calls differ (IterationRunner.measure_in_cycles).
+                seconds_per_sample = users.run_time_ms * runner.cycle / self.batch_size / 1000
+                probing.settle_memory(seconds_per_sample, self.request.budget.memory_probe_s)
                 samples, timing_notes = self._time_together(runner, sizes, users, probing.memory, probing)
             except InputsIgnoreBatchSize as exc:
                 # Every batch size would measure the same iteration: the user's alone, timed in full.

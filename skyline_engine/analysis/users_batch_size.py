@@ -60,7 +60,9 @@ def measure_with_breakdown(
         growth = recording.memory_growth(run, runner.live_tensors)
         cycle = _cycle_of_calls(runner, run)
         if cycle > 1 and cycle * timing.run_time_ms <= CYCLE_BUDGET_MS:
-            recording.record_cycle(run, cycle)
+            runner.measure_in_cycles(cycle)
+            runner.align_to_cycle(run)
+            memory = recording.record_cycle(run, cycle, runner.live_tensors)
         else:
             recording.record_more(run, timing.run_time_ms)
         final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)

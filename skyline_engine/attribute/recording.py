@@ -69,15 +69,21 @@ class IterationRecording:
                 self.recorder.start_iteration()
                 run()
 
-    def record_cycle(self, run: Run, calls: int) -> None:
+    def record_cycle(self, run: Run, calls: int, live_tensors: LiveTensors) -> MemoryProfile:
         """Calls that differ (measure/steps_per_call.py): the breakdown becomes that of `calls`
-        consecutive calls, one whole cycle, in place of the first recorded call (whose memory
-        profile, peak operation and growth stay as they were found)."""
+        consecutive calls, one whole cycle, recorded from where a cycle starts, in place of the
+        first recorded call, and so do the memory profile (the whole cycle's) and the operation at
+        its peak; the growth stays as it was found."""
         self.recorder = self._new_recorder()
-        with eager_replay(), self.recorder:
+        meter = self.recorder.memory = meter_for(self.device, live_tensors)
+        with eager_replay(), tracking_phases(meter), self.recorder:
             for _ in range(calls):
                 self.recorder.start_iteration()
                 run()
+        self.recorder.memory = None
+        profile = meter.profile()
+        self._peak = _operation_at_peak(profile, self.recorder.recording.operations)
+        return profile
 
     def _new_recorder(self) -> OperationRecorder:
         return OperationRecorder(self.creation.call_sites, self._module_names, self.device, model=self.model)

@@ -211,6 +211,9 @@ class IterationRunner:
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self._steps = _Count()  # optimizer steps while measuring (`with runner:`)
         self.steps_per_call = StepsPerCall()  # in steady state
+        # Calls that differ in a cycle of this many (`measure_in_cycles`): memory and time are
+        # measured over whole cycles.
+        self.cycle = 1
         self.live_tensors = LiveTensors()
         self._input_shapes = InputShapesSeen()
         self._frozen = contextlib.ExitStack()
@@ -315,9 +318,32 @@ class IterationRunner:
         )
         return True
 
+    def measure_in_cycles(self, calls: int) -> None:
+        """The iteration's calls differ in a cycle of `calls` (measure/steps_per_call.py): from now
+        on, memory is measured over one whole cycle starting where a cycle starts, so that every
+        batch size's peak is that of the same calls, and time in blocks of whole cycles."""
+        self.cycle = calls
+
+    def align_to_cycle(self, run: Run) -> None:
+        """Calls until the next one starts a cycle (none where calls do not differ)."""
+        for _ in range(self.cycle if self.cycle > 1 else 0):
+            if self.steps_per_call.ends_a_cycle():
+                return
+            run()
+
     def memory(self, run: Run) -> MemoryProfile:
-        """The tensor memory of one iteration, operation by operation."""
-        return measure_memory(self.device, run, self.live_tensors)
+        """The tensor memory of one iteration, operation by operation (of one whole cycle of calls,
+        where calls differ: see `measure_in_cycles`)."""
+        if self.cycle == 1:
+            return measure_memory(self.device, run, self.live_tensors)
+        self.align_to_cycle(run)
+        cycle = self.cycle
+
+        def whole_cycle() -> None:
+            for _ in range(cycle):
+                run()
+
+        return measure_memory(self.device, whole_cycle, self.live_tensors)
 
     def time(self, run: Run, batch_size: int, quick: bool = False) -> TimingStats:
         """The iteration timed until the estimate is stable (`quick`: for the budget's minimum time
@@ -331,7 +357,7 @@ class IterationRunner:
     def timing(self, runs: Mapping[int, Run]) -> InterleavedTiming:
         """Timing for several batch sizes at once, in interleaved rounds (see measure/timing.py);
         call `check_trained` after it."""
-        return InterleavedTiming(runs, self.clock, self.budget)
+        return InterleavedTiming(runs, self.clock, self.budget, cycle=self.cycle)
 
     def memory_at(self, batch_size: int) -> MemoryProfile:
         """The memory of one iteration at `batch_size`, untimed (after a warm-up where one is

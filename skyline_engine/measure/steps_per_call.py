@@ -55,6 +55,10 @@ class StepsPerCall:
         (distance,) = distances
         return distance if distance <= MAX_CYCLE else 1
 
+    def ends_a_cycle(self) -> bool:
+        """Whether the latest call made the rarest number of steps: the next starts a cycle."""
+        return bool(self.recent) and self.recent[-1] == min(self.calls, key=lambda steps: self.calls[steps])
+
     def warning(self, recorded_calls: int = 1) -> str | None:
         """What the user should know when calls differ, the breakdown having recorded
         `recorded_calls` consecutive calls; None when calls do not differ."""
@@ -64,16 +68,25 @@ class StepsPerCall:
         parts = [f"{count:,} {_steps(steps)}" for steps, count in sorted(self.calls.items(), key=lambda kv: -kv[1])]
         cycle = self.cycle() or 1
         every = f" (one call in {cycle})" if cycle > 2 else ""
-        if cycle > 1 and recorded_calls == cycle:
-            breakdown = f"the per-line breakdown averages {recorded_calls} consecutive calls, one whole cycle"
-        else:
-            breakdown = "the per-line breakdown shows the few calls it recorded, which may lack a step"
-        return (
+        said = (
             f"Your iteration does not do the same work on every call: of {total:,} calls measured, "
-            f"{_join(parts)}{every}. Skyline measures one call as one iteration: the throughput averages "
-            f"many calls and holds, {breakdown}, but each batch size's peak memory comes from one call, with "
-            "or without a step. Make one call one whole cycle (loop over the accumulated micro-batches, or over "
-            "the critic's steps and then the generator's, inside the iteration) and profile again."
+            f"{_join(parts)}{every}."
+        )
+        whole_cycle = (
+            "make one call one whole cycle (loop over the accumulated micro-batches, or over the critic's steps "
+            "and then the generator's, inside the iteration)"
+        )
+        if cycle > 1 and recorded_calls == cycle:
+            return (
+                f"{said} Skyline measured it in whole cycles of {cycle} calls: the per-line breakdown averages "
+                "one cycle, and each batch size's peak memory and time cover whole cycles; the throughput counts "
+                f"the samples of one call. To profile one cycle as one iteration, {whole_cycle}."
+            )
+        return (
+            f"{said} Skyline measures one call as one iteration: the throughput averages many calls and holds, "
+            "but the per-line breakdown shows the few calls it recorded, which may lack a step, and each batch "
+            f"size's peak memory comes from one call, with or without a step. {whole_cycle.capitalize()} and "
+            "profile again."
         )
 
 

@@ -116,13 +116,18 @@ class TimingStats:
 class BlockTimes:
     """The observations of one batch size: blocks of `block_size` iterations, per iteration."""
 
-    def __init__(self, run: Run, clock: Clock, min_block_ms: float, block_size: int | None = None) -> None:
+    def __init__(
+        self, run: Run, clock: Clock, min_block_ms: float, block_size: int | None = None, cycle: int = 1
+    ) -> None:
         """`block_size`, when given, instead of the one the first iteration's time implies: ranks
-        of distributed training must run the same number of iterations (measure/distributed.py)."""
+        of distributed training must run the same number of iterations (measure/distributed.py).
+        `cycle`: iterations whose calls differ in a cycle of this many calls are timed in blocks
+        of whole cycles (measure/steps_per_call.py)."""
         self.run = run
         self.clock = clock
         first_ms = clock.time_ms(run)
-        self.block_size = block_size or max(1, math.ceil(min_block_ms / max(first_ms, 1e-3)))
+        size = block_size or max(1, math.ceil(min_block_ms / max(first_ms, 1e-3)))
+        self.block_size = math.ceil(size / cycle) * cycle
         # An iteration long enough to be its own block is already an observation; a shorter one
         # only sized the blocks.
         self.per_iteration: list[float] = [first_ms] if self.block_size == 1 else []
@@ -158,9 +163,11 @@ class BlockTimes:
 class InterleavedTiming:
     """Batch sizes timed together, one block of each per round, each round starting one later."""
 
-    def __init__(self, runs: Mapping[int, Run], clock: Clock, budget: TimingBudget) -> None:
+    def __init__(self, runs: Mapping[int, Run], clock: Clock, budget: TimingBudget, cycle: int = 1) -> None:
         self.budget = budget
-        self.times = {batch_size: BlockTimes(run, clock, budget.min_block_ms) for batch_size, run in runs.items()}
+        self.times = {
+            batch_size: BlockTimes(run, clock, budget.min_block_ms, cycle=cycle) for batch_size, run in runs.items()
+        }
         self._rounds = 0
 
     def measure(self, max_s: float) -> None:
