@@ -85,8 +85,8 @@ class StepsPerCall:
         return (
             f"{said} Skyline measures one call as one iteration: the throughput averages many calls and holds, "
             "but the per-line breakdown shows the few calls it recorded, which may lack a step, and each batch "
-            f"size's peak memory comes from one call, with or without a step. {whole_cycle.capitalize()} and "
-            "profile again."
+            "size's peak memory comes from one call, with or without a step. "
+            f"{whole_cycle[0].upper()}{whole_cycle[1:]} and profile again."
         )
 
 
