@@ -58,7 +58,7 @@ def measure_with_breakdown(
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
         growth = recording.memory_growth(run, runner.live_tensors)
-        cycle = _cycle_of_calls(runner, run)
+        cycle = _cycle_of_calls(runner, run, timing.run_time_ms)
         if cycle > 1 and cycle * timing.run_time_ms <= CYCLE_BUDGET_MS:
             runner.measure_in_cycles(cycle)
             runner.align_to_cycle(run)
@@ -69,13 +69,14 @@ def measure_with_breakdown(
         return UsersBatchSize(Sample(batch_size, timing, memory, micro_batches), final, growth)
 
 
-def _cycle_of_calls(runner: IterationRunner, run: Run) -> int:
+def _cycle_of_calls(runner: IterationRunner, run: Run, run_time_ms: float) -> int:
     """How many calls make one cycle where the iteration's calls differ (1 where they do not, or
-    not in a cycle), running a few more calls where those seen so far do not tell."""
+    not in a cycle), running a few more calls (within CYCLE_BUDGET_MS) where those seen so far do
+    not tell."""
     calls = runner.steps_per_call
-    for _ in range(2 * MAX_CYCLE):
+    for _ in range(min(2 * MAX_CYCLE, int(CYCLE_BUDGET_MS // max(run_time_ms, 1e-3)))):
         cycle = calls.cycle()
         if cycle is not None:
             return cycle
         run()
-    return 1
+    return calls.cycle() or 1
