@@ -329,10 +329,12 @@ class OperationRecorder(TorchDispatchMode):
                 node_name=node.name(),
                 creator=creator,
             )
-            if torch.is_grad_enabled():
+            if torch.is_grad_enabled() and threading.get_ident() == self._iteration_thread:
                 # Backward work that builds a graph of its own: a reentrant checkpoint's forward run
                 # again, or a gradient taken with create_graph=True. The backward of the nodes it
-                # creates belongs where it does: to the forward operation whose node it runs.
+                # creates belongs where it does: to the forward operation whose node it runs. Not
+                # on autograd's device threads (CUDA): the sequence counter is per thread, and
+                # theirs would name the iteration thread's forward operations.
                 self._forward_by_sequence.setdefault(next_sequence - 1, creator or record)
         self.recording.operations.append(record)
         return record
