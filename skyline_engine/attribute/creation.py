@@ -139,15 +139,17 @@ def _construction_in(root: str, path: str, class_name: str, names: frozenset[str
             tree = ast.parse(f.read())  # bytes: decoded as Python does (a BOM, an encoding declaration)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
-    calls = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and _called(node) == class_name]
-    named = [
-        node.value.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Assign, ast.AnnAssign))
-        and isinstance(node.value, ast.Call)
-        and _called(node.value) == class_name
-        and _assigned_names(node) & names
-    ]
+    calls, named = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called(node) == class_name:
+            calls.append(node.lineno)
+        elif (
+            isinstance(node, (ast.Assign, ast.AnnAssign))
+            and isinstance(node.value, ast.Call)
+            and _called(node.value) == class_name
+            and _assigned_names(node) & names
+        ):
+            named.append(node.value.lineno)
     if named:
         return min(named), True
     return (min(calls), False) if calls else None

@@ -363,13 +363,7 @@ class OperationRecorder(TorchDispatchMode):
         every Linear runs, made no weight (counted as the activation of `t`, a third of a weight
         over three recorded iterations, it was 40 % of the default example's line)."""
         inputs: set[int] | None = None
-        for value in tree_flatten(out)[0]:
-            if not isinstance(value, torch.Tensor):
-                continue
-            try:
-                storage = value.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
+        for storage in tensor_storages(tree_flatten(out)[0]):
             if storage in self._producer:
                 continue
             if inputs is None:
@@ -378,14 +372,11 @@ class OperationRecorder(TorchDispatchMode):
                 self._producer[storage] = record
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return saved_tensors.kept(tensor)
-        producer: OperationRecord | None = self._producer.get(storage)
-        if producer is not None and storage not in self._saved:
-            self._saved[storage] = True
-            producer.activation_bytes += storage.nbytes()
+        for storage in tensor_storages([tensor]):
+            producer: OperationRecord | None = self._producer.get(storage)
+            if producer is not None and storage not in self._saved:
+                self._saved[storage] = True
+                producer.activation_bytes += storage.nbytes()
         return saved_tensors.kept(tensor)
 
 

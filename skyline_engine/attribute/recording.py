@@ -42,15 +42,15 @@ class IterationRecording:
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
         """One iteration recorded operation by operation: its memory profile and its wall time."""
-        meter = self.recorder.memory = meter_for(self.device, live_tensors)
-        with eager_replay(), tracking_phases(meter), self.recorder:
+        wall_ms: list[float] = []
+
+        def one() -> None:
             self.recorder.start_iteration()
-            wall_ms = clock.time_ms(run)
-        self.recorder.memory = None  # further recorded iterations only add to the breakdown
-        profile = meter.profile()
-        self._peak = _operation_at_peak(profile, self.recorder.recording.operations)
+            wall_ms.append(clock.time_ms(run))
+
+        profile = self._recorded_with_memory(one, live_tensors)
         self._first_names = profile.operation_names
-        return profile, wall_ms
+        return profile, wall_ms[0]
 
     def memory_growth(self, run: Run, live_tensors: LiveTensors) -> MemoryGrowth | None:
         """The tensor memory each iteration keeps for good (measure/retention.py), at the lines of
@@ -65,9 +65,7 @@ class IterationRecording:
         if more <= 0:
             return
         with eager_replay(), self.recorder:
-            for _ in range(more):
-                self.recorder.start_iteration()
-                run()
+            self._calls(run, more)
 
     def record_cycle(self, run: Run, calls: int, live_tensors: LiveTensors) -> MemoryProfile:
         """Calls that differ (measure/steps_per_call.py): the breakdown becomes that of `calls`
@@ -75,15 +73,24 @@ class IterationRecording:
         first recorded call, and so do the memory profile (the whole cycle's) and the operation at
         its peak; the growth stays as it was found."""
         self.recorder = self._new_recorder()
+        return self._recorded_with_memory(lambda: self._calls(run, calls), live_tensors)
+
+    def _recorded_with_memory(self, calls: Run, live_tensors: LiveTensors) -> MemoryProfile:
+        """`calls` recorded (each starting its recorded iteration), with the memory profile of what
+        they ran, whose peak names the recorded operation at it."""
         meter = self.recorder.memory = meter_for(self.device, live_tensors)
         with eager_replay(), tracking_phases(meter), self.recorder:
-            for _ in range(calls):
-                self.recorder.start_iteration()
-                run()
-        self.recorder.memory = None
+            calls()
+        self.recorder.memory = None  # further recorded iterations only add to the breakdown
         profile = meter.profile()
         self._peak = _operation_at_peak(profile, self.recorder.recording.operations)
         return profile
+
+    def _calls(self, run: Run, count: int) -> None:
+        """`count` recorded iterations of `run`, inside the recorder."""
+        for _ in range(count):
+            self.recorder.start_iteration()
+            run()
 
     def _new_recorder(self) -> OperationRecorder:
         return OperationRecorder(self.creation.call_sites, self._module_names, self.device, model=self.model)

@@ -45,7 +45,7 @@ class StepsPerCall:
         rarest number only once (more calls will tell)."""
         if not self.varies():
             return 1
-        rarest = min(self.calls, key=lambda steps: self.calls[steps])
+        rarest = self._rarest()
         at = [i for i, steps in enumerate(self.recent) if steps == rarest]
         if len(at) < 2:
             return None if len(self.recent) < (self.recent.maxlen or 0) else 1
@@ -57,7 +57,11 @@ class StepsPerCall:
 
     def ends_a_cycle(self) -> bool:
         """Whether the latest call made the rarest number of steps: the next starts a cycle."""
-        return bool(self.recent) and self.recent[-1] == min(self.calls, key=lambda steps: self.calls[steps])
+        return bool(self.recent) and self.recent[-1] == self._rarest()
+
+    def _rarest(self) -> int:
+        """The number of steps the fewest calls made (the call that ends a cycle makes it)."""
+        return min(self.calls, key=lambda steps: self.calls[steps])
 
     def warning(self, recorded_calls: int = 1) -> str | None:
         """What the user should know when calls differ, the breakdown having recorded
