@@ -32,6 +32,12 @@ def line(doc: dict, path: str, number: int) -> dict:
     return next(e for e in doc["lines"] if (e["path"], e["line"]) == (path, number))
 
 
+def marked(path: str, marker: str) -> int:
+    """The line of PROJECT/`path` that ends with `# MARKER`."""
+    lines = (PROJECT / path).read_text().splitlines()
+    return next(n for n, text in enumerate(lines, start=1) if text.rstrip().endswith(f"# {marker}"))
+
+
 @pytest.fixture(scope="module")
 def accumulation():
     return analysed("accumulation.py")
@@ -239,7 +245,7 @@ def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ_and_
     # The breakdown averages the four calls of a cycle: the step's line has its time, whichever
     # call the analysis recorded first.
     assert doc["attribution"]["recorded_iterations"] == 4
-    assert line(doc, "accumulates_across_calls.py", 27)["step_ms"] > 0  # optimizer.step()
+    assert line(doc, "accumulates_across_calls.py", marked("accumulates_across_calls.py", "STEP"))["step_ms"] > 0
 
 
 def test_a_generator_stepped_every_fifth_call_is_told_recorded_for_a_cycle_and_its_optimizer_state_found():
@@ -247,9 +253,8 @@ def test_a_generator_stepped_every_fifth_call_is_told_recorded_for_a_cycle_and_i
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "made one optimizer step and" in warning and "made 2 optimizer steps (one call in 5)" in warning
     assert doc["attribution"]["recorded_iterations"] == 5
-    generator_loss, generator_step = 36, 39
-    assert line(doc, "critic_steps.py", generator_loss)["backward_ms"] > 0
-    assert line(doc, "critic_steps.py", generator_step)["step_ms"] > 0
+    assert line(doc, "critic_steps.py", marked("critic_steps.py", "GENERATOR_LOSS"))["backward_ms"] > 0
+    assert line(doc, "critic_steps.py", marked("critic_steps.py", "GENERATOR_STEP"))["step_ms"] > 0
     # RMSprop keeps one square average per parameter (and a step count per parameter).
     generator, critic = (16 * 64 + 64) + (64 * 64 + 64), (64 * 64 + 64) + (64 + 1)
     found = sorted(s["size_bytes"] for s in doc["optimizer_state"])

@@ -24,7 +24,7 @@ def skyline_iteration_provider(model):
         calls[0] += 1
         (model(x, labels) / ACCUMULATED_CALLS).backward()
         if calls[0] % ACCUMULATED_CALLS == 0:
-            optimizer.step()
+            optimizer.step()  # STEP
             optimizer.zero_grad()
 
     return iteration

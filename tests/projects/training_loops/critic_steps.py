@@ -1,27 +1,15 @@
-"""A WGAN's loop: the critic steps on every call, the generator on every fifth. Calls differ, and
-the generator's optimizer does not step in the first calls."""
+"""gan.py's generator and discriminator in a WGAN's loop: the discriminator (the critic) steps on
+every call, the generator on every fifth. Calls differ, and the generator's optimizer does not step
+in the first calls."""
 
 import torch
-import torch.nn as nn
+from gan import skyline_input_provider, skyline_model_provider  # noqa: F401 - the providers Skyline calls
 
 CRITIC_STEPS = 5
 
 
-def skyline_model_provider():
-    return nn.ModuleDict(
-        {
-            "generator": nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64)),
-            "critic": nn.Sequential(nn.Linear(64, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1)),
-        }
-    )
-
-
-def skyline_input_provider(batch_size=32):
-    return (torch.randn(batch_size, 64), torch.randn(batch_size, 16))
-
-
 def skyline_iteration_provider(model):
-    generator, critic = model["generator"], model["critic"]
+    generator, critic = model["generator"], model["discriminator"]
     generator_optimizer = torch.optim.RMSprop(generator.parameters(), lr=5e-5)
     critic_optimizer = torch.optim.RMSprop(critic.parameters(), lr=5e-5)
     calls = [0]
@@ -33,9 +21,9 @@ def skyline_iteration_provider(model):
         critic_loss.backward()
         critic_optimizer.step()
         if calls[0] % CRITIC_STEPS == 0:
-            generator_loss = -critic(generator(noise)).mean()
+            generator_loss = -critic(generator(noise)).mean()  # GENERATOR_LOSS
             generator_optimizer.zero_grad()
             generator_loss.backward()
-            generator_optimizer.step()
+            generator_optimizer.step()  # GENERATOR_STEP
 
     return iteration
