@@ -152,7 +152,7 @@ class _Analysis:
         compilation = self.runner.compilation if self.runner is not None else None
         breakdown = parts.get("breakdown")
         recorded = breakdown.attribution.recorded_iterations if breakdown is not None else 1
-        differing = self.runner.steps_per_call.warning(recorded) if self.runner is not None else None
+        differing = self.runner.work_per_call.warning(recorded) if self.runner is not None else None
         if differing is not None:
             parts["warnings"] = [differing, *parts["warnings"]]
         return self._build_document(compilation=compilation, memory_growth=self.growth, **parts)

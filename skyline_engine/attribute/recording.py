@@ -68,7 +68,7 @@ class IterationRecording:
             self._calls(run, more)
 
     def record_cycle(self, run: Run, calls: int, live_tensors: LiveTensors) -> MemoryProfile:
-        """Calls that differ (measure/steps_per_call.py): the breakdown becomes that of `calls`
+        """Calls that differ (measure/work_per_call.py): the breakdown becomes that of `calls`
         consecutive calls, one whole cycle, recorded from where a cycle starts, in place of the
         first recorded call, and so do the memory profile (the whole cycle's) and the operation at
         its peak; the growth stays as it was found."""

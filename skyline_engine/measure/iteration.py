@@ -44,7 +44,6 @@ from skyline_engine.measure.memory import (
     measure_memory,
     release_cached_memory,
 )
-from skyline_engine.measure.steps_per_call import StepsPerCall
 from skyline_engine.measure.timing import (
     Clock,
     InterleavedTiming,
@@ -53,6 +52,7 @@ from skyline_engine.measure.timing import (
     clock_for,
     measure_iteration_time,
 )
+from skyline_engine.measure.work_per_call import CallWork, WorkPerCall
 
 Run = Callable[[], None]
 
@@ -210,7 +210,8 @@ class IterationRunner:
         self._steady = not find_steady_state
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self._steps = _Count()  # optimizer steps while measuring (`with runner:`)
-        self.steps_per_call = StepsPerCall()  # in steady state
+        self._forwards = 0  # passes through the model (`_remember_output`)
+        self.work_per_call = WorkPerCall()  # in steady state
         # Calls that differ in a cycle of this many (`measure_in_cycles`): memory and time are
         # measured over whole cycles.
         self.cycle = 1
@@ -319,7 +320,7 @@ class IterationRunner:
         return True
 
     def measure_in_cycles(self, calls: int) -> None:
-        """The iteration's calls differ in a cycle of `calls` (measure/steps_per_call.py): from now
+        """The iteration's calls differ in a cycle of `calls` (measure/work_per_call.py): from now
         on, memory is measured over one whole cycle starting where a cycle starts, so that every
         batch size's peak is that of the same calls, and time in blocks of whole cycles."""
         self.cycle = calls
@@ -327,7 +328,7 @@ class IterationRunner:
     def align_to_cycle(self, run: Run) -> None:
         """Calls until the next one starts a cycle (none where calls do not differ)."""
         for _ in range(self.cycle if self.cycle > 1 else 0):
-            if self.steps_per_call.ends_a_cycle():
+            if self.work_per_call.ends_a_cycle():
                 return
             run()
 
@@ -347,10 +348,11 @@ class IterationRunner:
 
     def time(self, run: Run, batch_size: int, quick: bool = False) -> TimingStats:
         """The iteration timed until the estimate is stable (`quick`: for the budget's minimum time
-        only); its loss and parameters checked finite before and after."""
+        only), in blocks of whole cycles where calls differ (`measure_in_cycles`); its loss and
+        parameters checked finite before and after."""
         self.check_finite(batch_size)
         budget = dataclasses.replace(self.budget, max_run_s=self.budget.min_run_s) if quick else self.budget
-        timing = measure_iteration_time(run, self.clock, budget)
+        timing = measure_iteration_time(run, self.clock, budget, cycle=self.cycle)
         self.check_trained(batch_size)
         return timing
 
@@ -413,7 +415,7 @@ class IterationRunner:
 
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         out_of_memory = None
-        before, steps_before = compiler_work(), self._steps.count
+        before, steps_before, forwards_before = compiler_work(), self._steps.count, self._forwards
         try:
             self.iteration(*inputs)
         except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
@@ -428,7 +430,7 @@ class IterationRunner:
             raise out_of_memory
         self._ran_at.add(batch_size)
         if self._steady:
-            self.steps_per_call.add(self._steps.count - steps_before)
+            self.work_per_call.add(CallWork(self._steps.count - steps_before, self._forwards - forwards_before))
 
     def _note_compiled(self, batch_size: int, work: CompilerWork) -> None:
         if work != NOTHING_COMPILED:
@@ -452,6 +454,7 @@ class IterationRunner:
 
     def _remember_output(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._last_output = output
+        self._forwards += 1
 
     def check_finite(self, batch_size: int) -> None:
         """The loss of the last iteration, checked: a diverging iteration measures nothing real."""

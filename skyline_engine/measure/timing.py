@@ -122,7 +122,7 @@ class BlockTimes:
         """`block_size`, when given, instead of the one the first iteration's time implies: ranks
         of distributed training must run the same number of iterations (measure/distributed.py).
         `cycle`: iterations whose calls differ in a cycle of this many calls are timed in blocks
-        of whole cycles (measure/steps_per_call.py)."""
+        of whole cycles (measure/work_per_call.py)."""
         self.run = run
         self.clock = clock
         first_ms = clock.time_ms(run)
@@ -211,9 +211,9 @@ class InterleavedTiming:
         return {batch_size: t.stats() for batch_size, t in self.times.items()}
 
 
-def measure_iteration_time(run_once: Run, clock: Clock, budget: TimingBudget) -> TimingStats:
-    """The time of one iteration of `run_once`, timed in blocks until stable (see the module
-    docstring). Assumes warm-up is done."""
-    timing = InterleavedTiming({0: run_once}, clock, budget)
+def measure_iteration_time(run_once: Run, clock: Clock, budget: TimingBudget, cycle: int = 1) -> TimingStats:
+    """The time of one iteration of `run_once`, timed in blocks (of whole cycles of `cycle` calls)
+    until stable (see the module docstring). Assumes warm-up is done."""
+    timing = InterleavedTiming({0: run_once}, clock, budget, cycle=cycle)
     timing.measure(budget.max_run_s)
     return timing.stats()[0]

@@ -1,0 +1,147 @@
+"""What each call of the iteration did: whether every call does the same work.
+
+Skyline measures one call of the iteration function as one training iteration: the time is an
+estimate over many calls, but the per-line breakdown records a few consecutive calls, and each
+batch size's peak memory is one call's. A loop that does more on some calls than on others (steps
+every k-th call: gradients accumulated across calls, a GAN's generator stepped every fifth call;
+an evaluation every tenth call) does different work on different calls, so the recorded calls may
+lack that work, the peaks of two batch sizes may come from calls that differ, and the time, the
+lower quartile of blocks of calls (measure/timing.py), leans to the blocks without it. Two counts
+tell the calls apart at no cost to what is timed: torch's global optimizer step hook counts each
+call's steps, and a forward hook on the model its passes through the model; both in steady state
+only (a GradScaler skips its first steps; measure/iteration.py warms up past them).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+# A call pattern rarer than this share of the calls is left unsaid: a GradScaler skips a step when
+# its scale overflows, once in thousands of steps, which changes no figure.
+RARE_SHARE = 0.01
+# The breakdown records one whole cycle of calls up to this many (WorkPerCall.cycle).
+MAX_CYCLE = 16
+
+
+@dataclass(frozen=True)
+class CallWork:
+    """What one call did: the optimizer steps it made and the times it ran the model."""
+
+    steps: int
+    forwards: int
+
+
+@dataclass
+class WorkPerCall:
+    """The number of calls that did each kind of work, and the work of the latest calls, in order."""
+
+    calls: collections.Counter[CallWork] = field(default_factory=collections.Counter)
+    recent: collections.deque[CallWork] = field(default_factory=lambda: collections.deque(maxlen=4 * MAX_CYCLE))
+
+    def add(self, work: CallWork) -> None:
+        self.calls[work] += 1
+        self.recent.append(work)
+
+    def varies(self) -> bool:
+        """Whether calls did different work, each often enough to matter."""
+        total = sum(self.calls.values())
+        return sum(1 for count in self.calls.values() if count >= RARE_SHARE * total) > 1
+
+    def cycle(self) -> int | None:
+        """How many calls make one cycle, where calls differ: the distance between the latest calls
+        that did the rarest work, when it is always the same and at most MAX_CYCLE; 1 for calls
+        that do not differ, or not in such a cycle; None while the latest calls hold the rarest
+        work only once (more calls will tell)."""
+        if not self.varies():
+            return 1
+        rarest = self._rarest()
+        at = [i for i, work in enumerate(self.recent) if work == rarest]
+        if len(at) < 2:
+            return None if len(self.recent) < (self.recent.maxlen or 0) else 1
+        distances = {later - earlier for earlier, later in zip(at, at[1:])}
+        if len(distances) != 1:
+            return 1
+        (distance,) = distances
+        return distance if distance <= MAX_CYCLE else 1
+
+    def ends_a_cycle(self) -> bool:
+        """Whether the latest call did the rarest work: the next starts a cycle."""
+        return bool(self.recent) and self.recent[-1] == self._rarest()
+
+    def _rarest(self) -> CallWork:
+        """The work the fewest calls did (the call that ends a cycle does it)."""
+        return min(self.calls, key=lambda work: self.calls[work])
+
+    def warning(self, recorded_calls: int = 1) -> str | None:
+        """What the user should know when calls differ, the breakdown having recorded
+        `recorded_calls` consecutive calls; None when calls do not differ."""
+        if not self.varies():
+            return None
+        total = sum(self.calls.values())
+        steps_differ = len({work.steps for work in self.calls}) > 1
+        forwards_differ = len({work.forwards for work in self.calls}) > 1
+        parts = [
+            f"{count:,} {_work(work, steps_differ, forwards_differ)}"
+            for work, count in sorted(self.calls.items(), key=lambda kv: -kv[1])
+        ]
+        cycle = self.cycle() or 1
+        every = f" (one call in {cycle})" if cycle > 2 else ""
+        said = (
+            f"Your iteration does not do the same work on every call: of {total:,} calls measured, "
+            f"{_join(parts)}{every}."
+        )
+        advice = _advice(steps_differ)
+        if cycle > 1 and recorded_calls == cycle:
+            return (
+                f"{said} Skyline measured it in whole cycles of {cycle} calls: the per-line breakdown averages "
+                "one cycle, and each batch size's peak memory and time cover whole cycles; the throughput counts "
+                f"the samples of one call. {advice}."
+            )
+        return (
+            f"{said} Skyline measures one call as one iteration, and the calls differ too rarely or too "
+            "irregularly to measure whole cycles of them: the time leans to the faster calls (it is the lower "
+            "quartile of blocks of calls), the per-line breakdown shows the few calls it recorded, which may "
+            "lack the rarer work, and each batch size's peak memory comes from one call, with or without it. "
+            f"{advice}, and profile again."
+        )
+
+
+def _work(work: CallWork, steps_differ: bool, forwards_differ: bool) -> str:
+    """What calls that did `work` did, in the terms that tell them apart."""
+    said = []
+    if forwards_differ:
+        said.append(
+            "ran the model " + {0: "not at all", 1: "once", 2: "twice"}.get(work.forwards, f"{work.forwards} times")
+        )
+    if steps_differ or not forwards_differ:
+        said.append(_steps(work.steps))
+    return " and ".join(said)
+
+
+def _steps(steps: int) -> str:
+    if steps == 0:
+        return "stepped no optimizer"
+    return "made one optimizer step" if steps == 1 else f"made {steps} optimizer steps"
+
+
+def _advice(steps_differ: bool) -> str:
+    """How to make every call do the same work."""
+    if steps_differ:
+        return (
+            "To profile one cycle as one iteration, make one call one whole cycle (loop over the accumulated "
+            "micro-batches, or over the critic's steps and then the generator's, inside the iteration)"
+        )
+    return (
+        "To profile training alone, run what runs the model on some calls only (an evaluation every few calls, "
+        "say) outside the iteration"
+    )
+
+
+def _join(parts: list[str]) -> str:
+    if len(parts) == 1:
+        return parts[0]
+    # Parts that say two things each ("ran the model once and made one optimizer step") need a
+    # comma before the last to stay apart.
+    last = ", and " if any(" and " in part for part in parts) else " and "
+    return ", ".join(parts[:-1]) + last + parts[-1]
