@@ -260,14 +260,16 @@ def format_bytes(value: float) -> str:
 
 def expected_annotation(record: dict, iteration: dict) -> str:
     """The default (`costs = 'both'`) text of a line, as doc/skyline.txt describes it: its own
-    forward + backward time, its step time, their share, what it costs with its calls where that
-    is more, its memory."""
+    forward + backward time (one alone where the other did no work), its step time, their share,
+    what it costs with its calls where that is more, its memory."""
     parts = []
     run_time = iteration["run_time_ms"]
     forward, backward, step = record["forward_ms"], record["backward_ms"], record.get("step_ms", 0.0)
     times = []
-    if forward > 0 or backward > 0:
+    if forward > 0 and backward > 0:
         times.append(f"fwd {forward:.2f} + bwd {backward:.2f} ms")
+    elif forward > 0 or backward > 0:
+        times.append(f"fwd {forward:.2f} ms" if forward > 0 else f"bwd {backward:.2f} ms")
     if step > 0:
         times.append(f"step {step:.2f} ms")
     own = forward + backward + step

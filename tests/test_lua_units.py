@@ -245,6 +245,34 @@ def test_the_models_formula(nvim):
     assert nvim.exec_lua("return require('skyline.models').predict(nil, 8)") is None
 
 
+# --- render.lua -----------------------------------------------------------------------------
+
+
+def record(forward: float, backward: float, step: float = 0.0, memory: int = 0) -> dict:
+    return {"forward_ms": forward, "backward_ms": backward, "step_ms": step, "memory_bytes": memory}
+
+
+def test_a_line_shows_the_phases_that_did_work(nvim):
+    totals = {"run_time_ms": 10.0, "peak_memory_bytes": 1 << 20}
+    cases = [
+        [record(0.4, 0.81, memory=1 << 20), totals, "self"],
+        [record(1.31, 0.0), totals, "self"],  # an evaluation under no_grad: no backward at all
+        [record(0.0, 0.5), totals, "self"],
+        [record(0.0, 0.0, step=0.25), totals, "self"],
+        [record(0.004, 0.0), totals, "self"],  # ran, if briefly: shown as it rounds
+        [record(0.0, 0.0), totals, "self"],
+    ]
+    texts = [result[0] for result in call_each(nvim, "skyline.render", "annotation", cases)]
+    assert texts == [
+        "fwd 0.40 + bwd 0.81 ms · 12.1% · 1.0 MiB",
+        "fwd 1.31 ms · 13.1%",
+        "bwd 0.50 ms · 5.0%",
+        "step 0.25 ms · 2.5%",
+        "fwd 0.00 ms · 0.0%",
+        None,
+    ]
+
+
 # --- config.lua -----------------------------------------------------------------------------
 
 

@@ -31,8 +31,14 @@ local SAME_MS = 0.005
 local function time_text(record)
   local forward, backward, step = record.forward_ms, record.backward_ms, record.step_ms or 0
   local parts = {}
-  if forward > 0 or backward > 0 then
+  -- A phase with no work at all is left out (a line under no_grad has no backward: `+ bwd 0.00`
+  -- read as a measurement); one that rounds to 0.00 ms is shown, as it ran.
+  if forward > 0 and backward > 0 then
     table.insert(parts, string.format('fwd %.2f + bwd %.2f ms', forward, backward))
+  elseif forward > 0 then
+    table.insert(parts, string.format('fwd %.2f ms', forward))
+  elseif backward > 0 then
+    table.insert(parts, string.format('bwd %.2f ms', backward))
   end
   if step > 0 then
     table.insert(parts, string.format('step %.2f ms', step))
