@@ -15,8 +15,7 @@ from skyline_engine.attribute.breakdown import EAGER_REPLAY, RECORDED, Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
-from skyline_engine.measure.iteration import IterationRunner, Run, Sample, single_iteration_timing
-from skyline_engine.measure.work_per_call import MAX_CYCLE
+from skyline_engine.measure.iteration import IterationRunner, Sample, single_iteration_timing
 
 FirstResult = Callable[[Sample, Breakdown], None]
 
@@ -58,7 +57,7 @@ def measure_with_breakdown(
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
         growth = recording.memory_growth(run, runner.live_tensors)
-        cycle = _cycle_of_calls(runner, run, timing.run_time_ms)
+        cycle = runner.cycle_of_calls(run, timing.run_time_ms, CYCLE_BUDGET_MS)
         if cycle > 1 and cycle * timing.run_time_ms <= CYCLE_BUDGET_MS:
             runner.measure_in_cycles(cycle)
             # Timed again in whole cycles: blocks of single calls leaned to the calls without the
@@ -70,16 +69,3 @@ def measure_with_breakdown(
             recording.record_more(run, timing.run_time_ms)
         final = recording.breakdown(timing.run_time_ms, memory.peak_bytes, timeline, mode)
         return UsersBatchSize(Sample(batch_size, timing, memory, micro_batches), final, growth)
-
-
-def _cycle_of_calls(runner: IterationRunner, run: Run, run_time_ms: float) -> int:
-    """How many calls make one cycle where the iteration's calls differ (1 where they do not, or
-    not in a cycle), running a few more calls (within CYCLE_BUDGET_MS) where those seen so far do
-    not tell."""
-    calls = runner.work_per_call
-    for _ in range(min(2 * MAX_CYCLE, int(CYCLE_BUDGET_MS // max(run_time_ms, 1e-3)))):
-        cycle = calls.cycle()
-        if cycle is not None:
-            return cycle
-        run()
-    return calls.cycle() or 1

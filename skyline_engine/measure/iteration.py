@@ -52,7 +52,7 @@ from skyline_engine.measure.timing import (
     clock_for,
     measure_iteration_time,
 )
-from skyline_engine.measure.work_per_call import CallWork, WorkPerCall
+from skyline_engine.measure.work_per_call import MAX_CYCLE, CallWork, WorkPerCall
 
 Run = Callable[[], None]
 
@@ -318,6 +318,18 @@ class IterationRunner:
             "provider before returning the iteration."
         )
         return True
+
+    def cycle_of_calls(self, run: Run, run_time_ms: float, budget_ms: float) -> int:
+        """How many calls make one cycle where the iteration's calls differ (1 where they do not,
+        or not in a cycle), running a few more calls (within `budget_ms`, at `run_time_ms` each)
+        where those seen so far do not tell."""
+        calls = self.work_per_call
+        for _ in range(min(2 * MAX_CYCLE, int(budget_ms // max(run_time_ms, 1e-3)))):
+            cycle = calls.cycle()
+            if cycle is not None:
+                return cycle
+            run()
+        return calls.cycle() or 1
 
     def measure_in_cycles(self, calls: int) -> None:
         """The iteration's calls differ in a cycle of `calls` (measure/work_per_call.py): from now
