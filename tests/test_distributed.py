@@ -126,6 +126,28 @@ def test_a_rank_that_keeps_memory_for_good_says_where(tmp_path):
     assert "Tensor memory grows by" in " ".join(result.stdout.split())
 
 
+def test_calls_that_differ_are_measured_in_whole_cycles_on_every_rank(tmp_path):
+    # Every fifth call evaluates the model: call by call, the ranks' peaks and the breakdown left
+    # the evaluation out, unwarned (17.5 MiB for 33.2 in a larger trial). The ranks agree on the
+    # cycle and run the same calls, or their all-reduces would wait for each other for ever.
+    out = tmp_path / "analysis.json"
+    entry = "evaluates_every_few_calls.py"
+    result = run_skyline("profile", entry, "--nproc", "2", "--device", "cpu", "--json", out, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    (warning,) = [w for w in doc["warnings"] if w.startswith("Your iteration does not do the same work")]
+    assert "ran the model twice (one call in 5)" in warning and "whole cycles of 5 calls" in warning
+    assert doc["attribution"]["recorded_iterations"] == 5
+    marker = next(n for n, text in enumerate((PROJECT / entry).read_text().splitlines(), 1) if "# EVALUATE" in text)
+    evaluation = next(e for e in doc["lines"] if (e["path"], e["line"]) == (entry, marker))
+    assert evaluation["inclusive"]["forward_ms"] > 0
+    # Each rank's peak is the evaluation's: the 512 × 1024 and 512 × 512 activations of its
+    # middle layer at once, beyond the weights and their gradients.
+    evaluation_bytes = 4 * 512 * (1024 + 512)
+    assert all(r["peak_memory_bytes"] >= 2 * GRADIENT_BYTES + evaluation_bytes for r in doc["distributed"]["ranks"])
+    assert doc["iteration"]["repetitions"] % 5 == 0
+
+
 def test_a_planned_interconnect_replaces_the_measured_link(tmp_path):
     out = tmp_path / "planned.json"
     result = run_skyline(

@@ -2,7 +2,8 @@
 
 join the process group → build the iteration with the model in DDP → warm up → memory (one
 iteration) → the breakdown (one iteration recorded without communication, DDP's `no_sync`) →
-the iteration with and without its all-reduces, timed in interleaved blocks → traced iterations
+the iteration with and without its all-reduces, timed in interleaved blocks (where calls differ,
+memory, the breakdown and the timing again over whole cycles of calls) → traced iterations
 (each bucket's all-reduce) → the link, timed alone → rank 0 gathers every rank's measurements,
 attributes communication to lines, predicts scaling and writes the document.
 
@@ -28,6 +29,7 @@ from skyline_engine.analysis.session import (
     no_progress,
     with_output_note,
 )
+from skyline_engine.analysis.users_batch_size import CYCLE_BUDGET_MS
 from skyline_engine.attribute.communication import ParameterCallSites, attribute_buckets
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
@@ -121,6 +123,19 @@ class _RankAnalysis:
             iteration_ms = min(runner.clock.time_ms(run) for _ in range(3))  # past one-off costs
             block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget))
             stats = lockstep_timing({"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds)
+            cycle = agree(runner.work_per_call.cycle() or 1)  # every rank measures the same calls
+            if cycle > 1 and cycle * iteration_ms <= CYCLE_BUDGET_MS:
+                # Calls that differ (measure/work_per_call.py): memory, the breakdown and the time
+                # over whole cycles of calls, as one process measures them.
+                self.progress(f"measuring whole cycles of {cycle} calls", 0.6)
+                runner.measure_in_cycles(cycle)
+                memory = runner.memory(run)
+                runner.align_to_cycle(without_communication)
+                recording.record_cycle(without_communication, cycle, runner.live_tensors)
+                block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget, cycle))
+                stats = lockstep_timing(
+                    {"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds
+                )
             self.progress("timing each bucket's all-reduce", 0.8)
             traced = timer.traced(run)
             for _ in range(TRACED_ITERATIONS):
@@ -161,6 +176,7 @@ class _RankAnalysis:
         breakdown = recording.breakdown(stats["no_sync"].run_time_ms, memory.peak_bytes, self.request.timeline)
         lines = [replace(line, communication_ms=per_line.get((line.path, line.line), 0.0)) for line in breakdown.lines]
         breakdown = replace(breakdown, lines=lines)
+        recorded = breakdown.attribution.recorded_iterations
         self.progress("done", 1.0)
         return build_document(
             project_root=str(self.entry.files.root),
@@ -172,7 +188,11 @@ class _RankAnalysis:
             breakdown=breakdown,
             models=None,
             batch_size_location=batch_size_location(self.entry),
-            warnings=[*([growth.warning()] if growth else []), *data_parallel_notes(data_parallel, link_unfitted)],
+            warnings=[
+                *([differing] if (differing := runner.work_per_call.warning(recorded)) else []),
+                *([growth.warning()] if growth else []),
+                *data_parallel_notes(data_parallel, link_unfitted),
+            ],
             distributed=data_parallel,
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
             models_withheld=NO_BATCH_SIZE_MODELS,
@@ -248,11 +268,12 @@ class _RankAnalysis:
         return replace(data_parallel, scaling=rows)
 
 
-def _timing_plan(iteration_ms: float, budget: TimingBudget) -> tuple[int, int]:
-    """Blocks of at least the budget's block time, and as many rounds (one block with and one
-    without communication each) as fit the budget's longest time, within [min_blocks, MAX_ROUNDS]."""
+def _timing_plan(iteration_ms: float, budget: TimingBudget, cycle: int = 1) -> tuple[int, int]:
+    """Blocks of at least the budget's block time (of whole cycles of `cycle` calls, where calls
+    differ), and as many rounds (one block with and one without communication each) as fit the
+    budget's longest time, within [min_blocks, MAX_ROUNDS]."""
     iteration_ms = max(iteration_ms, 1e-3)
-    block_size = max(1, math.ceil(budget.min_block_ms / iteration_ms))
+    block_size = math.ceil(max(1, math.ceil(budget.min_block_ms / iteration_ms)) / cycle) * cycle
     rounds = int(budget.max_run_s * 1000 / (2 * block_size * iteration_ms))
     return block_size, max(budget.min_blocks, min(MAX_ROUNDS, rounds))
 
