@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure.timing import TimingBudget
@@ -232,6 +233,15 @@ def test_optimizers_held_by_a_trainer_each_at_the_constructor_of_its_attribute(t
     found = {s["size_bytes"]: s["contexts"][0]["line"] for s in doc["optimizer_state"]}
     # A momentum buffer for each parameter: the actor's Linear(8, 32), the critic's Linear(32, 1).
     assert found == {FLOAT32 * (8 * 32 + 32): 7, FLOAT32 * (32 + 1): 6}
+
+
+def test_an_iteration_under_anomaly_detection_is_told_where_it_is_turned_on():
+    # It made an MLP's iteration twice as slow, side by side: the times are the debugging's.
+    doc = analysed("detects_anomalies.py", predict=False)
+    (warning,) = [w for w in doc["warnings"] if w.startswith("Autograd's anomaly detection was on")]
+    assert f"(detects_anomalies.py:{marked('detects_anomalies.py', 'ANOMALY')})" in warning
+    assert "torch.autograd.set_detect_anomaly(False)" in warning
+    assert not torch.is_anomaly_enabled()  # the user's context manager, not the analysis, turned it on
 
 
 DIFFERING_CALLS = "Your iteration does not do the same work on every call"

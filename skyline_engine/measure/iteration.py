@@ -36,6 +36,7 @@ from skyline_engine.measure.compilation import (
     compiler_work,
     quiet_about_global_hooks,
 )
+from skyline_engine.measure.debug_modes import anomaly_detection_note
 from skyline_engine.measure.inputs import InputShapesSeen
 from skyline_engine.measure.memory import (
     LiveTensors,
@@ -211,6 +212,8 @@ class IterationRunner:
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self._steps = _Count()  # optimizer steps while measuring (`with runner:`)
         self._forwards = 0  # passes through the model (`_remember_output`)
+        self._anomaly_detection = False  # seen on while the iteration ran (measure/debug_modes.py)
+        self._told_of_anomaly_detection = False
         self.work_per_call = WorkPerCall()  # in steady state
         # Calls that differ in a cycle of this many (`measure_in_cycles`): memory and time are
         # measured over whole cycles.
@@ -274,6 +277,9 @@ class IterationRunner:
             last_ms = self.clock.time_ms(run)
         if not self._steady:
             self._steady = steps.count > 0 or self._until_an_optimizer_steps(run)
+        if self._anomaly_detection and not self._told_of_anomaly_detection:
+            self._told_of_anomaly_detection = True
+            self.notes.append(anomaly_detection_note(self.entry.files, self.entry.path))
         return last_ms
 
     def _first_run_under_saved_tensor_hooks(self, run: Run) -> None:
@@ -467,6 +473,8 @@ class IterationRunner:
     def _remember_output(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._last_output = output
         self._forwards += 1
+        # Inside the iteration: `with torch.autograd.detect_anomaly():` around the forward pass too.
+        self._anomaly_detection = self._anomaly_detection or torch.is_anomaly_enabled()
 
     def check_finite(self, batch_size: int) -> None:
         """The loss of the last iteration, checked: a diverging iteration measures nothing real."""
