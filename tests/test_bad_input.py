@@ -799,6 +799,23 @@ def test_provider_returns_the_wrong_thing(tmp_path, case):
         ),
         says=("sys.exit(3)", "training iteration at batch size 8"),
     ),
+    Case(
+        # Batches read inside the iteration from a loader of a few: it runs out in the warm-up.
+        "iterator-runs-out-in-iteration",
+        with_entry(
+            iteration_provider="""
+            def skyline_iteration_provider(model):
+                batches = iter([torch.randn(8, 4) for _ in range(3)])
+
+                def iteration(x):
+                    model.zero_grad()
+                    model(next(batches)).backward()  # <- HERE
+
+                return iteration
+            """
+        ),
+        says=("StopIteration", "ran out, at its call number 4", "`skyline_input_provider`", "itertools.cycle"),
+    ),
 )
 def test_exception_in_user_code(tmp_path, case):
     paragraph = check(case, tmp_path)

@@ -243,10 +243,15 @@ def call_user_code(files: ProjectFiles, what: str, fn: Callable[..., T], *args: 
 
 
 def user_code_error(
-    files: ProjectFiles, what: str, exc: BaseException, fallback: Callable[..., Any] | None = None
+    files: ProjectFiles,
+    what: str,
+    exc: BaseException,
+    fallback: Callable[..., Any] | None = None,
+    advice: str | None = None,
 ) -> UserCodeError:
     """The error at the user's innermost frame; at `fallback`'s definition when the exception has
-    no frame of the user's (calling it with the wrong arguments fails before it runs)."""
+    no frame of the user's (calling it with the wrong arguments fails before it runs). `advice`:
+    what to do, where the caller knows better than the exception."""
     frame = innermost_user_frame(exc.__traceback__, files)
     path, line = (files.relative(frame.filename), frame.lineno) if frame else _definition(fallback, files)
     text = str(exc)  # empty for a bare `raise KeyboardInterrupt`
@@ -269,6 +274,7 @@ def user_code_error(
         _relative_path_advice(exc, frame.filename if frame else None, files)
         or _no_cuda_advice(exc)
         or _data_parallel_advice(exc)
+        or advice
     )
     if advice:
         message += " " + advice  # in the message, as sys.exit's: a hint would follow the frames below

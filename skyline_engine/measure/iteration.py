@@ -211,6 +211,7 @@ class IterationRunner:
         self._steady = not find_steady_state
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self._steps = _Count()  # optimizer steps while measuring (`with runner:`)
+        self._calls = 0  # of the iteration, all told
         self._forwards = 0  # passes through the model (`_remember_output`)
         self._anomaly_detection = False  # seen on while the iteration ran (measure/debug_modes.py)
         self._told_of_anomaly_detection = False
@@ -434,6 +435,7 @@ class IterationRunner:
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         out_of_memory = None
         before, steps_before, forwards_before = compiler_work(), self._steps.count, self._forwards
+        self._calls += 1
         try:
             self.iteration(*inputs)
         except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
@@ -463,11 +465,21 @@ class IterationRunner:
         others = sorted(self._ran_at - {batch_size})
         if others:
             where += f", after it had run at batch size{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
-        error = user_code_error(self.entry.files, where, exc, fallback=self.iteration)
+        advice = None
+        if isinstance(exc, StopIteration):
+            # Data read inside the iteration (`next(batches)`) from a loader of a few dozen batches.
+            advice = (
+                f"An iterator your iteration reads from ran out, at its call number {self._calls:,}: Skyline runs "
+                "the iteration hundreds of times (warm-up, timing, recording, at several batch sizes). Make the "
+                f"batch in `{INPUT_PROVIDER}`, which Skyline passes to every call, or loop over the data "
+                "(itertools.cycle)."
+            )
+        error = user_code_error(self.entry.files, where, exc, fallback=self.iteration, advice=advice)
         error.batch_size = batch_size
         if isinstance(exc, TypeError) and innermost_user_frame(exc.__traceback__, self.entry.files) is None:
             # It failed before running a line of the user's: the inputs do not match its parameters.
             error.hint = f"Skyline calls it as `iteration(*inputs)` with what `{INPUT_PROVIDER}` returns."
+
         return error
 
     def _remember_output(self, module: torch.nn.Module, args: Any, output: Any) -> None:
