@@ -200,6 +200,33 @@ def test_an_iteration_that_reaches_into_the_wrapped_model_is_told_why_it_cannot(
     assert "gets the model wrapped in DistributedDataParallel" in first and "call `model(...)`" in first
 
 
+def test_parameters_that_get_no_gradient_are_named_with_the_wrapping_that_accepts_them(tmp_path):
+    # DDP's own message asks for find_unused_parameters=True, which Skyline's wrapping does not
+    # take, and numbers the parameters; the advice names them and how to wrap the model instead.
+    result = profile_failing_ranks("unused_parameters.py", tmp_path)
+    failing = next(
+        n for n, text in enumerate((PROJECT / "unused_parameters.py").read_text().splitlines(), 1) if "# FAILS" in text
+    )
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"skyline: error: unused_parameters.py:{failing}: rank ")
+    said = " ".join(result.stderr.split())
+    assert "some parameters got none (`auxiliary.weight`, `auxiliary.bias`)" in said
+    assert "`DistributedDataParallel(model, find_unused_parameters=True)`" in said
+
+
+def test_a_model_the_provider_wraps_itself_is_kept_as_it_is(tmp_path):
+    # The advice above, followed: find_unused_parameters=True is the user's, and the analysis runs.
+    out = tmp_path / "analysis.json"
+    result = run_skyline(
+        "profile", "unused_parameters_accepted.py", "--nproc", "2", "--device", "cpu", "--json", out, cwd=PROJECT
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["distributed"]["ranks"]) == 2
+    # The buckets hold every parameter's gradient, the auxiliary head's (all-reduced as zeros) too.
+    assert sum(b["size_bytes"] for b in doc["distributed"]["buckets"]) == GRADIENT_BYTES + 4 * (512 * 2 + 2)
+
+
 def test_a_hanging_rank_is_named_at_the_line_it_was_running_and_leaves_no_process(tmp_path):
     result = profile_failing_ranks("rank_hangs.py", tmp_path, "--collective-timeout", "3")
     assert result.stderr.splitlines() == [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -109,6 +110,29 @@ def wrap_ddp(model: torch.nn.Module, rank: Rank) -> DistributedDataParallel:
         return model
     device_ids = [rank.device.index] if rank.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids)
+
+
+# DDP's error for parameters that got no gradient, and the line of it that numbers them.
+_UNUSED_PARAMETERS = "Expected to have finished reduction in the prior iteration"
+_UNUSED_INDICES = re.compile(r"Parameter indices which did not receive grad for rank \d+: ([\d ]+)")
+
+
+def unused_parameters_advice(exc: BaseException, model: torch.nn.Module) -> str | None:
+    """For a model with parameters that get no gradient (a head used only in evaluation), which
+    DDP as Skyline wraps it refuses: their names, and how to wrap the model so that it accepts them."""
+    if not isinstance(model, DistributedDataParallel) or _UNUSED_PARAMETERS not in str(exc):
+        return None
+    trained = [name for name, parameter in model.module.named_parameters() if parameter.requires_grad]
+    found = _UNUSED_INDICES.search(str(exc))
+    indices = [int(i) for i in found.group(1).split()] if found else []
+    names = [f"`{trained[i]}`" for i in indices if i < len(trained)]
+    which = f" ({', '.join(names[:4])}{', …' if len(names) > 4 else ''})" if names else ""
+    return (
+        "Skyline wraps your model in DistributedDataParallel with its defaults, which expect a gradient for "
+        f"every parameter in every iteration, and some parameters got none{which}. Return the model wrapped "
+        "yourself from skyline_model_provider, `DistributedDataParallel(model, find_unused_parameters=True)` "
+        "(Skyline keeps it as it is), or leave those parameters out of the model you train."
+    )
 
 
 # -- the buckets' all-reduces ---------------------------------------------------------------------

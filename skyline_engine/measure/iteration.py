@@ -37,6 +37,7 @@ from skyline_engine.measure.compilation import (
     quiet_about_global_hooks,
 )
 from skyline_engine.measure.debug_modes import anomaly_detection_note
+from skyline_engine.measure.distributed import unused_parameters_advice
 from skyline_engine.measure.inputs import InputShapesSeen
 from skyline_engine.measure.memory import (
     LiveTensors,
@@ -465,7 +466,7 @@ class IterationRunner:
         others = sorted(self._ran_at - {batch_size})
         if others:
             where += f", after it had run at batch size{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
-        advice = None
+        advice = unused_parameters_advice(exc, self.model)
         if isinstance(exc, StopIteration):
             # Data read inside the iteration (`next(batches)`) from a loader of a few dozen batches.
             advice = (
