@@ -245,9 +245,9 @@ def _measure_in_cycles_where_calls_differ(runner: IterationRunner, document: dic
         # The analysis had timed many calls before it looked for a cycle: so many calls first.
         for _ in range(min(2 * MAX_CYCLE + 1, int(CYCLE_BUDGET_MS // run_time_ms))):
             run()
-        cycle = runner.cycle_of_calls(run, run_time_ms, CYCLE_BUDGET_MS)
+        cycle = runner.cycle_of_calls(run, document["batch_size"], run_time_ms, CYCLE_BUDGET_MS)
     if cycle > 1:
-        runner.measure_in_cycles(cycle)
+        runner.measure_in_cycles(cycle, document["batch_size"])
 
 
 def _timed_together(runner: IterationRunner, batch_sizes: list[int]) -> dict[int, float]:

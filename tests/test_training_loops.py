@@ -154,6 +154,18 @@ def test_a_fused_optimizer_and_its_scheduler_step_in_the_step_phase(accumulation
     assert step["step_ms"] > 0 and step["forward_ms"] == 0 and step["backward_ms"] == 0
 
 
+def test_a_batch_split_into_chunks_is_one_batch_not_micro_batches():
+    # Four chunks at batch size 64, one forward and backward each, one step: counted as four
+    # micro-batches of 64 samples, the throughput was four times what it is, and the calls at
+    # other batch sizes (two chunks, eight) were told they differ.
+    doc = analysed("chunks.py")
+    it = doc["iteration"]
+    assert it["micro_batches"] == 1 and doc["models"]["micro_batches"] == 1
+    assert it["samples_per_second"] == pytest.approx(doc["batch_size"] / it["run_time_ms"] * 1000)
+    assert all(sample["micro_batches"] == 1 for sample in doc["models"]["samples"])
+    assert not any(w.startswith(DIFFERING_CALLS) for w in doc["warnings"])
+
+
 @pytest.mark.parametrize("entry", ["optimizers.py", "evaluates.py"])
 def test_one_micro_batch_without_accumulation(entry):
     # optimizers.py calls the model once; evaluates.py twice, the second time without gradients.

@@ -13,11 +13,10 @@ def calls(*steps: int, times: int = 1) -> WorkPerCall:
 
 
 def calls_doing(*work: CallWork, times: int = 1) -> WorkPerCall:
-    """Calls that did `work`, in this order, `times` over."""
+    """Calls number 1, 2, ... that did `work`, in this order, `times` over."""
     pattern = WorkPerCall()
-    for _ in range(times):
-        for each in work:
-            pattern.add(each)
+    for call, each in enumerate([*work] * times, start=1):
+        pattern.add(each, call)
     return pattern
 
 
@@ -59,9 +58,9 @@ def test_a_cycle_seen_once_is_not_yet_known():
 
 
 def test_a_cycle_ends_with_the_call_that_steps_differently():
-    assert calls(1, 1, 1, 1, 2, times=3).ends_a_cycle()
-    assert not calls(1, 1, 1, 1, 2, 1, times=3).ends_a_cycle()
-    assert not WorkPerCall().ends_a_cycle()
+    assert calls(1, 1, 1, 1, 2, times=3).last_cycle_end() == 15
+    assert calls(1, 1, 1, 1, 2, 1, times=3).last_cycle_end() == 17
+    assert WorkPerCall().last_cycle_end() is None
 
 
 def test_steps_at_irregular_calls_or_cycles_too_long_to_record_make_no_cycle():
@@ -75,7 +74,7 @@ def test_steps_at_irregular_calls_or_cycles_too_long_to_record_make_no_cycle():
 def test_an_evaluation_every_tenth_call_makes_a_cycle_of_ten_told_by_the_passes_through_the_model():
     train, evaluate = CallWork(1, 1), CallWork(1, 2)
     pattern = calls_doing(*[train] * 9, evaluate, times=30)
-    assert pattern.cycle() == 10 and pattern.ends_a_cycle()
+    assert pattern.cycle() == 10 and pattern.last_cycle_end() == 300
     warning = pattern.warning(recorded_calls=10)
     assert warning is not None
     # The steps do not tell these calls apart, so the warning does not count them.
@@ -101,3 +100,16 @@ def test_rare_irregular_work_says_the_time_leans_to_the_faster_calls():
     assert pattern.varies() and pattern.cycle() == 1
     warning = pattern.warning(recorded_calls=3) or ""
     assert "the time leans to the faster calls" in warning and "may lack the rarer work" in warning
+
+
+def test_a_cycle_is_found_by_call_numbers_with_other_batch_sizes_calls_between():
+    # Interleaved timing: blocks of this batch size's calls, other batch sizes' blocks between.
+    pattern = WorkPerCall()
+    for call in [*range(1, 11), *range(18, 28), *range(41, 51)]:
+        pattern.add(CallWork(2 if call % 5 == 0 else 1, 1), call)
+    assert pattern.cycle() == 5 and pattern.last_cycle_end() == 50
+
+
+def test_rare_work_at_distances_of_four_and_six_is_no_cycle_of_two():
+    pattern = calls(*[1, 1, 1, 2, 1, 1, 1, 1, 1, 2], times=8)
+    assert pattern.varies() and pattern.cycle() == 1

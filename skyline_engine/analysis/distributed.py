@@ -123,12 +123,13 @@ class _RankAnalysis:
             iteration_ms = min(runner.clock.time_ms(run) for _ in range(3))  # past one-off costs
             block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget))
             stats = lockstep_timing({"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds)
-            cycle = agree(runner.work_per_call.cycle() or 1)  # every rank measures the same calls
+            calls = runner.work_at(self.batch_size)
+            cycle = agree(calls.cycle() or 1)  # every rank measures the same calls
             if cycle > 1 and cycle * iteration_ms <= CYCLE_BUDGET_MS:
                 # Calls that differ (measure/work_per_call.py): memory, the breakdown and the time
                 # over whole cycles of calls, as one process measures them.
                 self.progress(f"measuring whole cycles of {cycle} calls", 0.6)
-                runner.measure_in_cycles(cycle)
+                runner.measure_in_cycles(cycle, self.batch_size)
                 memory = runner.memory(run)
                 runner.align_to_cycle(without_communication)
                 recording.record_cycle(without_communication, cycle, runner.live_tensors)
@@ -189,7 +190,7 @@ class _RankAnalysis:
             models=None,
             batch_size_location=batch_size_location(self.entry),
             warnings=[
-                *([differing] if (differing := runner.work_per_call.warning(recorded)) else []),
+                *([differing] if (differing := calls.warning(recorded)) else []),
                 *([growth.warning()] if growth else []),
                 *data_parallel_notes(data_parallel, link_unfitted),
             ],

@@ -152,7 +152,7 @@ class _Analysis:
         compilation = self.runner.compilation if self.runner is not None else None
         breakdown = parts.get("breakdown")
         recorded = breakdown.attribution.recorded_iterations if breakdown is not None else 1
-        differing = self.runner.work_per_call.warning(recorded) if self.runner is not None else None
+        differing = self.runner.work_at(self.batch_size).warning(recorded) if self.runner is not None else None
         if differing is not None:
             parts["warnings"] = [differing, *parts["warnings"]]
         return self._build_document(compilation=compilation, memory_growth=self.growth, **parts)
@@ -259,9 +259,10 @@ class _Analysis:
                 if sizes == [users.batch_size]:
                     return [users], notes
         stats = timing.stats()
-        samples = [Sample(b, stats[b], memory[b], users.micro_batches) for b in sizes]
+        micro_batches = _micro_batches(runner, users)
+        samples = [Sample(b, stats[b], memory[b], micro_batches) for b in sizes]
         if users.batch_size not in stats:
-            samples.append(users)
+            samples.append(dataclasses.replace(users, micro_batches=micro_batches))
         if contention.others_share is not None and contention.others_share >= BUSY_MACHINE:
             notes.append(
                 f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were "
@@ -308,6 +309,16 @@ def remeasure_while_poor_fit(timing: InterleavedTiming, max_s: float) -> None:
 def _poor_fit(stats: dict[int, TimingStats]) -> bool:
     line = fit_line(list(stats), [s.run_time_ms for s in stats.values()])
     return line.r2 is not None and line.r2 < POOR_FIT_R2
+
+
+def _micro_batches(runner: IterationRunner, users: Sample) -> int:
+    """Gradient accumulation as the user's batch size's recording found it (Recording.micro_batches),
+    unless the model ran a different number of times per call at other batch sizes: a loop that
+    splits its batch into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per step,
+    not that many per chunk (its throughput was counted four times over)."""
+    if users.micro_batches > 1 and runner.model_calls_follow_batch_size():
+        return 1
+    return users.micro_batches
 
 
 def _fit_models(

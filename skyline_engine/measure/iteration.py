@@ -10,6 +10,7 @@ chains them for one batch size; `memory_at` measures memory alone.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -216,10 +217,11 @@ class IterationRunner:
         self._forwards = 0  # passes through the model (`_remember_output`)
         self._anomaly_detection = False  # seen on while the iteration ran (measure/debug_modes.py)
         self._told_of_anomaly_detection = False
-        self.work_per_call = WorkPerCall()  # in steady state
+        self._work: dict[int, WorkPerCall] = collections.defaultdict(WorkPerCall)  # by batch size, steady
         # Calls that differ in a cycle of this many (`measure_in_cycles`): memory and time are
-        # measured over whole cycles.
+        # measured over whole cycles, the first starting after call number `_cycle_end`.
         self.cycle = 1
+        self._cycle_end = 0
         self.live_tensors = LiveTensors()
         self._input_shapes = InputShapesSeen()
         self._frozen = contextlib.ExitStack()
@@ -327,11 +329,22 @@ class IterationRunner:
         )
         return True
 
-    def cycle_of_calls(self, run: Run, run_time_ms: float, budget_ms: float) -> int:
-        """How many calls make one cycle where the iteration's calls differ (1 where they do not,
-        or not in a cycle), running a few more calls (within `budget_ms`, at `run_time_ms` each)
-        where those seen so far do not tell."""
-        calls = self.work_per_call
+    def work_at(self, batch_size: int) -> WorkPerCall:
+        """What the calls at `batch_size` did, in steady state (measure/work_per_call.py)."""
+        return self._work[batch_size]
+
+    def model_calls_follow_batch_size(self) -> bool:
+        """Whether calls usually ran the model a different number of times at different batch
+        sizes: a loop that splits its batch into chunks of a fixed size, not one that accumulates
+        a fixed number of micro-batches of `batch_size` samples each."""
+        usual = {work.forwards for calls in self._work.values() if (work := calls.usual()) is not None}
+        return len(usual) > 1
+
+    def cycle_of_calls(self, run: Run, batch_size: int, run_time_ms: float, budget_ms: float) -> int:
+        """How many calls make one cycle where the iteration's calls at `batch_size` (`run`'s)
+        differ (1 where they do not, or not in a cycle), running a few more calls (within
+        `budget_ms`, at `run_time_ms` each) where those seen so far do not tell."""
+        calls = self.work_at(batch_size)
         for _ in range(min(2 * MAX_CYCLE, int(budget_ms // max(run_time_ms, 1e-3)))):
             cycle = calls.cycle()
             if cycle is not None:
@@ -339,17 +352,18 @@ class IterationRunner:
             run()
         return calls.cycle() or 1
 
-    def measure_in_cycles(self, calls: int) -> None:
-        """The iteration's calls differ in a cycle of `calls` (measure/work_per_call.py): from now
-        on, memory is measured over one whole cycle starting where a cycle starts, so that every
-        batch size's peak is that of the same calls, and time in blocks of whole cycles."""
+    def measure_in_cycles(self, calls: int, batch_size: int) -> None:
+        """The iteration's calls differ in a cycle of `calls`, as found at `batch_size`
+        (measure/work_per_call.py): from now on, memory is measured over one whole cycle starting
+        where a cycle starts, so that every batch size's peak is that of the same calls, and time
+        in blocks of whole cycles. Where a cycle starts is counted in calls, whatever their batch
+        size: the iteration's own count of its calls goes on from one batch size to the next."""
         self.cycle = calls
+        self._cycle_end = self.work_at(batch_size).last_cycle_end() or self._calls
 
     def align_to_cycle(self, run: Run) -> None:
         """Calls until the next one starts a cycle (none where calls do not differ)."""
-        for _ in range(self.cycle if self.cycle > 1 else 0):
-            if self.work_per_call.ends_a_cycle():
-                return
+        while self.cycle > 1 and (self._calls - self._cycle_end) % self.cycle:
             run()
 
     def memory(self, run: Run) -> MemoryProfile:
@@ -451,7 +465,8 @@ class IterationRunner:
             raise out_of_memory
         self._ran_at.add(batch_size)
         if self._steady:
-            self.work_per_call.add(CallWork(self._steps.count - steps_before, self._forwards - forwards_before))
+            work = CallWork(self._steps.count - steps_before, self._forwards - forwards_before)
+            self._work[batch_size].add(work, self._calls)
 
     def _note_compiled(self, batch_size: int, work: CompilerWork) -> None:
         if work != NOTHING_COMPILED:

@@ -15,6 +15,7 @@ only (a GradScaler skips its first steps; measure/iteration.py warms up past the
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass, field
 
 # A call pattern rarer than this share of the calls is left unsaid: a GradScaler skips a step when
@@ -34,14 +35,24 @@ class CallWork:
 
 @dataclass
 class WorkPerCall:
-    """The number of calls that did each kind of work, and the work of the latest calls, in order."""
+    """At one batch size: the number of calls that did each kind of work, and the latest calls'
+    work with their numbers among all the iteration's calls, in order. (Calls are told apart at
+    each batch size alone: a loop that splits the batch into chunks runs the model more often at
+    larger batch sizes, and its calls differ only from one batch size to another.)"""
 
     calls: collections.Counter[CallWork] = field(default_factory=collections.Counter)
-    recent: collections.deque[CallWork] = field(default_factory=lambda: collections.deque(maxlen=4 * MAX_CYCLE))
+    recent: collections.deque[tuple[int, CallWork]] = field(
+        default_factory=lambda: collections.deque(maxlen=4 * MAX_CYCLE)
+    )
 
-    def add(self, work: CallWork) -> None:
+    def add(self, work: CallWork, call: int) -> None:
+        """`work` done by the iteration's call number `call` (counting the calls at every batch size)."""
         self.calls[work] += 1
-        self.recent.append(work)
+        self.recent.append((call, work))
+
+    def usual(self) -> CallWork | None:
+        """The work most calls did; None before any call."""
+        return max(self.calls, key=lambda work: self.calls[work]) if self.calls else None
 
     def varies(self) -> bool:
         """Whether calls did different work, each often enough to matter."""
@@ -49,25 +60,29 @@ class WorkPerCall:
         return sum(1 for count in self.calls.values() if count >= RARE_SHARE * total) > 1
 
     def cycle(self) -> int | None:
-        """How many calls make one cycle, where calls differ: the distance between the latest calls
-        that did the rarest work, when it is always the same and at most MAX_CYCLE; 1 for calls
-        that do not differ, or not in such a cycle; None while the latest calls hold the rarest
-        work only once (more calls will tell)."""
+        """How many calls make one cycle, where calls differ: the period, at most MAX_CYCLE, at
+        which the latest calls did the rarest work, those calls and no others (counted by their
+        numbers: calls at other batch sizes may come between); 1 for calls that do not differ, or
+        not in such a cycle; None while the latest calls hold the rarest work only once (more
+        calls will tell)."""
         if not self.varies():
             return 1
         rarest = self._rarest()
-        at = [i for i, work in enumerate(self.recent) if work == rarest]
+        at = [call for call, work in self.recent if work == rarest]
         if len(at) < 2:
             return None if len(self.recent) < (self.recent.maxlen or 0) else 1
-        distances = {later - earlier for earlier, later in zip(at, at[1:])}
-        if len(distances) != 1:
+        period = math.gcd(*(later - earlier for earlier, later in zip(at, at[1:])))
+        if any((work == rarest) != ((call - at[0]) % period == 0) for call, work in self.recent):
             return 1
-        (distance,) = distances
-        return distance if distance <= MAX_CYCLE else 1
+        return period if period <= MAX_CYCLE else 1
 
-    def ends_a_cycle(self) -> bool:
-        """Whether the latest call did the rarest work: the next starts a cycle."""
-        return bool(self.recent) and self.recent[-1] == self._rarest()
+    def last_cycle_end(self) -> int | None:
+        """The number of the latest call that did the rarest work, which ends a cycle (the next
+        starts one); None when none of the latest calls did."""
+        if not self.recent:
+            return None
+        rarest = self._rarest()
+        return next((call for call, work in reversed(self.recent) if work == rarest), None)
 
     def _rarest(self) -> CallWork:
         """The work the fewest calls did (the call that ends a cycle does it)."""
