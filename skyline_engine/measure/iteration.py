@@ -451,6 +451,8 @@ class IterationRunner:
         out_of_memory = None
         before, steps_before, forwards_before = compiler_work(), self._steps.count, self._forwards
         self._calls += 1
+        # Switched on for the whole process (the forward hook sees it switched on around the model).
+        self._anomaly_detection = self._anomaly_detection or torch.is_anomaly_enabled()
         try:
             self.iteration(*inputs)
         except (Exception, SystemExit) as exc:  # sys.exit() would end Skyline silently
@@ -481,22 +483,24 @@ class IterationRunner:
         others = sorted(self._ran_at - {batch_size})
         if others:
             where += f", after it had run at batch size{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
-        advice = unused_parameters_advice(exc, self.model)
+        error = user_code_error(self.entry.files, where, exc, fallback=self.iteration, advice=self._advice(exc))
+        error.batch_size = batch_size
+        if isinstance(exc, TypeError) and innermost_user_frame(exc.__traceback__, self.entry.files) is None:
+            # It failed before running a line of the user's: the inputs do not match its parameters.
+            error.hint = f"Skyline calls it as `iteration(*inputs)` with what `{INPUT_PROVIDER}` returns."
+        return error
+
+    def _advice(self, exc: BaseException) -> str | None:
+        """What to do about the iteration's error, where the runner knows more than the exception."""
         if isinstance(exc, StopIteration):
             # Data read inside the iteration (`next(batches)`) from a loader of a few dozen batches.
-            advice = (
+            return (
                 f"An iterator your iteration reads from ran out, at its call number {self._calls:,}: Skyline runs "
                 "the iteration hundreds of times (warm-up, timing, recording, at several batch sizes). Make the "
                 f"batch in `{INPUT_PROVIDER}`, which Skyline passes to every call, or loop over the data "
                 "(itertools.cycle)."
             )
-        error = user_code_error(self.entry.files, where, exc, fallback=self.iteration, advice=advice)
-        error.batch_size = batch_size
-        if isinstance(exc, TypeError) and innermost_user_frame(exc.__traceback__, self.entry.files) is None:
-            # It failed before running a line of the user's: the inputs do not match its parameters.
-            error.hint = f"Skyline calls it as `iteration(*inputs)` with what `{INPUT_PROVIDER}` returns."
-
-        return error
+        return unused_parameters_advice(exc, self.model)
 
     def _remember_output(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._last_output = output
