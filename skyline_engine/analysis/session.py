@@ -313,10 +313,10 @@ def _poor_fit(stats: dict[int, TimingStats]) -> bool:
 
 def _micro_batches(runner: IterationRunner, users: Sample) -> int:
     """Gradient accumulation as the user's batch size's recording found it (Recording.micro_batches),
-    unless the model ran a different number of times per call at other batch sizes: a loop that
-    splits its batch into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per step,
-    not that many per chunk (its throughput was counted four times over)."""
-    if users.micro_batches > 1 and runner.model_calls_follow_batch_size():
+    unless the model ran more times per call at larger batch sizes: a loop that splits its batch
+    into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per step, not that many
+    per chunk (its throughput was counted four times over)."""
+    if users.micro_batches > 1 and runner.model_calls_grow_with_batch_size():
         return 1
     return users.micro_batches
 

@@ -333,12 +333,13 @@ class IterationRunner:
         """What the calls at `batch_size` did, in steady state (measure/work_per_call.py)."""
         return self._work[batch_size]
 
-    def model_calls_follow_batch_size(self) -> bool:
-        """Whether calls usually ran the model a different number of times at different batch
-        sizes: a loop that splits its batch into chunks of a fixed size, not one that accumulates
-        a fixed number of micro-batches of `batch_size` samples each."""
-        usual = {work.forwards for calls in self._work.values() if (work := calls.usual()) is not None}
-        return len(usual) > 1
+    def model_calls_grow_with_batch_size(self) -> bool:
+        """Whether calls usually ran the model more times at larger batch sizes: a loop that
+        splits its batch into chunks of a fixed size, not one that accumulates micro-batches of
+        `batch_size` samples each (a fixed number of them, or fewer at larger batch sizes for a
+        fixed number of samples per step)."""
+        usual = [work.forwards for _, calls in sorted(self._work.items()) if (work := calls.usual()) is not None]
+        return len(usual) > 1 and usual[-1] > usual[0] and usual == sorted(usual)
 
     def cycle_of_calls(self, run: Run, batch_size: int, run_time_ms: float, budget_ms: float) -> int:
         """How many calls make one cycle where the iteration's calls at `batch_size` (`run`'s)
