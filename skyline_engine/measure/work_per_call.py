@@ -18,9 +18,12 @@ import collections
 import math
 from dataclasses import dataclass, field
 
-# A call pattern rarer than this share of the calls is left unsaid: a GradScaler skips a step when
-# its scale overflows, once in thousands of steps, which changes no figure.
+# A kind of work fewer calls did than this share of them, or than MIN_CALLS, is no pattern and is
+# left unsaid: a GradScaler skips a step when its scale overflows, a step or two soon after its
+# first and then once in thousands, which changes no figure (one skip among 30 calls measured on a
+# busy machine was told as calls that differ).
 RARE_SHARE = 0.01
+MIN_CALLS = 3
 # The breakdown records one whole cycle of calls up to this many (WorkPerCall.cycle).
 MAX_CYCLE = 16
 
@@ -56,21 +59,21 @@ class WorkPerCall:
 
     def varies(self) -> bool:
         """Whether calls did different work, each often enough to matter."""
-        total = sum(self.calls.values())
-        return sum(1 for count in self.calls.values() if count >= RARE_SHARE * total) > 1
+        return len(self._patterns()) > 1
 
     def cycle(self) -> int | None:
         """How many calls make one cycle, where calls differ: the period, at most MAX_CYCLE, at
         which the latest calls did the rarest work, those calls and no others (counted by their
         numbers: calls at other batch sizes may come between); 1 for calls that do not differ, or
-        not in such a cycle; None while the latest calls hold the rarest work only once (more
-        calls will tell)."""
+        not in such a cycle; None while some work was done too few times to tell (more calls
+        will)."""
+        full = len(self.recent) >= (self.recent.maxlen or 0)
         if not self.varies():
-            return 1
+            return None if len(self.calls) > 1 and not full else 1
         rarest = self._rarest()
         at = [call for call, work in self.recent if work == rarest]
         if len(at) < 2:
-            return None if len(self.recent) < (self.recent.maxlen or 0) else 1
+            return None if not full else 1
         period = math.gcd(*(later - earlier for earlier, later in zip(at, at[1:])))
         if any((work == rarest) != ((call - at[0]) % period == 0) for call, work in self.recent):
             return 1
@@ -84,9 +87,15 @@ class WorkPerCall:
         rarest = self._rarest()
         return next((call for call, work in reversed(self.recent) if work == rarest), None)
 
+    def _patterns(self) -> list[CallWork]:
+        """The kinds of work done often enough to matter (RARE_SHARE, MIN_CALLS)."""
+        least = max(MIN_CALLS, RARE_SHARE * sum(self.calls.values()))
+        return [work for work, count in self.calls.items() if count >= least]
+
     def _rarest(self) -> CallWork:
-        """The work the fewest calls did (the call that ends a cycle does it)."""
-        return min(self.calls, key=lambda work: self.calls[work])
+        """Of the kinds of work that matter, the one the fewest calls did (the call that ends a
+        cycle does it); of all, where none does."""
+        return min(self._patterns() or self.calls, key=lambda work: self.calls[work])
 
     def warning(self, recorded_calls: int = 1) -> str | None:
         """What the user should know when calls differ, the breakdown having recorded
