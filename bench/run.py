@@ -389,7 +389,7 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {results['machine']}; device {results['device']}; torch {results['torch']}; "
         f"{results['rounds']} interleaved rounds, medians.",
-        *_measured_on(results.get("measured_on", {})),
+        *_measured_on(results.get("measured_on", {}), results["models"]),
         "",
         "| model | cold analysis / torch.profiler table (≤ 1.0) | importing torch, share of the profiler's time "
         "| cold service: first per-line result / torch.profiler table | cold analysis / bare iteration | "
@@ -466,14 +466,19 @@ def markdown(results: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _measured_on(measured_on: dict) -> list[str]:
-    """Which sections were measured when, where not all in one run."""
-    if len(set(measured_on.values())) <= 1:
+def _measured_on(measured_on: dict, models: dict) -> list[str]:
+    """Which sections were measured when, where not all in one run (a model's own dates, where it
+    was measured apart from the others, after the sections')."""
+    own = {name: model["measured_on"] for name, model in models.items() if model.get("measured_on")}
+    if len(set(measured_on.values())) <= 1 and not own:
         return []
     by_date: dict[str, list[str]] = {}
     for section, date in measured_on.items():
         by_date.setdefault(date, []).append(section.replace("_", " "))
-    return ["Measured in more than one run: " + "; ".join(f"{', '.join(s)}: {d}" for d, s in by_date.items()) + "."]
+    said = "; ".join(f"{', '.join(s)}: {d}" for d, s in by_date.items())
+    for name, dates in own.items():
+        said += f"; the {name} model's {', '.join(dates)}: {', '.join(sorted(set(dates.values())))}"
+    return [f"Measured in more than one run: {said}."]
 
 
 def _time_error_sources(results: dict) -> list[str]:
@@ -581,6 +586,8 @@ def rewrite_table(path: Path) -> None:
 
 
 SECTIONS = ("cold", "warm", "accuracy", "editor", "planning", "cross_process", "under_load")
+# Sections measured model by model (the others are the bench's as a whole).
+MODEL_SECTIONS = ("cold", "warm", "accuracy")
 
 
 def main() -> None:
@@ -607,16 +614,29 @@ def main() -> None:
         "rounds": args.rounds,
         "targets": TARGETS,
         "models": kept.get("models", {}),
-        # When each section was measured: --only measures some again and keeps the others.
-        "measured_on": {
-            **{section: kept.get("measured_on", {}).get(section, "an earlier run") for section in SECTIONS},
-            **dict.fromkeys(only, time.strftime("%Y-%m-%d")),
-        },
+        # When each section was measured: --only measures some again and keeps the others; a
+        # model's own sections measured for some models only (--models) are dated in that model.
+        "measured_on": {section: kept.get("measured_on", {}).get(section, "an earlier run") for section in SECTIONS},
     }
-    for name in args.models.split(","):
+    today = time.strftime("%Y-%m-%d")
+    names = args.models.split(",")
+    all_models = set(names) == set(MODELS)
+    for section in only:
+        if section not in MODEL_SECTIONS or all_models:
+            results["measured_on"][section] = today
+    for name in names:
         entry = MODELS[name]
         print(f"bench: {name}", file=sys.stderr)
         model = results["models"].setdefault(name, {})
+        dated = model.setdefault("measured_on", {})
+        for section in MODEL_SECTIONS:
+            if section in only:
+                if all_models:
+                    dated.pop(section, None)
+                else:
+                    dated[section] = today
+        if not dated:
+            del model["measured_on"]
         if "cold" in only:
             model["cold"] = cold_latency(entry, args.device, args.rounds)
         if "warm" in only:
