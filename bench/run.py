@@ -28,11 +28,10 @@ settle_openmp(os.environ)
 import torch
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.analysis.users_batch_size import CYCLE_BUDGET_MS
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
 from skyline_engine.measure.timing import TimingBudget
-from skyline_engine.measure.work_per_call import MAX_CYCLE
+from skyline_engine.measure.work_per_call import CYCLE_BUDGET_MS, MAX_CYCLE
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.linear import fit_line
 
@@ -242,12 +241,13 @@ def _measure_in_cycles_where_calls_differ(runner: IterationRunner, document: dic
     run_time_ms = document["iteration"]["run_time_ms"]
     with runner.at_batch_size(document["batch_size"]) as run:
         runner.warm_up(run)
-        # The analysis had timed many calls before it looked for a cycle: so many calls first.
+        # The analysis had timed the calls it looks for a cycle in; here, calls enough to see the
+        # longest cycle twice come first (within the cycle budget).
         for _ in range(min(2 * MAX_CYCLE + 1, int(CYCLE_BUDGET_MS // run_time_ms))):
             run()
-        cycle = runner.cycle_of_calls(run, document["batch_size"], run_time_ms, CYCLE_BUDGET_MS)
-    if cycle > 1:
-        runner.measure_in_cycles(cycle, document["batch_size"])
+        cycle = runner.cycle_of_calls(run, document["batch_size"], run_time_ms)
+    # Where the analysis measured in whole cycles, and only there (a cycle too long for the budget it did not).
+    runner.measure_in_cycles(cycle, document["batch_size"], run_time_ms)
 
 
 def _timed_together(runner: IterationRunner, batch_sizes: list[int]) -> dict[int, float]:

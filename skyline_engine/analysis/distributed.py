@@ -29,7 +29,6 @@ from skyline_engine.analysis.session import (
     no_progress,
     with_output_note,
 )
-from skyline_engine.analysis.users_batch_size import CYCLE_BUDGET_MS
 from skyline_engine.attribute.communication import ParameterCallSites, attribute_buckets
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
@@ -120,20 +119,20 @@ class _RankAnalysis:
             # Without communication, as recorded: its operations line up with the recording's.
             growth = recording.memory_growth(without_communication, runner.live_tensors)
             self.progress("timing the iteration with and without communication", 0.3)
-            iteration_ms = min(runner.clock.time_ms(run) for _ in range(3))  # past one-off costs
-            block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget))
+            # Past one-off costs; rank 0's, so that what is decided from it is the same on every rank.
+            iteration_ms = agree(min(runner.clock.time_ms(run) for _ in range(3)))
+            block_size, rounds = _timing_plan(iteration_ms, self.request.budget)
             stats = lockstep_timing({"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds)
             calls = runner.work_at(self.batch_size)
             cycle = agree(calls.cycle() or 1)  # every rank measures the same calls
-            if cycle > 1 and cycle * iteration_ms <= CYCLE_BUDGET_MS:
+            if runner.measure_in_cycles(cycle, self.batch_size, iteration_ms):
                 # Calls that differ (measure/work_per_call.py): memory, the breakdown and the time
                 # over whole cycles of calls, as one process measures them.
                 self.progress(f"measuring whole cycles of {cycle} calls", 0.6)
-                runner.measure_in_cycles(cycle, self.batch_size)
                 memory = runner.memory(run)
                 runner.align_to_cycle(without_communication)
                 recording.record_cycle(without_communication, cycle, runner.live_tensors)
-                block_size, rounds = agree(_timing_plan(iteration_ms, self.request.budget, cycle))
+                block_size, rounds = _timing_plan(iteration_ms, self.request.budget, cycle)
                 stats = lockstep_timing(
                     {"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds
                 )

@@ -19,10 +19,6 @@ from skyline_engine.measure.iteration import IterationRunner, Sample, single_ite
 
 FirstResult = Callable[[Sample, Breakdown], None]
 
-# Where the iteration's calls differ (measure/work_per_call.py), the breakdown records one whole
-# cycle of them when it takes at most this long (as timed; recorded, calls run slower).
-CYCLE_BUDGET_MS = 2000.0
-
 
 @dataclass(frozen=True)
 class UsersBatchSize:
@@ -57,9 +53,8 @@ def measure_with_breakdown(
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)
         growth = recording.memory_growth(run, runner.live_tensors)
-        cycle = runner.cycle_of_calls(run, batch_size, timing.run_time_ms, CYCLE_BUDGET_MS)
-        if cycle > 1 and cycle * timing.run_time_ms <= CYCLE_BUDGET_MS:
-            runner.measure_in_cycles(cycle, batch_size)
+        cycle = runner.cycle_of_calls(run, batch_size, timing.run_time_ms)
+        if runner.measure_in_cycles(cycle, batch_size, timing.run_time_ms):
             # Timed again in whole cycles: blocks of single calls leaned to the calls without the
             # rarer work (its evaluation every tenth call left out, a loop took 2.4 ms, not 3.7 ms).
             timing = runner.time(run, batch_size, quick=quick_timing)

@@ -55,7 +55,7 @@ from skyline_engine.measure.timing import (
     clock_for,
     measure_iteration_time,
 )
-from skyline_engine.measure.work_per_call import MAX_CYCLE, CallWork, WorkPerCall
+from skyline_engine.measure.work_per_call import CYCLE_BUDGET_MS, MAX_CYCLE, CallWork, WorkPerCall
 
 Run = Callable[[], None]
 
@@ -341,26 +341,31 @@ class IterationRunner:
         usual = [work.forwards for _, calls in sorted(self._work.items()) if (work := calls.usual()) is not None]
         return len(usual) > 1 and usual[-1] > usual[0] and usual == sorted(usual)
 
-    def cycle_of_calls(self, run: Run, batch_size: int, run_time_ms: float, budget_ms: float) -> int:
+    def cycle_of_calls(self, run: Run, batch_size: int, run_time_ms: float) -> int:
         """How many calls make one cycle where the iteration's calls at `batch_size` (`run`'s)
         differ (1 where they do not, or not in a cycle), running a few more calls (within
-        `budget_ms`, at `run_time_ms` each) where those seen so far do not tell."""
+        CYCLE_BUDGET_MS, at `run_time_ms` each) where those seen so far do not tell."""
         calls = self.work_at(batch_size)
-        for _ in range(min(2 * MAX_CYCLE, int(budget_ms // max(run_time_ms, 1e-3)))):
+        for _ in range(min(2 * MAX_CYCLE, int(CYCLE_BUDGET_MS // max(run_time_ms, 1e-3)))):
             cycle = calls.cycle()
             if cycle is not None:
                 return cycle
             run()
         return calls.cycle() or 1
 
-    def measure_in_cycles(self, calls: int, batch_size: int) -> None:
-        """The iteration's calls differ in a cycle of `calls`, as found at `batch_size`
-        (measure/work_per_call.py): from now on, memory is measured over one whole cycle starting
-        where a cycle starts, so that every batch size's peak is that of the same calls, and time
-        in blocks of whole cycles. Where a cycle starts is counted in calls, whatever their batch
-        size: the iteration's own count of its calls goes on from one batch size to the next."""
+    def measure_in_cycles(self, calls: int, batch_size: int, run_time_ms: float) -> bool:
+        """Where the iteration's calls differ in a cycle of `calls`, as found at `batch_size`
+        (measure/work_per_call.py), and one cycle of calls of `run_time_ms` each fits
+        CYCLE_BUDGET_MS: from now on, memory is measured over one whole cycle starting where a
+        cycle starts, so that every batch size's peak is that of the same calls, and time in
+        blocks of whole cycles; whether it is. Where a cycle starts is counted in calls, whatever
+        their batch size: the iteration's own count of its calls goes on from one batch size to
+        the next."""
+        if calls <= 1 or calls * run_time_ms > CYCLE_BUDGET_MS:
+            return False
         self.cycle = calls
         self._cycle_end = self.work_at(batch_size).last_cycle_end() or self._calls
+        return True
 
     def align_to_cycle(self, run: Run) -> None:
         """Calls until the next one starts a cycle (none where calls do not differ)."""

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 # busy machine was told as calls that differ).
 RARE_SHARE = 0.01
 MIN_CALLS = 3
-# The breakdown records one whole cycle of calls up to this many (WorkPerCall.cycle).
+# The breakdown records one whole cycle of calls up to this many (WorkPerCall.cycle), when the
+# cycle takes at most CYCLE_BUDGET_MS (as timed; recorded, calls run slower).
 MAX_CYCLE = 16
+CYCLE_BUDGET_MS = 2000.0
 
 
 @dataclass(frozen=True)
