@@ -119,10 +119,8 @@ def _construction_line(class_name: str, names: frozenset[str], entry_path: str, 
     if found is not None and found[1]:
         return (entry_path, found[0])
     first = (entry_path, found[0]) if found is not None else None
-    # Elsewhere in the project: only then the scan of every loaded module (thousands, with torch).
-    filenames = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
-    others = sorted({files.relative(f) for f in filenames if f and files.contains(f)} - {entry_path})
-    for path in others:
+    # Elsewhere in the project: only then the scan of every loaded module.
+    for path in (path for path in files.loaded() if path != entry_path):
         found = _construction_in(files.root, path, class_name, names)
         if found is not None and found[1]:
             return (path, found[0])

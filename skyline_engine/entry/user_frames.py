@@ -51,6 +51,12 @@ class ProjectFiles:
     def relative(self, filename: str) -> str:
         return os.path.relpath(os.path.realpath(filename), self.root)
 
+    def loaded(self) -> list[str]:
+        """The project's files among the modules imported in this process (thousands, with torch),
+        relative to the root, sorted."""
+        filenames = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
+        return sorted({self.relative(f) for f in filenames if f and self.contains(f)})
+
 
 def innermost_user_frame(tb: TracebackType | None, files: ProjectFiles) -> traceback.FrameSummary | None:
     """The deepest frame of a traceback that lies in a project file."""

@@ -11,7 +11,6 @@ notices it from inside the iteration (measure/iteration.py) and the user is told
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from skyline_engine.entry.user_frames import ProjectFiles
@@ -20,7 +19,7 @@ from skyline_engine.entry.user_frames import ProjectFiles
 _SWITCH = re.compile(r"^[^#]*\b(?:set_)?detect_anomaly\s*\((?!\s*False)")
 
 
-def anomaly_detection_note(files: ProjectFiles, entry_point: Path) -> str:
+def anomaly_detection_note(files: ProjectFiles, entry_point: str) -> str:
     """What to tell the user whose iteration ran with anomaly detection on, naming the lines of
     their code that turn it on."""
     lines = _switched_on_at(files, entry_point)
@@ -33,18 +32,14 @@ def anomaly_detection_note(files: ProjectFiles, entry_point: Path) -> str:
     )
 
 
-def _switched_on_at(files: ProjectFiles, entry_point: Path) -> list[str]:
-    """`path:line` of each call that mentions detect_anomaly in the entry point and the project's
-    modules it imported."""
-    modules = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
-    filenames = {str(entry_point)} | {f for f in modules if f and f.endswith(".py") and files.contains(f)}
+def _switched_on_at(files: ProjectFiles, entry_point: str) -> list[str]:
+    """`path:line` of each call that mentions detect_anomaly in the entry point (`entry_point`,
+    relative to the project root) and the project's modules it imported."""
     found = []
-    for filename in filenames:
+    for path in sorted({entry_point, *(path for path in files.loaded() if path.endswith(".py"))}):
         try:
-            text = Path(filename).read_text(encoding="utf-8", errors="replace")
+            text = (Path(files.root) / path).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        for number, line in enumerate(text.splitlines(), start=1):
-            if _SWITCH.match(line):
-                found.append(f"{files.relative(filename)}:{number}")
-    return sorted(found)
+        found += [f"{path}:{number}" for number, line in enumerate(text.splitlines(), start=1) if _SWITCH.match(line)]
+    return found

@@ -283,7 +283,7 @@ class IterationRunner:
             self._steady = steps.count > 0 or self._until_an_optimizer_steps(run)
         if self._anomaly_detection and not self._told_of_anomaly_detection:
             self._told_of_anomaly_detection = True
-            self.notes.append(anomaly_detection_note(self.entry.files, self.entry.path))
+            self.notes.append(anomaly_detection_note(self.entry.files, self.entry.relative_path))
         return last_ms
 
     def _first_run_under_saved_tensor_hooks(self, run: Run) -> None:
