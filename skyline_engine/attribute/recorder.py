@@ -222,7 +222,7 @@ class OperationRecorder(TorchDispatchMode):
             register_optimizer_step_pre_hook(self._enter_step),
             register_optimizer_step_post_hook(self._leave_step),
         ]
-        self._saved_tensor_hooks = saved_tensors.hooks(self._pack, _unpack)
+        self._saved_tensor_hooks = saved_tensors.hooks(self._pack)
         self._saved_tensor_hooks.__enter__()
         super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         return self
@@ -378,7 +378,3 @@ class OperationRecorder(TorchDispatchMode):
                 self._saved[storage] = True
                 producer.activation_bytes += storage.nbytes()
         return saved_tensors.kept(tensor)
-
-
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor

@@ -35,20 +35,19 @@ class _Switch:
 _SWITCH = _Switch()
 
 
-def hooks(
-    pack: Callable[[torch.Tensor], Any], unpack: Callable[[Any], torch.Tensor]
-) -> contextlib.AbstractContextManager[Any]:
-    """Autograd's saved-tensor hooks `pack` and `unpack`, or nothing where the iteration refuses them."""
+def hooks(pack: Callable[[torch.Tensor], Any]) -> contextlib.AbstractContextManager[Any]:
+    """Autograd's saved-tensor hooks: `pack`, which keeps what `kept` keeps (a tensor autograd
+    unpacks as it is), or nothing where the iteration refuses them."""
     if _SWITCH.refused:
         return contextlib.nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+    return torch.autograd.graph.saved_tensors_hooks(pack, _same)
 
 
 def unchanged() -> contextlib.AbstractContextManager[Any]:
     """Saved-tensor hooks that change nothing: an iteration run under them dispatches the same
     operations as one recorded for the breakdown (without any, autograd saves some outputs
     through an extra `detach`)."""
-    return hooks(kept, _same)
+    return hooks(kept)
 
 
 def refuse(error: BaseException) -> bool:
