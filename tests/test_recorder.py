@@ -2,7 +2,8 @@
 phase of each operation where optimizers step inside one another or the model runs without
 gradients after the step; the CPU timer's times; gradient accumulation told from the recorded
 iteration itself (Recording.micro_batches: the model called k times, k backward passes and each
-optimizer stepping once is k micro-batches per step; anything else is one); several recorded
+optimizer stepping once is k micro-batches per step, calls inside a step (a closure) aside; anything
+else is one); several recorded
 iterations broken down (each operation's median time where they ran the same operations)."""
 
 from __future__ import annotations
@@ -88,6 +89,21 @@ LOOPS = {
                 for half in x.chunk(2):
                     model(half).sum().backward()
                 model.zero_grad()
+            return iteration
+        """,
+        1,
+    ),
+    "a closure the step evaluates three times (LBFGS)": (
+        """
+        def skyline_iteration_provider(model):
+            optimizer = torch.optim.LBFGS(model.parameters(), max_iter=3, tolerance_grad=0, tolerance_change=0)
+            def iteration(x):
+                def closure():
+                    optimizer.zero_grad()
+                    loss = model(x).square().mean()
+                    loss.backward()
+                    return loss
+                optimizer.step(closure)
             return iteration
         """,
         1,

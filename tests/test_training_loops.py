@@ -172,6 +172,20 @@ def test_one_micro_batch_without_accumulation(entry):
     assert analysed(entry, predict=False)["iteration"]["micro_batches"] == 1
 
 
+def test_lbfgs_is_measured_with_its_history_full_and_its_closure_is_no_micro_batch():
+    # Measured after the warm-up's two steps, its history (two vectors of all the parameters per
+    # inner iteration, 20 kept) read as a leak of 680 KB an iteration and the batch-size models
+    # were withheld; its two closure calls a step read as two micro-batches (twice the throughput).
+    doc = analysed("lbfgs.py")
+    assert doc["memory_growth"] is None and doc["models"] is not None
+    assert doc["iteration"]["micro_batches"] == 1 and doc["models"]["micro_batches"] == 1
+    (state,) = doc["optimizer_state"]
+    history = 2 * 20 * FLOAT32 * (BODY + HEAD)  # lbfgs.py's HISTORY_SIZE
+    assert state["name"] == "LBFGS" and history <= state["size_bytes"] <= history + 3 * FLOAT32 * (BODY + HEAD)
+    assert (state["contexts"][0]["path"], state["contexts"][0]["line"]) == ("lbfgs.py", marked("lbfgs.py", "LBFGS"))
+    assert doc["iteration"]["peak_memory_bytes"] > history
+
+
 def test_several_optimizers_and_parameter_groups_each_at_their_constructor():
     doc = analysed("optimizers.py", predict=False)
     found = [(s["name"], s["size_bytes"], s["contexts"][0]["line"]) for s in doc["optimizer_state"]]

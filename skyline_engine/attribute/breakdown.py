@@ -28,6 +28,7 @@ import torch
 from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
 from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
+from skyline_engine.measure.optimizer_state import state_bytes
 
 
 def contexts_to_list(stack: Stack) -> list[dict[str, Any]]:
@@ -548,12 +549,8 @@ def _weights(model: torch.nn.Module, creation: CreationSites) -> list[WeightMemo
 def _optimizer_state(creation: CreationSites) -> list[OptimizerStateMemory]:
     entries = []
     for optimizer in creation.optimizer_objects():
-        size = 0
-        for state in optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    size += _bytes(value)
-        entries.append(OptimizerStateMemory(type(optimizer).__name__, size, creation.optimizer_stack(optimizer)))
+        name, size = type(optimizer).__name__, state_bytes(optimizer)
+        entries.append(OptimizerStateMemory(name, size, creation.optimizer_stack(optimizer)))
     return entries
 
 

@@ -148,8 +148,9 @@ class Recording:
     operations: list[OperationRecord] = field(default_factory=list)
     module_calls: list[ModuleCall] = field(default_factory=list)
     iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
-    # In the first recorded iteration: calls of the model itself (the provider's), and the steps
-    # of each optimizer (by id): together with its backward passes, they tell gradient accumulation.
+    # In the first recorded iteration: calls of the model itself (the provider's) outside any
+    # optimizer step, and the steps of each optimizer (by id): together with its backward passes,
+    # they tell gradient accumulation.
     model_calls: int = 0
     optimizer_steps: Counter[int] = field(default_factory=Counter)
 
@@ -163,7 +164,7 @@ class Recording:
         return self.operations[:end]
 
     def micro_batches(self) -> int:
-        """Gradient accumulation: k > 1 when the first iteration calls the model k times, runs k
+        """Gradient accumulation: k > 1 when the first iteration calls the model k times (outside a step), runs k
         backward passes and steps each optimizer once (k micro-batches per optimizer step); else 1
         (a model also called for evaluation, say, or several steps per iteration)."""
         operations = self.first_iteration()
@@ -253,7 +254,9 @@ class OperationRecorder(TorchDispatchMode):
             call_id = self._module_call_count
         self._call_stack.append((path, call_id))
         self.recording.module_calls.append(ModuleCall(path, context))
-        if id(module) == self._model_id and len(self.recording.iteration_starts) == 1:
+        # A call inside a step is the step's closure (LBFGS evaluates the same batch several
+        # times): no micro-batch of its own.
+        if id(module) == self._model_id and len(self.recording.iteration_starts) == 1 and not self._steps_running:
             self.recording.model_calls += 1
 
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:

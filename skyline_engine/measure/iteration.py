@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, cast
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skyline_engine.entry.contract import INPUT_PROVIDER, ITERATION_PROVIDER, MODEL_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, user_code_error
@@ -47,6 +46,7 @@ from skyline_engine.measure.memory import (
     measure_memory,
     release_cached_memory,
 )
+from skyline_engine.measure.optimizer_state import StepsSeen, counting_steps
 from skyline_engine.measure.timing import (
     Clock,
     InterleavedTiming,
@@ -60,7 +60,8 @@ from skyline_engine.measure.work_per_call import CYCLE_BUDGET_MS, MAX_CYCLE, Cal
 Run = Callable[[], None]
 
 # Warming up until an optimizer steps (a GradScaler skipping its first steps) stops after this
-# many iterations or seconds: a GradScaler halves its scale at each skip, so 64 cover any start.
+# many iterations or seconds: a GradScaler halves its scale at each skip, so 64 cover any start;
+# so does warming up until the optimizers' state settles (LBFGS: 5 to 100 steps).
 STEADY_STATE_ITERATIONS = 64
 STEADY_STATE_S = 10.0
 
@@ -89,21 +90,6 @@ def counting_gradients(model: torch.nn.Module) -> Iterator[_Count]:
     finally:
         for handle in handles:
             handle.remove()
-
-
-@contextlib.contextmanager
-def counting_steps() -> Iterator[_Count]:
-    """How many optimizer steps ran meanwhile (torch's global optimizer step hook)."""
-    steps = _Count()
-
-    def stepped(*_: object) -> None:
-        steps.count += 1
-
-    handle = register_optimizer_step_post_hook(stepped)
-    try:
-        yield steps
-    finally:
-        handle.remove()
 
 
 class OutOfMemoryAtBatchSize(Exception):
@@ -212,7 +198,7 @@ class IterationRunner:
         # Steady state reached (an optimizer stepped: its state exists), or sought and said to be out of reach.
         self._steady = not find_steady_state
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
-        self._steps = _Count()  # optimizer steps while measuring (`with runner:`)
+        self._steps = StepsSeen()  # optimizer steps while measuring (`with runner:`)
         self._calls = 0  # of the iteration, all told
         self._forwards = 0  # passes through the model (`_remember_output`)
         self._anomaly_detection = False  # seen on while the iteration ran (measure/debug_modes.py)
@@ -278,9 +264,12 @@ class IterationRunner:
                 self._first_run_under_saved_tensor_hooks(run)
             for _ in range(self.budget.warmup_iterations - 1):
                 run()
+            state_bytes = self._steps.state_bytes()
             last_ms = self.clock.time_ms(run)
         if not self._steady:
             self._steady = steps.count > 0 or self._until_an_optimizer_steps(run)
+            if self._steps.state_bytes() != state_bytes:
+                self._until_optimizer_state_settles(run)
         if self._anomaly_detection and not self._told_of_anomaly_detection:
             self._told_of_anomaly_detection = True
             self.notes.append(anomaly_detection_note(self.entry.files, self.entry.relative_path))
@@ -328,6 +317,21 @@ class IterationRunner:
             "provider before returning the iteration."
         )
         return True
+
+    def _until_optimizer_state_settles(self, run: Run) -> None:
+        """Steady state needs optimizer state that has stopped growing (LBFGS's history of updates,
+        measure/optimizer_state.py): run until a call leaves it as large as it was, within
+        STEADY_STATE_ITERATIONS and STEADY_STATE_S. Where it does not settle, the retention check
+        after the timing finds the growth, and says so."""
+        started = time.perf_counter()
+        state_bytes = self._steps.state_bytes()
+        for _ in range(STEADY_STATE_ITERATIONS):
+            if time.perf_counter() - started >= STEADY_STATE_S:
+                return
+            run()
+            before, state_bytes = state_bytes, self._steps.state_bytes()
+            if state_bytes == before:
+                return
 
     def work_at(self, batch_size: int) -> WorkPerCall:
         """What the calls at `batch_size` did, in steady state (measure/work_per_call.py)."""
