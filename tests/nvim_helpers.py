@@ -296,10 +296,11 @@ def expected_grade(record: dict, iteration: dict, mid: float = 0.05, high: float
 def predict(models: dict, batch_size: int) -> dict:
     """docs/analysis-document.md's formulas, independently of the plugin's Lua: the peak is the
     highest of the memory model's lines; no time where the run-time line is not positive, does not
-    grow or fits the measurements poorly (R² below 0.95)."""
+    grow or fits the measurements poorly (R² below 0.95 and a time missed by more than 1 %)."""
     time = models["run_time_ms"]
     run_time_ms = time["slope"] * batch_size + time["bias"]
-    predictable = time["slope"] > 0 and (time.get("r2") is None or time["r2"] >= 0.95) and run_time_ms > 0
+    fits = time.get("r2") is None or time["r2"] >= 0.95 or time.get("max_relative_residual", 1.0) <= 0.01
+    predictable = time["slope"] > 0 and fits and run_time_ms > 0
     memory = max(line["slope"] * batch_size + line["bias"] for line in models["peak_memory_bytes"]["phases"])
     low, high = models["trusted_range"]
     return {

@@ -2,7 +2,7 @@
 -- fails when they drift apart. Python: skyline_engine.entry.contract (PROVIDERS,
 -- BATCH_SIZE_PARAMETER), skyline_engine.service.params (MAX_BATCH_SIZE),
 -- skyline_engine.service.tokens (default_token_path), skyline_engine.predict.batch_models
--- (POOR_FIT_R2).
+-- (POOR_FIT_R2, CLOSE_FIT_RESIDUAL).
 local M = {}
 
 M.MODEL_PROVIDER = 'skyline_model_provider'
@@ -16,8 +16,10 @@ M.BATCH_SIZE_PARAMETER = 'batch_size'
 -- The largest batch size the engine accepts in a request.
 M.MAX_BATCH_SIZE = 2147483647
 
--- Below this R² the run-time line predicts no time: a line through noise predicts noise.
+-- Below this R² the run-time line predicts no time (a line through noise predicts noise), unless it
+-- misses no measured time by more than CLOSE_FIT_RESIDUAL (a time that barely grows scores a low R²).
 M.POOR_FIT_R2 = 0.95
+M.CLOSE_FIT_RESIDUAL = 0.01
 
 --- Where `skyline serve --listen` writes its token unless told otherwise:
 --- $XDG_STATE_HOME/skyline/token, else ~/.local/state/skyline/token.

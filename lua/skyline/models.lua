@@ -32,9 +32,15 @@ function M.trusted_range_end(models)
 end
 
 --- Whether the run-time line predicts anything: it grows with the batch size and fits the
---- measurements (where its fit can be judged).
+--- measurements (where its fit can be judged: R², or every time within CLOSE_FIT_RESIDUAL).
 function M.time_predictable(time)
-  return time.slope > 0 and (time.r2 == nil or time.r2 >= require('skyline.constants').POOR_FIT_R2)
+  local constants = require('skyline.constants')
+  return time.slope > 0
+    and (
+      time.r2 == nil
+      or time.r2 >= constants.POOR_FIT_R2
+      or (time.max_relative_residual or math.huge) <= constants.CLOSE_FIT_RESIDUAL
+    )
 end
 
 --- The prediction at batch size `b`: {batch_size, run_time_ms, samples_per_second,

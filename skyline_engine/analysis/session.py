@@ -33,7 +33,7 @@ from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
-from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, beyond_a_failure, usable_memory_bytes
+from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
 
 Progress = Callable[[str, float], None]
@@ -307,8 +307,7 @@ def remeasure_while_poor_fit(timing: InterleavedTiming, max_s: float) -> None:
 
 
 def _poor_fit(stats: dict[int, TimingStats]) -> bool:
-    line = fit_line(list(stats), [s.run_time_ms for s in stats.values()])
-    return line.r2 is not None and line.r2 < POOR_FIT_R2
+    return fits_poorly(fit_line(list(stats), [s.run_time_ms for s in stats.values()]))
 
 
 def _micro_batches(runner: IterationRunner, users: Sample) -> int:
