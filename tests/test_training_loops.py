@@ -107,6 +107,19 @@ def test_the_update_around_the_step_is_step_time_and_an_evaluation_after_it_forw
         assert line(doc, "model.py", number)["forward_ms"] > 0 and line(doc, "model.py", number)["step_ms"] == 0
 
 
+def test_an_averaged_copy_updated_after_the_step_is_step_time_and_its_evaluation_forward_time():
+    # The copies' updates read as forward time ("fwd 0.15 ms" on `ema.update_parameters(model)`):
+    # they write no parameter of the model, but those of modules the iteration holds.
+    # AveragedModel's own bookkeeping (`n_averaged == 0`, its count) stays forward work.
+    doc = analysed("ema.py", predict=False)
+    averaged = line(doc, "ema.py", marked("ema.py", "EMA_UPDATE"))["inclusive"]
+    assert averaged["step_ms"] > 0 and averaged["backward_ms"] == 0
+    by_hand = line(doc, "ema.py", marked("ema.py", "SHADOW_UPDATE"))
+    assert by_hand["step_ms"] > 0 and by_hand["forward_ms"] == 0 and by_hand["backward_ms"] == 0
+    evaluation = line(doc, "ema.py", marked("ema.py", "EMA_EVAL"))["inclusive"]
+    assert evaluation["forward_ms"] > 0 and evaluation["step_ms"] == 0
+
+
 def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():
     # torch.func.grad refuses saved-tensor hooks: the analysis failed at its first recorded
     # iteration with "torch.func.{grad, vjp, jacrev, hessian} don't yet support saved tensor hooks".

@@ -112,7 +112,7 @@ class _RankAnalysis:
                 runner.warm_up(run)
             memory = runner.memory(run)
             self.progress("recording the breakdown", 0.2)
-            recording = IterationRecording(creation, ddp.module, self.rank.device)
+            recording = IterationRecording(creation, ddp.module, self.rank.device, runner.held_modules)
             sites = ParameterCallSites(ddp.module, creation)
             with sites.watching():
                 recording.record_first(without_communication, runner.clock, runner.live_tensors)

@@ -46,7 +46,7 @@ def measure_with_breakdown(
         warmup_ms = runner.warm_up(run)
         # Compiled in the warm-up: the recording replays the iteration's eager code (measure/compilation.py).
         mode = RECORDED if runner.compilation is None else EAGER_REPLAY
-        recording = IterationRecording(creation, runner.model, runner.device)
+        recording = IterationRecording(creation, runner.model, runner.device, runner.held_modules)
         memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
         micro_batches = recording.micro_batches()
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)

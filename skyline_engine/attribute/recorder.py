@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -185,15 +186,17 @@ class OperationRecorder(TorchDispatchMode):
         module_names: dict[int, str],
         device: torch.device,
         model: torch.nn.Module | None = None,
+        held: Sequence[torch.nn.Module] = (),
     ) -> None:
-        """`model`: the provider's model, whose calls are counted (Recording.model_calls). The
-        timer, hooks and step count are set each time the recorder is entered."""
+        """`model`: the provider's model, whose calls are counted (Recording.model_calls); `held`:
+        the other modules the iteration holds, whose parameters it may update too (an EMA copy).
+        The timer, hooks and step count are set each time the recorder is entered."""
         super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode unannotated
         self.call_sites = call_sites
         self.module_names = module_names
         self.device = device
         self._model_id = id(model) if model is not None else None
-        self._updates = UpdateWork.of(model)
+        self._updates = UpdateWork.of(model, held)
         # Shown every operation's outputs, outside the timed span: the memory profile of the
         # recorded iteration without a second dispatch mode (which cost the transformer example
         # 9 ms a recorded iteration of 43 ms). Set for the first recorded iteration only.

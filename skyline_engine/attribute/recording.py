@@ -8,6 +8,7 @@ iterations, averaged, once the first result is out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Callable
 
 import torch
@@ -31,10 +32,18 @@ MAX_RECORDED_ITERATIONS = 3
 class IterationRecording:
     """The recorded iterations of `model` at one batch size, broken down by the user's lines."""
 
-    def __init__(self, creation: CreationSites, model: torch.nn.Module, device: torch.device) -> None:
+    def __init__(
+        self,
+        creation: CreationSites,
+        model: torch.nn.Module,
+        device: torch.device,
+        held: Sequence[torch.nn.Module] = (),
+    ) -> None:
+        """`held`: the modules the iteration holds beside `model` (measure/held_modules.py)."""
         self.creation = creation
         self.model = model
         self.device = device
+        self._held = held
         self._module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
         self.recorder = self._new_recorder()
         self._peak: OperationSite | None = None
@@ -93,7 +102,9 @@ class IterationRecording:
             run()
 
     def _new_recorder(self) -> OperationRecorder:
-        return OperationRecorder(self.creation.call_sites, self._module_names, self.device, model=self.model)
+        return OperationRecorder(
+            self.creation.call_sites, self._module_names, self.device, model=self.model, held=self._held
+        )
 
     def micro_batches(self) -> int:
         """Micro-batches per optimizer step, from the first recorded iteration (Recording.micro_batches)."""

@@ -8,12 +8,15 @@ looks like forward work, and it was reported as forward time ("fwd 0.35 ms" on a
 An operation is update work when it reads a parameter's gradient, or a value an update operation
 computed (clipping's norms and coefficient), or writes a parameter in place. Reading a parameter is
 not enough: the forward pass does, with gradients or without (a frozen backbone under no_grad).
+The parameters are the model's and those of the other modules the iteration holds: an EMA copy's
+update (`ema.update_parameters(model)`, `e.mul_(d).add_(p, alpha=1 - d)`) is update work too.
 Storages are compared by identity and held weakly, so a freed gradient never matches the
 activation that reuses its memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,8 +37,11 @@ class UpdateWork:
         self._derived = WeakIdKeyDictionary()  # storages update operations computed
 
     @classmethod
-    def of(cls, module: torch.nn.Module | None) -> UpdateWork:
-        return cls(list(module.parameters()) if module is not None else [])
+    def of(cls, module: torch.nn.Module | None, held: Sequence[torch.nn.Module] = ()) -> UpdateWork:
+        """The update of `module`'s parameters and of those of the modules the iteration `held`
+        beside it (measure/held_modules.py: an EMA copy written in place after the step)."""
+        modules = [*([module] if module is not None else []), *held]
+        return cls([parameter for each in modules for parameter in each.parameters()])
 
     def new_iteration(self) -> None:
         self._gradients = None

@@ -38,6 +38,7 @@ from skyline_engine.measure.compilation import (
 )
 from skyline_engine.measure.debug_modes import anomaly_detection_note
 from skyline_engine.measure.distributed import unused_parameters_advice
+from skyline_engine.measure.held_modules import modules_held_by
 from skyline_engine.measure.inputs import InputShapesSeen
 from skyline_engine.measure.memory import (
     LiveTensors,
@@ -190,6 +191,8 @@ class IterationRunner:
                 line=entry.line_of(entry.iteration_provider),
                 hint="Return the function that runs one training iteration: `return iteration`.",
             )
+        # Modules the iteration keeps beside the model (an EMA copy): their updates are update work.
+        self.held_modules = modules_held_by(self.iteration, self.model)
         self._last_output: Any = None
         self.model.register_forward_hook(self._remember_output)
         self._ran_at: set[int] = set()  # the batch sizes the iteration ran at without an error

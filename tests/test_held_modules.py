@@ -1,0 +1,76 @@
+"""The modules an iteration holds beside the model (measure/held_modules.py), found where user
+code keeps them: a closure, a trainer whose method is the iteration, a partial, a list or a dict
+of them; the model and its parts are never among them."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from skyline_engine.measure.held_modules import modules_held_by
+
+
+def mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def test_a_closure_holds_an_ema_copy_but_not_the_model_or_its_parts():
+    model = mlp()
+    ema = copy.deepcopy(model)
+    head = model[2]
+
+    def iteration(x):
+        model(x)
+        head(x)
+        ema(x)
+
+    assert modules_held_by(iteration, model) == [ema]
+
+
+def test_a_trainer_method_holds_its_attributes_and_their_lists_and_dicts():
+    model = mlp()
+
+    class Trainer:
+        def __init__(self):
+            self.model = model
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            self.averaged = torch.optim.swa_utils.AveragedModel(model)
+            self.critics = [mlp(), mlp()]
+            self.teachers = {"large": mlp()}
+
+        def step(self, x):
+            pass
+
+    trainer = Trainer()
+    held = modules_held_by(trainer.step, model)
+    expected = [trainer.averaged, *trainer.critics, trainer.teachers["large"]]
+    assert sorted(map(id, held)) == sorted(map(id, expected))
+
+
+def test_a_partial_and_a_nested_function_hold_theirs():
+    model = mlp()
+    teacher = mlp()
+    shadow = mlp()
+
+    def update():
+        shadow.zero_grad()
+
+    def step(x, teacher):
+        update()
+
+    assert sorted(map(id, modules_held_by(functools.partial(step, teacher=teacher), model))) == sorted(
+        map(id, [teacher, shadow])
+    )
+
+
+def test_an_iteration_that_holds_nothing_else_holds_no_module():
+    model = mlp()
+    optimizer = torch.optim.Adam(model.parameters())
+
+    def iteration(x):
+        model(x).sum().backward()
+        optimizer.step()
+
+    assert modules_held_by(iteration, model) == []
