@@ -107,7 +107,7 @@ def test_the_update_around_the_step_is_step_time_and_an_evaluation_after_it_forw
         assert line(doc, "model.py", number)["forward_ms"] > 0 and line(doc, "model.py", number)["step_ms"] == 0
 
 
-def test_an_averaged_copy_updated_after_the_step_is_step_time_and_its_evaluation_forward_time():
+def test_averaged_copies_updated_after_the_step_are_step_time_their_weights_weights():
     # The copies' updates read as forward time ("fwd 0.15 ms" on `ema.update_parameters(model)`):
     # they write no parameter of the model, but those of modules the iteration holds.
     # AveragedModel's own bookkeeping (`n_averaged == 0`, its count) stays forward work.
@@ -118,6 +118,11 @@ def test_an_averaged_copy_updated_after_the_step_is_step_time_and_its_evaluation
     assert by_hand["step_ms"] > 0 and by_hand["forward_ms"] == 0 and by_hand["backward_ms"] == 0
     evaluation = line(doc, "ema.py", marked("ema.py", "EMA_EVAL"))["inclusive"]
     assert evaluation["forward_ms"] > 0 and evaluation["step_ms"] == 0
+    # The copies' weights are weights (they were untracked memory), AveragedModel's at its line.
+    copies = {w["name"]: w for w in doc["weights"] if not w["name"].startswith("model.")}
+    assert sum(w["size_bytes"] for w in copies.values()) == 2 * FLOAT32 * (BODY + HEAD)
+    assert {name.split(".")[0] for name in copies} == {"ema", "shadow"}
+    assert line(doc, "ema.py", marked("ema.py", "AVERAGED"))["memory_bytes"] == FLOAT32 * (BODY + HEAD)
 
 
 def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -333,11 +334,13 @@ def build_breakdown(
     timeline: bool = False,
     mode: str = RECORDED,
     peak_operation: OperationSite | None = None,
+    held: Mapping[str, torch.nn.Module] | None = None,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
     iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The
     recording is not consumed: it is broken down more than once (a first result, then the final
-    one)."""
+    one). `held`: the modules the iteration keeps beside the model, by name, whose weights count
+    too (an EMA copy, a teacher)."""
     iterations = len(recording.iteration_starts)
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording, iterations)
@@ -345,7 +348,7 @@ def build_breakdown(
     scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
     lines = _line_totals(operations, _iteration_of_each(recording))
 
-    weights = _weights(model, creation)
+    weights = _weights([("model", model), *(held or {}).items()], creation)
     optimizer_state = _optimizer_state(creation)
     created = [(w.contexts, w.size_bytes + w.grad_size_bytes) for w in weights]
     created += [(s.contexts, s.size_bytes) for s in optimizer_state]
@@ -527,10 +530,13 @@ def _leaf(root: OperationNode, op: OperationRecord, call_sites: dict[str, list[C
     return node.child(("operation", op.name, op.stack), op.name, op.module, "operation", op.stack)
 
 
-def _weights(model: torch.nn.Module, creation: CreationSites) -> list[WeightMemory]:
+def _weights(modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationSites) -> list[WeightMemory]:
+    """Each parameter of the named `modules` once (one shared with the model, as torch.compile's
+    wrapper's are, under the model's name), named with its module's name as prefix."""
     entries = []
     seen = set()
-    for name, param in model.named_parameters(prefix="model"):
+    named = (item for prefix, module in modules for item in module.named_parameters(prefix=prefix))
+    for name, param in named:
         if id(param) in seen:
             continue
         seen.add(id(param))

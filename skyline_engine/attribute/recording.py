@@ -8,7 +8,7 @@ iterations, averaged, once the first result is out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Callable
 
 import torch
@@ -37,13 +37,13 @@ class IterationRecording:
         creation: CreationSites,
         model: torch.nn.Module,
         device: torch.device,
-        held: Sequence[torch.nn.Module] = (),
+        held: Mapping[str, torch.nn.Module] | None = None,
     ) -> None:
-        """`held`: the modules the iteration holds beside `model` (measure/held_modules.py)."""
+        """`held`: the modules the iteration holds beside `model`, by name (measure/held_modules.py)."""
         self.creation = creation
         self.model = model
         self.device = device
-        self._held = held
+        self._held = dict(held or {})
         self._module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
         self.recorder = self._new_recorder()
         self._peak: OperationSite | None = None
@@ -103,7 +103,7 @@ class IterationRecording:
 
     def _new_recorder(self) -> OperationRecorder:
         return OperationRecorder(
-            self.creation.call_sites, self._module_names, self.device, model=self.model, held=self._held
+            self.creation.call_sites, self._module_names, self.device, model=self.model, held=list(self._held.values())
         )
 
     def micro_batches(self) -> int:
@@ -122,6 +122,7 @@ class IterationRecording:
             timeline,
             mode,
             peak_operation=self._peak,
+            held=self._held,
         )
 
 

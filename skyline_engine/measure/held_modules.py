@@ -3,8 +3,9 @@
 
 The iteration provider builds them and the iteration function keeps them: in its closure, as the
 attributes of the object whose method it is (a trainer's `self.ema`), or as a partial's
-arguments. Writing their parameters in place is update work, as writing the model's is (an EMA
-update after the step read as forward time: attribute/updates.py).
+arguments. Their parameters are weights the iteration keeps alive (a teacher's read as untracked
+memory), and writing them in place is update work, as writing the model's is (an EMA update
+after the step read as forward time: attribute/updates.py).
 """
 
 from __future__ import annotations
@@ -21,51 +22,59 @@ import torch
 _DEPTH = 2
 
 
-def modules_held_by(iteration: Callable[..., Any], model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules `iteration` holds, outermost only, that are not `model` or part of it."""
+def modules_held_by(iteration: Callable[..., Any], model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The modules `iteration` holds, outermost only, that are not `model` or part of it, by the
+    name the code holds each by (`ema`, `critics[1]`, `self.teacher` as `teacher`)."""
     inside = {id(module) for module in model.modules()}
-    found: dict[int, torch.nn.Module] = {}
-    for module in _modules(_held_values(iteration), _DEPTH, set()):
+    found: dict[int, tuple[str, torch.nn.Module]] = {}
+    for name, module in _modules(_held_values(iteration), _DEPTH, set()):
         if id(module) not in inside:
-            found.setdefault(id(module), module)
-    return list(found.values())
+            found.setdefault(id(module), (name, module))
+    return dict(found.values())
 
 
-def _held_values(function: Any) -> list[Any]:
-    """What a function keeps: its closure's values, a bound method's object, a partial's function
-    and arguments."""
+def _held_values(function: Any) -> list[tuple[str, Any]]:
+    """What a function keeps, by name: its closure's values, a bound method's object's
+    attributes, a partial's function and arguments."""
     if isinstance(function, functools.partial):
-        return [function.func, *function.args, *function.keywords.values()]
+        positional = [(f"args[{i}]", value) for i, value in enumerate(function.args)]
+        return [("func", function.func), *positional, *function.keywords.items()]
+    code = getattr(function, "__code__", None)
+    names = code.co_freevars if code is not None else ()
     values = []
-    for cell in getattr(function, "__closure__", None) or ():
+    for name, cell in zip(names, getattr(function, "__closure__", None) or ()):
         try:
-            values.append(cell.cell_contents)
+            values.append((name, cell.cell_contents))
         except ValueError:  # a cell not filled yet
             continue
     if hasattr(function, "__self__"):
-        values.append(function.__self__)
+        values += _attributes(function.__self__)
     return values
 
 
-def _modules(values: list[Any], depth: int, seen: set[int]) -> Iterator[torch.nn.Module]:
-    for value in values:
+def _modules(values: list[tuple[str, Any]], depth: int, seen: set[int]) -> Iterator[tuple[str, torch.nn.Module]]:
+    for name, value in values:
         if id(value) in seen:
             continue
         seen.add(id(value))
         if isinstance(value, torch.nn.Module):
-            yield value
-        elif depth and isinstance(value, (list, tuple)):
-            yield from _modules(list(value), depth - 1, seen)
-        elif depth and isinstance(value, dict):
-            yield from _modules(list(value.values()), depth - 1, seen)
-        elif depth and callable(value) and hasattr(value, "__closure__"):
+            yield name, value
+        elif not depth:
+            continue
+        elif isinstance(value, (list, tuple)):
+            yield from _modules([(f"{name}[{i}]", item) for i, item in enumerate(value)], depth - 1, seen)
+        elif isinstance(value, dict):
+            yield from _modules([(f"{name}[{key!r}]", item) for key, item in value.items()], depth - 1, seen)
+        elif callable(value) and hasattr(value, "__closure__"):
             yield from _modules(_held_values(value), depth - 1, seen)
-        elif depth and not isinstance(value, (type, types.ModuleType, torch.Tensor)):
-            yield from _modules(_attributes(value), depth - 1, seen)
+        elif not isinstance(value, (type, types.ModuleType, torch.Tensor)):
+            yield from _modules(
+                [(f"{name}.{attribute}", item) for attribute, item in _attributes(value)], depth - 1, seen
+            )
 
 
-def _attributes(value: Any) -> list[Any]:
+def _attributes(value: Any) -> list[tuple[str, Any]]:
     try:
-        return list(vars(value).values())
+        return list(vars(value).items())
     except Exception:  # noqa: BLE001 - no __dict__ (TypeError), or a user's __getattr__ raising anything
         return []

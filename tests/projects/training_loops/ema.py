@@ -22,7 +22,7 @@ class Trainer:
     def __init__(self, model):
         self.model = model
         self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        self.ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))
+        self.ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))  # AVERAGED
         self.shadow = copy.deepcopy(model).requires_grad_(False)
 
     def step(self, x, labels):
