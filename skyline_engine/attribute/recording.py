@@ -44,7 +44,12 @@ class IterationRecording:
         self.model = model
         self.device = device
         self._held = dict(held or {})
-        self._module_names = {id(m): name for name, m in model.named_modules(prefix="model")}
+        # The model's names win over a held module's that shares its parts (torch.compile's wrapper).
+        named = [("model", model), *self._held.items()]
+        self._module_names: dict[int, str] = {}
+        for prefix, module in named:
+            for name, part in module.named_modules(prefix=prefix):
+                self._module_names.setdefault(id(part), name)
         self.recorder = self._new_recorder()
         self._peak: OperationSite | None = None
         self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
