@@ -2,8 +2,8 @@
 phase of each operation where optimizers step inside one another or the model runs without
 gradients after the step; the CPU timer's times; gradient accumulation told from the recorded
 iteration itself (Recording.micro_batches: the model called k times, k backward passes and each
-optimizer stepping once is k micro-batches per step, calls inside a step (a closure) aside; anything
-else is one); several recorded
+optimizer stepping once is k micro-batches per step, calls inside a step (a closure) aside, and calls
+that split one batch between them too; anything else is one); several recorded
 iterations broken down (each operation's median time where they ran the same operations)."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
 
 ENTRY = "entry.py"  # in each test's own project folder
+BATCH_SIZE = 12
 PROVIDERS = """
 import torch
 
@@ -48,12 +49,25 @@ LOOPS = {
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             def iteration(x):
                 optimizer.zero_grad()
+                for micro_batch in (x, x.flip(0)):
+                    model(micro_batch).sum().backward()
+                optimizer.step()
+            return iteration
+        """,
+        2,
+    ),
+    "a batch split in two halves": (
+        """
+        def skyline_iteration_provider(model):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            def iteration(x):
+                optimizer.zero_grad()
                 for half in x.chunk(2):
                     model(half).sum().backward()
                 optimizer.step()
             return iteration
         """,
-        2,
+        1,
     ),
     "two optimizers, each stepping once": (
         """
@@ -61,8 +75,8 @@ LOOPS = {
             weights = torch.optim.SGD([model.weight], lr=0.1)
             bias = torch.optim.Adam([model.bias], lr=0.1)
             def iteration(x):
-                for half in x.chunk(3):
-                    model(half).sum().backward()
+                for _ in range(3):
+                    model(x).sum().backward()
                 weights.step()
                 bias.step()
             return iteration
@@ -139,7 +153,7 @@ def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
     creation = CreationSites(CallSites(entry.files))
     with creation.recording_modules():
         runner = IterationRunner(entry, device, TimingBudget())
-    with runner, runner.at_batch_size(12) as run:
+    with runner, runner.at_batch_size(BATCH_SIZE) as run:
         iteration_recording = IterationRecording(creation, runner.model, device)
         memory, _ = iteration_recording.record_first(run, runner.clock, runner.live_tensors)
         if iterations > 1:
@@ -147,7 +161,7 @@ def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
             iteration_recording.record_more(run, run_time_ms=RECORDING_BUDGET_MS // iterations)
     recording = iteration_recording.recorder.recording
     assert len(recording.iteration_starts) == iterations
-    return Recorded(recording, iteration_recording.micro_batches(), memory, iteration_recording)
+    return Recorded(recording, iteration_recording.micro_batches(BATCH_SIZE), memory, iteration_recording)
 
 
 @pytest.mark.parametrize("iterations", [1, 2])

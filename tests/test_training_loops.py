@@ -186,6 +186,19 @@ def test_a_batch_split_into_chunks_is_one_batch_not_micro_batches():
     assert not any(w.startswith(DIFFERING_CALLS) for w in doc["warnings"])
 
 
+@pytest.mark.parametrize("predict", [True, False])
+@pytest.mark.parametrize("entry", ["four_chunks.py", "chunks.py"])
+def test_a_batch_split_between_calls_is_one_batch_from_the_first_result_on(entry, predict):
+    # x.chunk(4) runs the model four times at every batch size, as accumulation does, but on a
+    # quarter of the batch each: it was counted as four micro-batches of 64 samples (163,655
+    # samples/s for about 41,000), as x.split(16) was without a second batch size (--no-predict).
+    doc = analysed(entry, predict=predict)
+    assert doc["iteration"]["micro_batches"] == 1
+    assert doc["iteration"]["samples_per_second"] == pytest.approx(
+        doc["batch_size"] / doc["iteration"]["run_time_ms"] * 1000
+    )
+
+
 @pytest.mark.parametrize("entry", ["optimizers.py", "evaluates.py"])
 def test_one_micro_batch_without_accumulation(entry):
     # optimizers.py calls the model once; evaluates.py twice, the second time without gradients.

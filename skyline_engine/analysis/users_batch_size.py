@@ -48,7 +48,7 @@ def measure_with_breakdown(
         mode = RECORDED if runner.compilation is None else EAGER_REPLAY
         recording = IterationRecording(creation, runner.model, runner.device, runner.held_modules)
         memory, recorded_ms = recording.record_first(run, runner.clock, runner.live_tensors)
-        micro_batches = recording.micro_batches()
+        micro_batches = recording.micro_batches(batch_size)
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
         timing = runner.time(run, batch_size, quick=quick_timing)

@@ -150,9 +150,10 @@ class Recording:
     module_calls: list[ModuleCall] = field(default_factory=list)
     iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
     # In the first recorded iteration: calls of the model itself (the provider's) outside any
-    # optimizer step, and the steps of each optimizer (by id): together with its backward passes,
-    # they tell gradient accumulation.
+    # optimizer step, the first two sizes of each one's first tensor argument, and the steps of
+    # each optimizer (by id): together with its backward passes, they tell gradient accumulation.
     model_calls: int = 0
+    model_call_sizes: list[tuple[int, ...]] = field(default_factory=list)
     optimizer_steps: Counter[int] = field(default_factory=Counter)
 
     def iterations(self) -> list[list[OperationRecord]]:
@@ -164,9 +165,10 @@ class Recording:
         end = self.iteration_starts[1] if len(self.iteration_starts) > 1 else len(self.operations)
         return self.operations[:end]
 
-    def micro_batches(self) -> int:
-        """Gradient accumulation: k > 1 when the first iteration calls the model k times (outside a step), runs k
-        backward passes and steps each optimizer once (k micro-batches per optimizer step); else 1
+    def micro_batches(self, batch_size: int) -> int:
+        """Gradient accumulation: k > 1 when the first iteration calls the model k times (outside a
+        step), runs k backward passes and steps each optimizer once (k micro-batches per optimizer
+        step), unless those calls split one batch of `batch_size` samples (`x.chunk(4)`); else 1
         (a model also called for evaluation, say, or several steps per iteration)."""
         operations = self.first_iteration()
         backward_passes = sum(
@@ -176,7 +178,24 @@ class Recording:
         )
         steps_once = bool(self.optimizer_steps) and set(self.optimizer_steps.values()) == {1}
         k = self.model_calls
-        return k if k > 1 and backward_passes == k and steps_once else 1
+        accumulates = k > 1 and backward_passes == k and steps_once
+        return k if accumulates and not _split_batch(self.model_call_sizes, batch_size) else 1
+
+
+def _split_batch(call_sizes: list[tuple[int, ...]], batch_size: int) -> bool:
+    """Whether the model's calls split one batch of `batch_size` samples between them: their first
+    tensor arguments' sizes along the batch's dimension (the first, else the second: sequence
+    first) add up to it, where they are not each `batch_size` (micro-batches of that size: an
+    input provider that makes k of them). Undecided (inputs by keyword, no tensor): no split."""
+    for dim in (0, 1):
+        sizes = [size[dim] for size in call_sizes if len(size) > dim]
+        if len(sizes) < len(call_sizes) or not sizes:
+            return False
+        if all(size == batch_size for size in sizes):
+            return False
+        if sum(sizes) == batch_size:
+            return True
+    return False
 
 
 class OperationRecorder(TorchDispatchMode):
@@ -261,6 +280,8 @@ class OperationRecorder(TorchDispatchMode):
         # times): no micro-batch of its own.
         if id(module) == self._model_id and len(self.recording.iteration_starts) == 1 and not self._steps_running:
             self.recording.model_calls += 1
+            first = next((value for value in tree_flatten(args)[0] if isinstance(value, torch.Tensor)), None)
+            self.recording.model_call_sizes.append(tuple(first.shape[:2]) if first is not None else ())
 
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:

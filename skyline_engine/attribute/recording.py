@@ -111,9 +111,10 @@ class IterationRecording:
             self.creation.call_sites, self._module_names, self.device, model=self.model, held=list(self._held.values())
         )
 
-    def micro_batches(self) -> int:
-        """Micro-batches per optimizer step, from the first recorded iteration (Recording.micro_batches)."""
-        return self.recorder.recording.micro_batches()
+    def micro_batches(self, batch_size: int) -> int:
+        """Micro-batches per optimizer step at `batch_size`, from the first recorded iteration
+        (Recording.micro_batches)."""
+        return self.recorder.recording.micro_batches(batch_size)
 
     def breakdown(
         self, run_time_ms: float, peak_memory_bytes: int, timeline: bool = False, mode: str = RECORDED
