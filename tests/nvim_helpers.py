@@ -303,10 +303,13 @@ def predict(models: dict, batch_size: int) -> dict:
     predictable = time["slope"] > 0 and fits and run_time_ms > 0
     memory = max(line["slope"] * batch_size + line["bias"] for line in models["peak_memory_bytes"]["phases"])
     low, high = models["trusted_range"]
+    samples_per_second = models.get("micro_batches", 1) * batch_size / run_time_ms * 1000 if predictable else None
+    if models.get("samples_per_step"):  # the line is one micro-batch's; b runs samples_per_step / b
+        run_time_ms *= models["samples_per_step"] / batch_size
     return {
         "batch_size": batch_size,
         "run_time_ms": run_time_ms if predictable else None,
-        "samples_per_second": models.get("micro_batches", 1) * batch_size / run_time_ms * 1000 if predictable else None,
+        "samples_per_second": samples_per_second,
         "peak_memory_bytes": memory,
         "fits": memory <= models["usable_memory_bytes"],
         "extrapolated": not low <= batch_size <= high,

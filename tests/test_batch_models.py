@@ -316,6 +316,24 @@ def test_micro_batches_multiply_every_throughput():
     assert read.predict(16).samples_per_second == pytest.approx(4 * 16 / 2.6 * 1000)
 
 
+def test_a_fixed_number_of_samples_per_step_runs_fewer_micro_batches_at_larger_batch_sizes():
+    # 256 samples a step: 32 micro-batches of 8 samples, 16 of 16, 8 of 32, each micro-batch's time
+    # on the line 0.1 ms × b + 1 ms. Throughput is a micro-batch's; an iteration runs 256 / b of them.
+    one_micro_batch = (1.8, 2.6, 4.2)
+    sizes = (8, 16, 32)
+    memory = {b: profile(b, [(FORWARD_BACKWARD, 1000, 5000)]) for b in sizes}
+    models = BatchSizeModels.fit(sizes, one_micro_batch, memory, 10**9, samples_per_step=256)
+    for b in (16, 64, 100):
+        prediction = models.predict(b)
+        assert prediction.samples_per_second == pytest.approx(b / (0.1 * b + 1.0) * 1000)
+        assert prediction.run_time_ms == pytest.approx(256 / b * (0.1 * b + 1.0))
+        assert prediction.samples_per_second == pytest.approx(256 / prediction.run_time_ms * 1000)
+    written = {**models.to_dict(), "samples": [{"batch_size": b} for b in sizes], "memory_samples": []}
+    assert written["samples_per_step"] == 256
+    assert BatchSizeModels.from_dict(written, 10**9).predict(64) == models.predict(64)
+    assert models_of(one_micro_batch).to_dict()["samples_per_step"] is None
+
+
 def test_a_peak_of_exactly_the_usable_memory_fits():
     # As a document writes the models (a fit leaves rounding; these lines are exact).
     line = {"slope": 1000.0, "bias": 5000.0, "r2": 1.0, "max_relative_residual": 0.0, "points": 3}

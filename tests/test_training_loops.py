@@ -174,6 +174,25 @@ def test_a_fused_optimizer_and_its_scheduler_step_in_the_step_phase(accumulation
     assert step["step_ms"] > 0 and step["forward_ms"] == 0 and step["backward_ms"] == 0
 
 
+def test_accumulation_to_a_fixed_number_of_samples_counts_each_batch_sizes_micro_batches():
+    # 128 samples a step at every batch size: counted with the user's 8 micro-batches, batch size 8
+    # (16 of them) read half its throughput and 32 (4 of them) twice its, and the run-time line fell.
+    doc = analysed("samples_per_step.py")
+    models = doc["models"]
+    assert {s["batch_size"]: s["micro_batches"] for s in models["samples"]} == {8: 16, 16: 8, 32: 4}
+    for sample in models["samples"]:
+        assert sample["samples_per_second"] == pytest.approx(128 / sample["run_time_ms"] * 1000)
+    assert doc["iteration"]["micro_batches"] == 8
+    assert (models["micro_batches"], models["samples_per_step"]) == (1, 128)
+    # The line is one micro-batch's time: the measured iterations' divided by their micro-batches.
+    line_at = {
+        s["batch_size"]: models["run_time_ms"]["slope"] * s["batch_size"] + models["run_time_ms"]["bias"]
+        for s in models["samples"]
+    }
+    worst = max(abs(line_at[s["batch_size"]] * s["micro_batches"] / s["run_time_ms"] - 1) for s in models["samples"])
+    assert worst == pytest.approx(models["run_time_ms"]["max_relative_residual"])
+
+
 def test_a_batch_split_into_chunks_is_one_batch_not_micro_batches():
     # Four chunks at batch size 64, one forward and backward each, one step: counted as four
     # micro-batches of 64 samples, the throughput was four times what it is, and the calls at

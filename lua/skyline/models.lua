@@ -57,11 +57,17 @@ function M.predict(models, b)
   end
   local peak_memory_bytes = M.peak_memory(models.peak_memory_bytes, b)
   local low, high = unpack(models.trusted_range)
+  -- Gradient accumulation: `micro_batches` of b samples per iteration.
+  local samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil
+  if run_time_ms and models.samples_per_step ~= nil and models.samples_per_step ~= vim.NIL then
+    -- A fixed number of samples per step: the line is one micro-batch's, and b runs
+    -- samples_per_step / b of them.
+    run_time_ms = run_time_ms * models.samples_per_step / b
+  end
   return {
     batch_size = b,
     run_time_ms = run_time_ms,
-    -- Gradient accumulation: `micro_batches` of b samples per iteration.
-    samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil,
+    samples_per_second = samples_per_second,
     peak_memory_bytes = peak_memory_bytes,
     fits = peak_memory_bytes <= models.usable_memory_bytes,
     extrapolated = b < low or b > high,

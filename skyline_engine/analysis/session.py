@@ -201,7 +201,8 @@ class _Analysis:
                     models_withheld=ignored,
                 )
         self.progress("fitting the batch-size models", 0.95)
-        models = _fit_models(samples, {**probing.memory, **probing.memory_only}, self.device, probing.failing)
+        memory = {**probing.memory, **probing.memory_only}
+        models = _fit_models(samples, memory, self.device, probing.failing, self.batch_size)
         warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
         return self.document(
             samples=samples,
@@ -259,10 +260,10 @@ class _Analysis:
                 if sizes == [users.batch_size]:
                     return [users], notes
         stats = timing.stats()
-        micro_batches = _micro_batches(runner, users)
-        samples = [Sample(b, stats[b], memory[b], micro_batches) for b in sizes]
+        micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
+        samples = [Sample(b, stats[b], memory[b], micro_batches[b]) for b in sizes]
         if users.batch_size not in stats:
-            samples.append(dataclasses.replace(users, micro_batches=micro_batches))
+            samples.append(dataclasses.replace(users, micro_batches=micro_batches[users.batch_size]))
         if contention.others_share is not None and contention.others_share >= BUSY_MACHINE:
             notes.append(
                 f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were "
@@ -310,28 +311,40 @@ def _poor_fit(stats: dict[int, TimingStats]) -> bool:
     return fits_poorly(fit_line(list(stats), [s.run_time_ms for s in stats.values()]))
 
 
-def _micro_batches(runner: IterationRunner, users: Sample) -> int:
-    """Gradient accumulation as the user's batch size's recording found it (Recording.micro_batches),
-    unless the model ran more times per call at larger batch sizes: a loop that splits its batch
-    into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per step, not that many
-    per chunk (its throughput was counted four times over)."""
-    if users.micro_batches > 1 and runner.model_calls_grow_with_batch_size():
-        return 1
-    return users.micro_batches
+def _micro_batches(runner: IterationRunner, users: Sample, sizes: list[int]) -> dict[int, int]:
+    """Gradient accumulation at each of `sizes`: the user's batch size's recording found its
+    micro-batches (Recording.micro_batches); where the model ran once per micro-batch there, each
+    other batch size has as many as the model's passes per call there. Accumulation to a fixed
+    number of samples per step (k = 256 // batch_size) runs fewer at larger batch sizes: counted
+    with the user's k, 16 samples' throughput was half what it is and 64's twice. None where the
+    model ran more times per call at larger batch sizes than at smaller: a loop that splits its
+    batch into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per step, not that
+    many per chunk (its throughput was counted four times over)."""
+    k = users.micro_batches
+    if k > 1 and runner.model_calls_grow_with_batch_size():
+        return dict.fromkeys(sizes, 1)
+    if runner.passes_per_call(users.batch_size) != k:
+        return dict.fromkeys(sizes, k)
+    return {b: runner.passes_per_call(b) or k for b in sizes}
 
 
 def _fit_models(
-    samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo, failing: list[int]
+    samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo, failing: list[int], users: int
 ) -> BatchSizeModels | None:
+    """The batch-size models of the timed `samples` (`users`: the user's batch size). Where their
+    micro-batches differ (accumulation to a fixed number of samples per step), the run-time line is
+    one micro-batch's, and an iteration runs as many samples as the user's does."""
     if len(samples) < 2:
         return None
+    sizes = [s.batch_size for s in samples]
+    if len({s.micro_batches for s in samples}) > 1:
+        per_step = next(s.micro_batches * s.batch_size for s in samples if s.batch_size == users)
+        one_micro_batch = [s.run_time_ms / s.micro_batches for s in samples]
+        capacity = device.memory_capacity_bytes
+        return BatchSizeModels.fit(sizes, one_micro_batch, memory, capacity, failing=failing, samples_per_step=per_step)
+    times = [s.run_time_ms for s in samples]
     return BatchSizeModels.fit(
-        [s.batch_size for s in samples],
-        [s.run_time_ms for s in samples],
-        memory,
-        device.memory_capacity_bytes,
-        micro_batches=samples[0].micro_batches,
-        failing=failing,
+        sizes, times, memory, device.memory_capacity_bytes, micro_batches=samples[0].micro_batches, failing=failing
     )
 
 

@@ -340,6 +340,11 @@ class IterationRunner:
         """What the calls at `batch_size` did, in steady state (measure/work_per_call.py)."""
         return self._work[batch_size]
 
+    def passes_per_call(self, batch_size: int) -> int | None:
+        """How many times most calls at `batch_size` ran the model; None before any steady call."""
+        usual = self.work_at(batch_size).usual()
+        return usual.forwards if usual is not None else None
+
     def model_calls_grow_with_batch_size(self) -> bool:
         """Whether calls usually ran the model more times at larger batch sizes: a loop that
         splits its batch into chunks of a fixed size, not one that accumulates micro-batches of

@@ -2,7 +2,9 @@
 
 Run time is a straight line in the batch size (ms), as Skyline fits it; throughput follows:
 samples/s = micro_batches * batch_size / run_time(batch_size) * 1000 (micro_batches: 1, or k
-when the iteration accumulates gradients over k micro-batches of batch_size samples). Peak memory
+when the iteration accumulates gradients over k micro-batches of batch_size samples). Where it
+accumulates to a fixed number of samples per step (k = 256 // batch_size), the line is one
+micro-batch's time and an iteration at b takes samples_per_step / b of them. Peak memory
 is the upper envelope of per-operation lines (predict/peak_memory.py), not one line through the
 peaks.
 
@@ -94,6 +96,10 @@ class BatchSizeModels:
     # when not known: then the run-time line alone decides).
     measured_samples_per_second: tuple[float, ...] = ()
     failing_batch_sizes: tuple[int, ...] = ()  # probed, and the user's code failed there
+    # Accumulation to a fixed number of samples per optimizer step (k = 256 // batch_size
+    # micro-batches): `run_time` is then one micro-batch's time, and an iteration at batch size b
+    # runs samples_per_step / b of them. None otherwise.
+    samples_per_step: int | None = None
 
     @classmethod
     def fit(
@@ -104,9 +110,11 @@ class BatchSizeModels:
         capacity: int,
         micro_batches: int = 1,
         failing: Sequence[int] = (),
+        samples_per_step: int | None = None,
     ) -> BatchSizeModels:
-        """Run time from the timed `batch_sizes`; peak memory from every batch size whose memory
-        was measured (the timed ones, and memory-only probes beyond them)."""
+        """Run time from the timed `batch_sizes` (with `samples_per_step`, one micro-batch's);
+        peak memory from every batch size whose memory was measured (the timed ones, and
+        memory-only probes beyond them)."""
         times = dict(zip(batch_sizes, run_times_ms))
         measured = tuple(sorted(times))
         return cls(
@@ -118,6 +126,7 @@ class BatchSizeModels:
             micro_batches=micro_batches,
             measured_samples_per_second=tuple(micro_batches * b / times[b] * 1000.0 for b in measured),
             failing_batch_sizes=tuple(sorted(failing)),
+            samples_per_step=samples_per_step,
         )
 
     @classmethod
@@ -150,6 +159,7 @@ class BatchSizeModels:
             micro_batches=int(models.get("micro_batches", 1)),
             measured_samples_per_second=tuple(float(rates[b]) for b in measured) if rates else (),
             failing_batch_sizes=tuple(sorted(int(b) for b in models.get("failing_batch_sizes", []))),
+            samples_per_step=None if models.get("samples_per_step") is None else int(models["samples_per_step"]),
         )
 
     @property
@@ -200,10 +210,13 @@ class BatchSizeModels:
         if not self.time_predictable or run_time is None or run_time <= 0:
             run_time = None
         memory = self.peak_memory(batch_size)
+        samples_per_second = self.micro_batches * batch_size / run_time * 1000.0 if run_time else None
+        if run_time and self.samples_per_step:
+            run_time *= self.samples_per_step / batch_size  # its micro-batches, one after another
         return Prediction(
             batch_size,
             run_time,
-            self.micro_batches * batch_size / run_time * 1000.0 if run_time else None,
+            samples_per_second,
             memory,
             memory <= self.usable_memory_bytes,
             not low <= batch_size <= high,
@@ -334,6 +347,7 @@ class BatchSizeModels:
             "peak_memory_bytes": self.peak_memory.to_dict(largest, self.memory_batch_sizes[-1]),
             "memory_headroom_fraction": self.headroom_fraction,
             "micro_batches": self.micro_batches,
+            "samples_per_step": self.samples_per_step,
             "usable_memory_bytes": self.usable_memory_bytes,
             "max_batch_size": largest,
             "max_batch_size_extrapolated": self.max_batch_size_extrapolated(),

@@ -496,9 +496,13 @@ def _models(doc: dict[str, Any]) -> str:
         for line, batch_sizes in _lines_that_hold(mem, models["max_batch_size"])
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
+    time = f"{rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}"
+    per_step = models.get("samples_per_step")
+    if per_step:  # accumulation to a fixed number of samples: the line is one micro-batch's
+        time = f"({time}) × {per_step:,} / batch size micro-batches"
     return (
         f"Batch-size models (least squares over batch sizes {sizes})\n"
-        f"  iteration time = {rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}   {_fit(rt)}\n"
+        f"  iteration time = {time}   {_fit(rt)}\n"
         f"  peak memory    = {memory}\n"
         f"                   (fitted {mem['fitted'].replace('_', ' ')}, largest residual "
         f"{mem['max_relative_residual']:.1%})"
