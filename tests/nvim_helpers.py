@@ -304,8 +304,11 @@ def predict(models: dict, batch_size: int) -> dict:
     memory = max(line["slope"] * batch_size + line["bias"] for line in models["peak_memory_bytes"]["phases"])
     low, high = models["trusted_range"]
     samples_per_second = models.get("micro_batches", 1) * batch_size / run_time_ms * 1000 if predictable else None
-    if models.get("samples_per_step"):  # the line is one micro-batch's; b runs samples_per_step / b
-        run_time_ms *= models["samples_per_step"] / batch_size
+    per_step = models.get("samples_per_step")
+    if per_step and batch_size > per_step:  # less than one micro-batch a step
+        predictable, samples_per_second = False, None
+    elif per_step:  # the line is one micro-batch's; b runs samples_per_step / b of them
+        run_time_ms *= per_step / batch_size
     return {
         "batch_size": batch_size,
         "run_time_ms": run_time_ms if predictable else None,

@@ -332,6 +332,10 @@ def test_a_fixed_number_of_samples_per_step_runs_fewer_micro_batches_at_larger_b
     assert written["samples_per_step"] == 256
     assert BatchSizeModels.from_dict(written, 10**9).predict(64) == models.predict(64)
     assert models_of(one_micro_batch).to_dict()["samples_per_step"] is None
+    # Past 256 samples a step runs less than one micro-batch: nothing is predicted, nor trusted.
+    assert (models.predict(257).run_time_ms, models.predict(257).samples_per_second) == (None, None)
+    assert models.trusted_range == (8, 128) and models.to_dict()["trusted_range"] == [8, 128]
+    assert BatchSizeModels.fit(sizes, one_micro_batch, memory, 10**9, samples_per_step=100).trusted_range == (8, 100)
 
 
 def test_a_peak_of_exactly_the_usable_memory_fits():

@@ -135,3 +135,25 @@ def test_the_breakdown_asked_for_alone_says_so(tmp_path):
     doc = analyze(request).to_dict()
     assert doc["models"] is None
     assert "breakdown alone" in doc["models_withheld"]
+
+
+def test_an_input_emptied_at_a_larger_batch_size_is_a_batch_size_the_code_does_not_support(tmp_path):
+    # 16 // batch_size micro-batches: none above 16, the user's. Probes there trained on nothing,
+    # and their peaks (no forward pass) bent the memory model down: a negative slope, 16 % off.
+    doc = analysis(tmp_path, "(torch.randn(16 // batch_size, batch_size, 8),)")
+    failing = doc["models"]["failing_batch_sizes"]
+    assert failing and min(failing) > 16
+    line = f"entry_point.py:{provider_line(tmp_path)}: "
+    (warning,) = [w for w in doc["warnings"] if w.startswith(line) and "empty input" in w]
+    assert f"at batch size {min(failing)} (shape (0, {min(failing)}, 8)" in warning
+    assert all(s["peak_memory_bytes"] > 0 for s in doc["models"]["samples"])
+    assert doc["models"]["peak_memory_bytes"]["slope"] >= 0
+
+
+def test_an_input_empty_at_every_batch_size_is_the_users_own():
+    seen = InputShapesSeen()
+    for batch_size in (8, 16):
+        seen.check(batch_size, (torch.randn(batch_size, 4), torch.zeros(0)))
+        assert seen.emptied(batch_size) is None
+    seen.check(32, (torch.randn(0, 4), torch.zeros(0)))
+    assert seen.emptied(32) == (8, torch.Size([8, 4]), torch.Size([0, 4]))

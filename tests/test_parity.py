@@ -166,7 +166,10 @@ MODEL_CASES = [
     # gradient accumulation: four micro-batches of b samples per iteration
     ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "micro_batches": 4}, [1, 64, 1000]),
     # accumulation to 256 samples a step: the line is one micro-batch's, b runs 256 / b of them
-    ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "samples_per_step": 256}, [1, 64, 1000]),
+    (
+        {**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "samples_per_step": 256},
+        [1, 64, 256, 257, 1000],
+    ),
 ]
 
 

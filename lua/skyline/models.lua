@@ -59,10 +59,14 @@ function M.predict(models, b)
   local low, high = unpack(models.trusted_range)
   -- Gradient accumulation: `micro_batches` of b samples per iteration.
   local samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil
-  if run_time_ms and models.samples_per_step ~= nil and models.samples_per_step ~= vim.NIL then
+  local per_step = models.samples_per_step ~= vim.NIL and models.samples_per_step or nil
+  if per_step and b > per_step then
+    -- Less than one micro-batch a step: no iteration the user's code runs.
+    run_time_ms, samples_per_second = nil, nil
+  elseif run_time_ms and per_step then
     -- A fixed number of samples per step: the line is one micro-batch's, and b runs
     -- samples_per_step / b of them.
-    run_time_ms = run_time_ms * models.samples_per_step / b
+    run_time_ms = run_time_ms * per_step / b
   end
   return {
     batch_size = b,

@@ -99,3 +99,16 @@ class InputShapesSeen:
         for other, seen in self._seen.items():
             if other != batch_size and seen == shapes:
                 raise InputsIgnoreBatchSize(other, batch_size, shapes)
+
+    def emptied(self, batch_size: int) -> tuple[int, torch.Size, torch.Size] | None:
+        """An input tensor empty at `batch_size` that another batch size made with samples in it,
+        as (that batch size, its shape, the empty one): `256 // batch_size` micro-batches make
+        none above 256. None when there is none (an input empty at every batch size is the user's)."""
+        shapes = self._seen.get(batch_size)
+        for other, seen in self._seen.items():
+            if shapes is None or seen is None or len(seen) != len(shapes):
+                continue
+            for before, now in zip(seen, shapes):
+                if isinstance(now, torch.Size) and isinstance(before, torch.Size) and 0 in now and 0 not in before:
+                    return other, before, now
+        return None

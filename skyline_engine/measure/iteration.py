@@ -458,6 +458,18 @@ class IterationRunner:
             )
         inputs = tuple(inputs)
         self._input_shapes.check(batch_size, inputs)
+        emptied = self._input_shapes.emptied(batch_size)
+        if emptied is not None:
+            other, before, now = emptied
+            error = UserCodeError(
+                f"`{INPUT_PROVIDER}` made an empty input at batch size {batch_size} (shape {tuple(now)}; at batch "
+                f"size {other}: {tuple(before)}), so the iteration would train on nothing there: a batch size your "
+                "code does not support, as when it makes `N // batch_size` micro-batches and the batch size exceeds N.",
+                path=entry.relative_path,
+                line=entry.line_of(entry.input_provider),
+            )
+            error.batch_size = batch_size
+            raise error
         return inputs
 
     @property

@@ -180,7 +180,9 @@ class BatchSizeModels:
 
     def _measured_end(self) -> int:
         largest = self.measured_batch_sizes[-1]
-        return largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest
+        end = largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest
+        # Past its samples per step, an iteration would run less than one micro-batch.
+        return min(end, self.samples_per_step) if self.samples_per_step else end
 
     def _failing_above(self) -> int | None:
         """The smallest batch size above the timed ones that the user's code failed at."""
@@ -209,6 +211,8 @@ class BatchSizeModels:
         run_time: float | None = self.run_time(batch_size)
         if not self.time_predictable or run_time is None or run_time <= 0:
             run_time = None
+        if self.samples_per_step and batch_size > self.samples_per_step:
+            run_time = None  # less than one micro-batch a step: no iteration the user's code runs
         memory = self.peak_memory(batch_size)
         samples_per_second = self.micro_batches * batch_size / run_time * 1000.0 if run_time else None
         if run_time and self.samples_per_step:
