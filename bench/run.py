@@ -48,6 +48,7 @@ MODELS = {
     "transformer": "examples/transformer/entry_point.py",
     "heavy": "bench/models/heavy/entry_point.py",
     "evaluates": "bench/models/evaluates_every_few_calls/entry_point.py",
+    "per_step": "bench/models/samples_per_step/entry_point.py",
 }
 # Held out: none of these is among the batch sizes the engine measures (half, once, twice).
 HELD_OUT = (0.75, 1.5, 3.0)
@@ -181,7 +182,11 @@ def accuracy_once(entry: str, device: str) -> dict:
     again, which splits the prediction's time error in two: the line's own error (a line through
     the fitted batch sizes as timed again, against the held-out ones timed beside them) and the
     machine's drift (how far the fitted batch sizes moved since the analysis timed them). On this
-    shared machine the drift, seconds apart in one process, is most of it."""
+    shared machine the drift, seconds apart in one process, is most of it. Where the models run a
+    fixed number of samples per step (`samples_per_step`), each batch size's own number of
+    micro-batches, the times compared are one micro-batch's (the line's; the throughput's error
+    is the same): an iteration at a held-out batch size runs `samples_per_step // b` of them,
+    where the line says `samples_per_step / b`."""
     document = analyze(AnalysisRequest(entry, REPO, device=device)).to_dict()
     models = document["models"]
     predicted = BatchSizeModels.from_dict(models, document["device"]["memory_capacity_bytes"])
@@ -201,6 +206,9 @@ def accuracy_once(entry: str, device: str) -> dict:
                 except OutOfMemoryAtBatchSize:
                     continue
             timed_ms = _timed_together(runner, fitted + sorted(memory))
+            if models.get("samples_per_step"):
+                timed_ms = {b: t / (runner.passes_per_call(b) or 1) for b, t in timed_ms.items()}
+                analysed_ms = {s["batch_size"]: s["run_time_ms"] / s["micro_batches"] for s in models["samples"]}
     finally:
         loaded.unload()
     line = fit_line(fitted, [timed_ms[b] for b in fitted])
@@ -208,9 +216,10 @@ def accuracy_once(entry: str, device: str) -> dict:
     for batch_size, peak in memory.items():
         prediction = predicted.predict(batch_size)
         measured = timed_ms[batch_size]
+        predicted_ms = predicted.run_time(batch_size) if models.get("samples_per_step") else prediction.run_time_ms
         time_error = None
         if prediction.run_time_ms is not None:
-            time_error = abs(prediction.run_time_ms - measured) / measured
+            time_error = abs(predicted_ms - measured) / measured
         rows.append({
             "batch_size": batch_size,
             "time_error": time_error,

@@ -185,3 +185,27 @@ def test_remeasuring_a_line_that_stays_bent_ends_at_its_time_limit():
     remeasure_while_poor_fit(timing, max_s=0.2)
     assert len(timing.times[32].per_iteration) > 3 * blocks  # doubled more than once
     assert run_time_line(timing).r2 < 0.95
+
+
+class SamplesPerStepClock(LoadedClock):
+    """Accumulation to 128 samples a step: batch size b runs 128 / b micro-batches, each on the line."""
+
+    def time_ms(self, run_block) -> float:
+        self.ran.clear()
+        run_block()
+        self.blocks += 1
+        return sum(128 / b * (SLOPE * b + BIAS) for b in self.ran)
+
+
+def test_micro_batches_that_differ_by_batch_size_are_judged_one_micro_batch_each():
+    # Whole iterations take 64 + 256 / b ms: no line fits them, and they were timed for the whole
+    # budget. One micro-batch each, they lie on the line, and nothing is timed again.
+    clock = SamplesPerStepClock(lambda n: 1.0)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    timing.measure(max_s=5.0)
+    assert run_time_line(timing).r2 < 0.95
+    blocks = clock.blocks
+    remeasure_while_poor_fit(timing, max_s=5.0, micro_batches={16: 8, 32: 4, 64: 2})
+    assert clock.blocks == blocks
+    remeasure_while_poor_fit(timing, max_s=0.2)
+    assert clock.blocks > blocks

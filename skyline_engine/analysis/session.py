@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -241,7 +242,8 @@ class _Analysis:
                     timing = runner.timing(runs)
                     timing.measure(budget.max_run_s)
                     if len(sizes) >= 3:
-                        remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes))
+                        micro_batches = _micro_batches(runner, users, sizes)
+                        remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes), micro_batches)
                     runner.check_trained(max(sizes))
                 break
             except OutOfMemoryAtBatchSize as exc:
@@ -296,19 +298,24 @@ class _Analysis:
             self.partial(self.document(samples=[sample], breakdown=breakdown, models=None, warnings=notes))
 
 
-def remeasure_while_poor_fit(timing: InterleavedTiming, max_s: float) -> None:
+def remeasure_while_poor_fit(
+    timing: InterleavedTiming, max_s: float, micro_batches: Mapping[int, int] | None = None
+) -> None:
     """Rounds doubled while the run-time line fits the estimates poorly, for at most `max_s`: a
     busy machine's noise is measured away, at a cost only where it bends the line. (Under two busy
     processes, 4 analyses of the default example each way, interleaved: R² 0.88-0.99 after one
     doubling, 0.93-1.00 after this; held-out errors 44-48 % with 2 withheld, against 1-43 % with 1
-    withheld. A quiet machine rarely needs any.)"""
+    withheld. A quiet machine rarely needs any.) The line is one micro-batch's (`micro_batches` at
+    each batch size): with accumulation to a fixed number of samples per step, whole iterations
+    take about as long at every batch size and no line fits them (they were timed for the whole
+    budget, 6.7 s of an 8.2 s analysis)."""
     started = time.perf_counter()
-    while _poor_fit(timing.stats()) and (left := max_s - (time.perf_counter() - started)) > 0:
+    while _poor_fit(timing.stats(), micro_batches or {}) and (left := max_s - (time.perf_counter() - started)) > 0:
         timing.extend(left)
 
 
-def _poor_fit(stats: dict[int, TimingStats]) -> bool:
-    return fits_poorly(fit_line(list(stats), [s.run_time_ms for s in stats.values()]))
+def _poor_fit(stats: dict[int, TimingStats], micro_batches: Mapping[int, int]) -> bool:
+    return fits_poorly(fit_line(list(stats), [s.run_time_ms / micro_batches.get(b, 1) for b, s in stats.items()]))
 
 
 def _micro_batches(runner: IterationRunner, users: Sample, sizes: list[int]) -> dict[int, int]:
