@@ -335,7 +335,11 @@ def test_a_fixed_number_of_samples_per_step_runs_fewer_micro_batches_at_larger_b
     # Past 256 samples a step runs less than one micro-batch: nothing is predicted, nor trusted.
     assert (models.predict(257).run_time_ms, models.predict(257).samples_per_second) == (None, None)
     assert models.trusted_range == (8, 128) and models.to_dict()["trusted_range"] == [8, 128]
-    assert BatchSizeModels.fit(sizes, one_micro_batch, memory, 10**9, samples_per_step=100).trusted_range == (8, 100)
+    capped = BatchSizeModels.fit(sizes, one_micro_batch, memory, 10**9, samples_per_step=100)
+    assert capped.trusted_range == (8, 100)
+    assert (
+        capped.trusted_range_end == "the samples per optimizer step, beyond which a step runs less than one micro-batch"
+    )
 
 
 def test_a_peak_of_exactly_the_usable_memory_fits():

@@ -572,6 +572,24 @@ def test_max_says_where_the_users_code_fails(editor, project, real_document):
     assert_no_traceback(nvim)
 
 
+def test_past_the_samples_per_step_no_time_is_predicted_and_the_message_says_why(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    doc["models"].update(samples_per_step=2048, micro_batches=1)  # the line is one micro-batch's
+    doc["models"]["trusted_range"][1] = 2048
+    show(nvim, doc)
+    nvim.command("SkylineBatchSize! 1024")  # 2 micro-batches of 1,024 a step
+    assert state(nvim)["prediction"]["run_time_ms"] == pytest.approx(2 * (2.0 + 0.05 * 1024))
+    nvim.command("SkylineBatchSize! 4096")
+    wait_for_message(
+        nvim,
+        "batch size 4,096 is outside the trusted range (64-2,048: up to the samples per optimizer step, beyond "
+        "which a step runs less than one micro-batch): no time is predicted there",
+    )
+    assert state(nvim)["prediction"].get("samples_per_second") is None  # nil: no key at all
+    assert_no_traceback(nvim)
+
+
 def test_help_works_on_a_runtimepath_install_once_its_tags_are_made(nvim, tmp_path, repo):
     plugin = tmp_path / "skyline.nvim"  # a checkout put on the runtimepath by hand, never helptagged
     for folder in ("doc", "lua", "plugin"):

@@ -199,7 +199,7 @@ def test_what_ends_the_trusted_range_is_named_alike(nvim):
     )
     engine = [BatchSizeModels.from_dict(models, _capacity(models)).trusted_range_end for models in cases]
     assert lua == engine
-    assert len(set(engine)) == 3  # lines, a quadratic, and a failure of the user's code
+    assert len(set(engine)) == 4  # lines, a quadratic, a failure of the user's code, the samples per step
 
 
 def _capacity(models):

@@ -176,11 +176,12 @@ local function warn_if_unreliable(prediction)
   if prediction.extrapolated then
     util.warn(
       string.format(
-        'batch size %s is outside the trusted range (%s-%s: up to %s): the prediction is an extrapolation',
+        'batch size %s is outside the trusted range (%s-%s: up to %s): %s',
         format.integer(prediction.batch_size),
         format.integer(low),
         format.integer(high),
-        models.trusted_range_end(state.models)
+        models.trusted_range_end(state.models),
+        prediction.samples_per_second and 'the prediction is an extrapolation' or 'no time is predicted there'
       )
     )
   end

@@ -23,6 +23,9 @@ function M.trusted_range_end(models)
   if vim.tbl_contains(models.failing_batch_sizes or {}, end_ + 1) then
     return string.format('the batch size below %d, where your code fails', end_ + 1)
   end
+  if end_ == models.samples_per_step then
+    return 'the samples per optimizer step, beyond which a step runs less than one micro-batch'
+  end
   for _, line in ipairs(models.peak_memory_bytes.phases or {}) do
     if (line.quadratic or 0) > 0 then
       return 'the largest measured: memory grows with the batch size squared'

@@ -195,6 +195,8 @@ class BatchSizeModels:
         end = self.trusted_range[1]
         if end + 1 in self.failing_batch_sizes:
             return f"the batch size below {end + 1}, where your code fails"
+        if end == self.samples_per_step:
+            return "the samples per optimizer step, beyond which a step runs less than one micro-batch"
         if self.peak_memory.quadratic:
             return "the largest measured: memory grows with the batch size squared"
         return f"{TRUSTED_FACTOR}× the largest measured"
