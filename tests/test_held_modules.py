@@ -52,6 +52,20 @@ def test_a_trainer_method_holds_its_attributes_and_their_lists_and_dicts():
     }
 
 
+def test_a_callable_object_holds_its_attributes():
+    model = mlp()
+
+    class Step:
+        def __init__(self):
+            self.ema = copy.deepcopy(model)
+
+        def __call__(self, x):
+            pass
+
+    step = Step()
+    assert modules_held_by(step, model) == {"ema": step.ema}
+
+
 def test_a_partial_and_a_nested_function_hold_theirs():
     model = mlp()
     teacher = mlp()

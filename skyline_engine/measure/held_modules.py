@@ -35,10 +35,12 @@ def modules_held_by(iteration: Callable[..., Any], model: torch.nn.Module) -> di
 
 def _held_values(function: Any) -> list[tuple[str, Any]]:
     """What a function keeps, by name: its closure's values, a bound method's object's
-    attributes, a partial's function and arguments."""
+    attributes, a partial's function and arguments, a callable object's attributes."""
     if isinstance(function, functools.partial):
         positional = [(f"args[{i}]", value) for i, value in enumerate(function.args)]
         return [("func", function.func), *positional, *function.keywords.items()]
+    if not isinstance(function, (types.FunctionType, types.MethodType)):
+        return _attributes(function)  # an object with __call__
     code = getattr(function, "__code__", None)
     names = code.co_freevars if code is not None else ()
     values = []
@@ -65,7 +67,7 @@ def _modules(values: list[tuple[str, Any]], depth: int, seen: set[int]) -> Itera
             yield from _modules([(f"{name}[{i}]", item) for i, item in enumerate(value)], depth - 1, seen)
         elif isinstance(value, dict):
             yield from _modules([(f"{name}[{key!r}]", item) for key, item in value.items()], depth - 1, seen)
-        elif callable(value) and hasattr(value, "__closure__"):
+        elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
             yield from _modules(_held_values(value), depth - 1, seen)
         elif not isinstance(value, (type, types.ModuleType, torch.Tensor)):
             yield from _modules(
