@@ -323,10 +323,10 @@ def _micro_batches(runner: IterationRunner, users: Sample, sizes: list[int]) -> 
     micro-batches (Recording.micro_batches); where the model ran once per micro-batch there, each
     other batch size has as many as the model's passes per call there. Accumulation to a fixed
     number of samples per step (k = 256 // batch_size) runs fewer at larger batch sizes: counted
-    with the user's k, 16 samples' throughput was half what it is and 64's twice. None where the
-    model ran more times per call at larger batch sizes than at smaller: a loop that splits its
-    batch into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per step, not that
-    many per chunk (its throughput was counted four times over)."""
+    with the user's k, 16 samples' throughput was half what it is and 64's twice. One everywhere
+    where the model ran more times per call at larger batch sizes than at smaller: a loop that
+    splits its batch into chunks of a fixed size (`x.split(16)`) runs `batch_size` samples per
+    step, not that many per chunk (its throughput was counted four times over)."""
     k = users.micro_batches
     if k > 1 and runner.model_calls_grow_with_batch_size():
         return dict.fromkeys(sizes, 1)
@@ -345,7 +345,8 @@ def _fit_models(
         return None
     sizes = [s.batch_size for s in samples]
     if len({s.micro_batches for s in samples}) > 1:
-        per_step = next(s.micro_batches * s.batch_size for s in samples if s.batch_size == users)
+        user = next((s for s in samples if s.batch_size == users), samples[0])
+        per_step = user.micro_batches * user.batch_size
         one_micro_batch = [s.run_time_ms / s.micro_batches for s in samples]
         capacity = device.memory_capacity_bytes
         return BatchSizeModels.fit(sizes, one_micro_batch, memory, capacity, failing=failing, samples_per_step=per_step)
