@@ -66,8 +66,8 @@ MUTATIONS = [
     Mutation(
         "a flat run time predicts",
         "skyline_engine/predict/batch_models.py",
-        "return self.run_time.slope > 0 and (r2 is None or r2 >= POOR_FIT_R2)",
-        "return self.run_time.slope >= 0 and (r2 is None or r2 >= POOR_FIT_R2)",
+        "return self.run_time.slope > 0 and not fits_poorly(self.run_time)",
+        "return self.run_time.slope >= 0 and not fits_poorly(self.run_time)",
         MODELS_TESTS,
     ),
     Mutation(
@@ -130,8 +130,8 @@ MUTATIONS = [
     Mutation(
         "R² at the threshold is poor",
         "skyline_engine/predict/batch_models.py",
-        "return self.run_time.slope > 0 and (r2 is None or r2 >= POOR_FIT_R2)",
-        "return self.run_time.slope > 0 and (r2 is None or r2 > POOR_FIT_R2)",
+        "return line.r2 is not None and line.r2 < POOR_FIT_R2 and line.max_relative_residual > CLOSE_FIT_RESIDUAL",
+        "return line.r2 is not None and line.r2 <= POOR_FIT_R2 and line.max_relative_residual > CLOSE_FIT_RESIDUAL",
         (*MODELS_TESTS, "tests/test_parity.py"),
     ),
     Mutation(
@@ -172,8 +172,8 @@ MUTATIONS = [
     Mutation(
         "the trusted range ends at the smallest measured",
         "skyline_engine/predict/batch_models.py",
-        "return largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest",
-        "return largest if self.peak_memory.quadratic else TRUSTED_FACTOR * self.measured_batch_sizes[0]",
+        "end = largest if self.peak_memory.quadratic else TRUSTED_FACTOR * largest",
+        "end = largest if self.peak_memory.quadratic else TRUSTED_FACTOR * self.measured_batch_sizes[0]",
         MODELS_TESTS + SERVICE_UNIT_TESTS,
     ),
     Mutation(
@@ -266,9 +266,30 @@ MUTATIONS = [
     Mutation(
         "accumulation without counting backward passes",
         "skyline_engine/attribute/recorder.py",
-        "return k if k > 1 and backward_passes == k and steps_once else 1",
-        "return k if k > 1 and steps_once else 1",
+        "accumulates = k > 1 and backward_passes == k and steps_once",
+        "accumulates = k > 1 and steps_once",
         RECORDER_TESTS,
+    ),
+    Mutation(
+        "a batch split between calls is micro-batches",
+        "skyline_engine/attribute/recorder.py",
+        "        if sum(sizes) == batch_size:\n            return True",
+        "        if sum(sizes) == -batch_size:\n            return True",
+        (*RECORDER_TESTS, "tests/test_recorder.py"),
+    ),
+    Mutation(
+        "a closure's calls are micro-batches",
+        "skyline_engine/attribute/recorder.py",
+        "len(self.recording.iteration_starts) == 1 and not self._steps_running:",
+        "len(self.recording.iteration_starts) == 1:",
+        (*RECORDER_TESTS, "tests/test_recorder.py"),
+    ),
+    Mutation(
+        "an iteration at b runs the user's micro-batches",
+        "skyline_engine/predict/batch_models.py",
+        "run_time *= self.samples_per_step / batch_size",
+        "run_time *= 1",
+        MODELS_TESTS,
     ),
     # entry/batch_size.py and entry/rewrite.py: the batch-size literal
     Mutation(
@@ -374,8 +395,8 @@ MUTATIONS = [
     Mutation(
         "the editor predicts without micro-batches",
         "lua/skyline/models.lua",
-        "samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil,",
-        "samples_per_second = run_time_ms and b / run_time_ms * 1000 or nil,",
+        "local samples_per_second = run_time_ms and (models.micro_batches or 1) * b / run_time_ms * 1000 or nil",
+        "local samples_per_second = run_time_ms and b / run_time_ms * 1000 or nil",
         LUA_FORMAT_TESTS,
     ),
     Mutation(
