@@ -89,3 +89,14 @@ def test_an_iteration_that_holds_nothing_else_holds_no_module():
         optimizer.step()
 
     assert modules_held_by(iteration, model) == {}
+
+
+def test_a_long_list_is_looked_into_as_far_as_modules_come():
+    model = mlp()
+    critics = [mlp(), mlp()]
+    samples = [torch.zeros(1) for _ in range(100_000)] + [mlp()]  # a module past the first items
+
+    def iteration(x):
+        return critics, samples
+
+    assert modules_held_by(iteration, model) == {"critics[0]": critics[0], "critics[1]": critics[1]}

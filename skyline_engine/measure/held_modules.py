@@ -11,6 +11,7 @@ after the step read as forward time: attribute/updates.py).
 from __future__ import annotations
 
 import functools
+import itertools
 import types
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -18,8 +19,11 @@ from typing import Any, Callable
 import torch
 
 # How far from the iteration function modules are looked for: its closure's values, and their
-# attributes (a trainer object's), and the lists and dicts among those.
+# attributes (a trainer object's), and the lists and dicts among those...
 _DEPTH = 2
+# ... and how many items of each list or dict: modules come a few at a time (critics[0], critics[1]),
+# while a list of a million samples or a replay buffer would take seconds to walk.
+_ITEMS = 64
 
 
 def modules_held_by(iteration: Callable[..., Any], model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -64,9 +68,11 @@ def _modules(values: list[tuple[str, Any]], depth: int, seen: set[int]) -> Itera
         elif not depth:
             continue
         elif isinstance(value, (list, tuple)):
-            yield from _modules([(f"{name}[{i}]", item) for i, item in enumerate(value)], depth - 1, seen)
+            listed = [(f"{name}[{i}]", item) for i, item in enumerate(value[:_ITEMS])]
+            yield from _modules(listed, depth - 1, seen)
         elif isinstance(value, dict):
-            yield from _modules([(f"{name}[{key!r}]", item) for key, item in value.items()], depth - 1, seen)
+            keyed = [(f"{name}[{key!r}]", item) for key, item in itertools.islice(value.items(), _ITEMS)]
+            yield from _modules(keyed, depth - 1, seen)
         elif isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
             yield from _modules(_held_values(value), depth - 1, seen)
         elif not isinstance(value, (type, types.ModuleType, torch.Tensor)):
