@@ -278,6 +278,13 @@ MUTATIONS = [
         (*RECORDER_TESTS, "tests/test_recorder.py"),
     ),
     Mutation(
+        "one batch evaluated twice is micro-batches",
+        "skyline_engine/attribute/recorder.py",
+        "return first is not None and all(ref is not None and ref() is first for ref in firsts)",
+        "return False",
+        (*RECORDER_TESTS, "tests/test_recorder.py"),
+    ),
+    Mutation(
         "a closure's calls are micro-batches",
         "skyline_engine/attribute/recorder.py",
         "len(self.recording.iteration_starts) == 1 and not self._steps_running:",

@@ -3,7 +3,7 @@ phase of each operation where optimizers step inside one another or the model ru
 gradients after the step; the CPU timer's times; gradient accumulation told from the recorded
 iteration itself (Recording.micro_batches: the model called k times, k backward passes and each
 optimizer stepping once is k micro-batches per step, calls inside a step (a closure) aside, and calls
-that split one batch between them too; anything else is one); several recorded
+that split one batch between them, or all take the same one, too; anything else is one); several recorded
 iterations broken down (each operation's median time where they ran the same operations)."""
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ LOOPS = {
             weights = torch.optim.SGD([model.weight], lr=0.1)
             bias = torch.optim.Adam([model.bias], lr=0.1)
             def iteration(x):
-                for _ in range(3):
-                    model(x).sum().backward()
+                for micro_batch in (x, x + 1, x * 2):
+                    model(micro_batch).sum().backward()
                 weights.step()
                 bias.step()
             return iteration
@@ -118,6 +118,22 @@ LOOPS = {
                     loss.backward()
                     return loss
                 optimizer.step(closure)
+            return iteration
+        """,
+        1,
+    ),
+    "the same batch twice (sharpness-aware minimization)": (
+        """
+        def skyline_iteration_provider(model):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            def iteration(x):
+                model(x).sum().backward()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(p.grad, alpha=0.05)
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
             return iteration
         """,
         1,

@@ -218,6 +218,15 @@ def test_a_batch_split_between_calls_is_one_batch_from_the_first_result_on(entry
     )
 
 
+def test_sharpness_aware_minimization_evaluates_one_batch_twice_and_its_ascent_is_the_update():
+    # Its two passes over the same batch read as two micro-batches: twice the throughput.
+    doc = analysed("sharpness_aware.py")
+    assert doc["iteration"]["micro_batches"] == 1 and doc["models"]["micro_batches"] == 1
+    assert doc["models"]["samples_per_step"] is None
+    ascent = line(doc, "sharpness_aware.py", marked("sharpness_aware.py", "ASCEND"))
+    assert ascent["step_ms"] > 0 and ascent["forward_ms"] == 0
+
+
 @pytest.mark.parametrize("entry", ["optimizers.py", "evaluates.py"])
 def test_one_micro_batch_without_accumulation(entry):
     # optimizers.py calls the model once; evaluates.py twice, the second time without gradients.

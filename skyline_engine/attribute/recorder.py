@@ -30,6 +30,7 @@ import contextlib
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -150,10 +151,12 @@ class Recording:
     module_calls: list[ModuleCall] = field(default_factory=list)
     iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
     # In the first recorded iteration: calls of the model itself (the provider's) outside any
-    # optimizer step, the first two sizes of each one's first tensor argument, and the steps of
-    # each optimizer (by id): together with its backward passes, they tell gradient accumulation.
+    # optimizer step, the first two sizes of each one's first tensor argument and that tensor
+    # (weakly), and the steps of each optimizer (by id): together with its backward passes, they
+    # tell gradient accumulation.
     model_calls: int = 0
     model_call_sizes: list[tuple[int, ...]] = field(default_factory=list)
+    model_call_firsts: list[weakref.ref[torch.Tensor] | None] = field(default_factory=list)
     optimizer_steps: Counter[int] = field(default_factory=Counter)
 
     def iterations(self) -> list[list[OperationRecord]]:
@@ -168,8 +171,9 @@ class Recording:
     def micro_batches(self, batch_size: int) -> int:
         """Gradient accumulation: k > 1 when the first iteration calls the model k times (outside a
         step), runs k backward passes and steps each optimizer once (k micro-batches per optimizer
-        step), unless those calls split one batch of `batch_size` samples (`x.chunk(4)`); else 1
-        (a model also called for evaluation, say, or several steps per iteration)."""
+        step), unless those calls split one batch of `batch_size` samples (`x.chunk(4)`) or all
+        take the same one (sharpness-aware minimization's two passes); else 1 (a model also called
+        for evaluation, say, or several steps per iteration)."""
         operations = self.first_iteration()
         backward_passes = sum(
             1
@@ -179,7 +183,8 @@ class Recording:
         steps_once = bool(self.optimizer_steps) and set(self.optimizer_steps.values()) == {1}
         k = self.model_calls
         accumulates = k > 1 and backward_passes == k and steps_once
-        return k if accumulates and not _split_batch(self.model_call_sizes, batch_size) else 1
+        one_batch = _split_batch(self.model_call_sizes, batch_size) or _same_batch(self.model_call_firsts)
+        return k if accumulates and not one_batch else 1
 
 
 def _split_batch(call_sizes: list[tuple[int, ...]], batch_size: int) -> bool:
@@ -196,6 +201,14 @@ def _split_batch(call_sizes: list[tuple[int, ...]], batch_size: int) -> bool:
         if sum(sizes) == batch_size:
             return True
     return False
+
+
+def _same_batch(firsts: list[weakref.ref[torch.Tensor] | None]) -> bool:
+    """Whether every call of the model took the same tensor first: one batch evaluated again (SAM
+    runs forward and backward twice on it), not micro-batches. The same object, alive: a
+    micro-batch made in the loop may reuse a freed one's memory, never the living object."""
+    first = firsts[0]() if firsts and firsts[0] is not None else None
+    return first is not None and all(ref is not None and ref() is first for ref in firsts)
 
 
 class OperationRecorder(TorchDispatchMode):
@@ -282,6 +295,7 @@ class OperationRecorder(TorchDispatchMode):
             self.recording.model_calls += 1
             first = next((value for value in tree_flatten(args)[0] if isinstance(value, torch.Tensor)), None)
             self.recording.model_call_sizes.append(tuple(first.shape[:2]) if first is not None else ())
+            self.recording.model_call_firsts.append(weakref.ref(first) if first is not None else None)
 
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:
