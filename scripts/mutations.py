@@ -264,11 +264,11 @@ MUTATIONS = [
         RECORDER_TESTS,
     ),
     Mutation(
-        "accumulation without counting backward passes",
+        "accumulation without counting the gradients accumulated",
         "skyline_engine/attribute/recorder.py",
-        "accumulates = k > 1 and backward_passes == k and steps_once",
+        "accumulates = k > 1 and accumulated == k and steps_once",
         "accumulates = k > 1 and steps_once",
-        RECORDER_TESTS,
+        (*RECORDER_TESTS, "tests/test_recorder.py"),
     ),
     Mutation(
         "a batch split between calls is micro-batches",

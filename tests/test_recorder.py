@@ -1,10 +1,11 @@
 """The recorder (attribute/recorder.py) on purpose-built iterations, recorded one to three times: the
 phase of each operation where optimizers step inside one another or the model runs without
 gradients after the step; the CPU timer's times; gradient accumulation told from the recorded
-iteration itself (Recording.micro_batches: the model called k times, k backward passes and each
-optimizer stepping once is k micro-batches per step, calls inside a step (a closure) aside, and calls
-that split one batch between them, or all take the same one, too; anything else is one); several recorded
-iterations broken down (each operation's median time where they ran the same operations)."""
+iteration itself (Recording.micro_batches: the model called k times, k gradients accumulated into
+its parameters and each optimizer stepping once is k micro-batches per step, calls inside a step
+(a closure) aside, and calls that split one batch between them, or all take the same one, too;
+anything else is one); several recorded iterations broken down (each operation's median time where
+they ran the same operations)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,22 @@ LOOPS = {
                         p.add_(p.grad, alpha=0.05)
                 optimizer.zero_grad()
                 model(x).sum().backward()
+                optimizer.step()
+            return iteration
+        """,
+        1,
+    ),
+    "adversarial examples, whose gradients reach the input alone": (
+        """
+        def skyline_iteration_provider(model):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            def iteration(x):
+                delta = torch.zeros_like(x, requires_grad=True)
+                for _ in range(2):
+                    (grad,) = torch.autograd.grad(model(x + delta).sum(), delta)
+                    delta = (delta + 0.01 * grad.sign()).detach().requires_grad_(True)
+                optimizer.zero_grad()
+                model(x + delta).sum().backward()
                 optimizer.step()
             return iteration
         """,

@@ -34,7 +34,7 @@ import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, cast
 
 import torch
 from torch._ops import OpOverload
@@ -152,9 +152,10 @@ class Recording:
     iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
     # In the first recorded iteration: calls of the model itself (the provider's) outside any
     # optimizer step, the first two sizes of each one's first tensor argument and that tensor
-    # (weakly), and the steps of each optimizer (by id): together with its backward passes, they
-    # tell gradient accumulation.
+    # (weakly), the gradients accumulated into each of its parameters (by id), and the steps of
+    # each optimizer (by id): together they tell gradient accumulation.
     model_calls: int = 0
+    gradient_accumulations: Counter[int] = field(default_factory=Counter)
     model_call_sizes: list[tuple[int, ...]] = field(default_factory=list)
     model_call_firsts: list[weakref.ref[torch.Tensor] | None] = field(default_factory=list)
     optimizer_steps: Counter[int] = field(default_factory=Counter)
@@ -170,19 +171,16 @@ class Recording:
 
     def micro_batches(self, batch_size: int) -> int:
         """Gradient accumulation: k > 1 when the first iteration calls the model k times (outside a
-        step), runs k backward passes and steps each optimizer once (k micro-batches per optimizer
-        step), unless those calls split one batch of `batch_size` samples (`x.chunk(4)`) or all
-        take the same one (sharpness-aware minimization's two passes); else 1 (a model also called
-        for evaluation, say, or several steps per iteration)."""
-        operations = self.first_iteration()
-        backward_passes = sum(
-            1
-            for before, op in zip([None, *operations], operations)
-            if op.phase == BACKWARD and (before is None or before.phase != BACKWARD)
-        )
+        step), accumulates k gradients into its parameters (k backward passes that reach them) and
+        steps each optimizer once (k micro-batches per optimizer step), unless those calls split
+        one batch of `batch_size` samples (`x.chunk(4)`) or all take the same one (sharpness-aware
+        minimization's two passes); else 1 (a model also called for evaluation, say, or for an
+        adversarial example, whose gradient reaches the input alone, or several steps per
+        iteration)."""
         steps_once = bool(self.optimizer_steps) and set(self.optimizer_steps.values()) == {1}
         k = self.model_calls
-        accumulates = k > 1 and backward_passes == k and steps_once
+        accumulated = max(self.gradient_accumulations.values(), default=0)
+        accumulates = k > 1 and accumulated == k and steps_once
         one_batch = _split_batch(self.model_call_sizes, batch_size) or _same_batch(self.model_call_firsts)
         return k if accumulates and not one_batch else 1
 
@@ -201,6 +199,16 @@ def _split_batch(call_sizes: list[tuple[int, ...]], batch_size: int) -> bool:
         if sum(sizes) == batch_size:
             return True
     return False
+
+
+def _after_accumulation(parameter: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> RemovableHandle:
+    """`hook(parameter)` after each gradient accumulated into it."""
+    # Named through torch.Tensor so that tests/test_torch_apis.py checks it exists in the torch installed.
+    register = cast(
+        Callable[[torch.Tensor, Callable[[torch.Tensor], None]], RemovableHandle],
+        torch.Tensor.register_post_accumulate_grad_hook,
+    )
+    return register(parameter, hook)
 
 
 def _same_batch(firsts: list[weakref.ref[torch.Tensor] | None]) -> bool:
@@ -228,6 +236,7 @@ class OperationRecorder(TorchDispatchMode):
         self.module_names = module_names
         self.device = device
         self._model_id = id(model) if model is not None else None
+        self._model_parameters = [p for p in model.parameters() if p.requires_grad] if model is not None else []
         self._updates = UpdateWork.of(model, held)
         # Shown every operation's outputs, outside the timed span: the memory profile of the
         # recorded iteration without a second dispatch mode (which cost the transformer example
@@ -257,6 +266,7 @@ class OperationRecorder(TorchDispatchMode):
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
             register_optimizer_step_pre_hook(self._enter_step),
             register_optimizer_step_post_hook(self._leave_step),
+            *(_after_accumulation(parameter, self._accumulated) for parameter in self._model_parameters),
         ]
         self._saved_tensor_hooks = saved_tensors.hooks(self._pack)
         self._saved_tensor_hooks.__enter__()
@@ -300,6 +310,10 @@ class OperationRecorder(TorchDispatchMode):
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:
             self._call_stack.pop()
+
+    def _accumulated(self, parameter: torch.Tensor) -> None:
+        if len(self.recording.iteration_starts) == 1:
+            self.recording.gradient_accumulations[id(parameter)] += 1
 
     def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._steps_running += 1
