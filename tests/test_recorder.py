@@ -115,7 +115,8 @@ LOOPS = {
             def iteration(x):
                 def closure():
                     optimizer.zero_grad()
-                    loss = model(x).square().mean()
+                    # A new tensor each evaluation: the same one would be one batch evaluated again.
+                    loss = model(x.clone()).square().mean()
                     loss.backward()
                     return loss
                 optimizer.step(closure)
