@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.inputs import InputShapesSeen, InputsIgnoreBatchSize, input_shapes
+from skyline_engine.errors import EntryPointError
+from skyline_engine.measure.inputs import Emptied, InputShapesSeen, InputsIgnoreBatchSize, input_shapes
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.render.terminal import render_report
 
@@ -156,4 +157,20 @@ def test_an_input_empty_at_every_batch_size_is_the_users_own():
         seen.check(batch_size, (torch.randn(batch_size, 4), torch.zeros(0)))
         assert seen.emptied(batch_size) is None
     seen.check(32, (torch.randn(0, 4), torch.zeros(0)))
-    assert seen.emptied(32) == (8, torch.Size([8, 4]), torch.Size([0, 4]))
+    assert seen.emptied(32) == Emptied(32, torch.Size([0, 4]), 8, torch.Size([8, 4]))
+
+
+def test_the_users_batch_size_measured_first_may_be_the_empty_one(tmp_path):
+    # The user at 32 with 16 // batch_size micro-batches: none. The iteration trained on nothing,
+    # and its "throughput" counted 32 samples it never saw; the half, 16, makes one.
+    (tmp_path / "entry_point.py").write_text(
+        ENTRY.format(inputs="(torch.randn(16 // batch_size, batch_size, 8),)").replace(
+            "batch_size=16", "batch_size=32"
+        ),
+        encoding="utf-8",
+    )
+    with pytest.raises(EntryPointError) as raised:
+        analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK))
+    error = raised.value
+    assert (error.path, error.line) == ("entry_point.py", provider_line(tmp_path))
+    assert "made an empty input at batch size 32 (shape (0, 32, 8); at batch size 16: (1, 16, 8))" in error.message

@@ -10,6 +10,7 @@ tell it before their iterations run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -87,6 +88,7 @@ class InputShapesSeen:
 
     def __init__(self) -> None:
         self._seen: dict[int, Shapes | None] = {}
+        self._emptied: set[int] = set()
 
     def check(self, batch_size: int, inputs: Sequence[Any]) -> None:
         """Remember the inputs' shapes at `batch_size`; InputsIgnoreBatchSize when another batch
@@ -100,15 +102,34 @@ class InputShapesSeen:
             if other != batch_size and seen == shapes:
                 raise InputsIgnoreBatchSize(other, batch_size, shapes)
 
-    def emptied(self, batch_size: int) -> tuple[int, torch.Size, torch.Size] | None:
-        """An input tensor empty at `batch_size` that another batch size made with samples in it,
-        as (that batch size, its shape, the empty one): `256 // batch_size` micro-batches make
-        none above 256. None when there is none (an input empty at every batch size is the user's)."""
+    def emptied(self, batch_size: int) -> Emptied | None:
+        """An input tensor empty at one of `batch_size` and a batch size seen before it, and not at
+        the other: `256 // batch_size` micro-batches make none above 256 (the user's own batch size,
+        measured first, may be the empty one). None when there is none (an input empty at every
+        batch size is the user's)."""
         shapes = self._seen.get(batch_size)
         for other, seen in self._seen.items():
             if shapes is None or seen is None or len(seen) != len(shapes):
                 continue
-            for before, now in zip(seen, shapes):
-                if isinstance(now, torch.Size) and isinstance(before, torch.Size) and 0 in now and 0 not in before:
-                    return other, before, now
+            for theirs, ours in zip(seen, shapes):
+                if not (isinstance(ours, torch.Size) and isinstance(theirs, torch.Size)):
+                    continue
+                found = None
+                if 0 in ours and 0 not in theirs:
+                    found = Emptied(batch_size, ours, other, theirs)
+                elif 0 in theirs and 0 not in ours:
+                    found = Emptied(other, theirs, batch_size, ours)
+                if found is not None and found.batch_size not in self._emptied:
+                    self._emptied.add(found.batch_size)  # told once: it is left out from then on
+                    return found
         return None
+
+
+@dataclass(frozen=True)
+class Emptied:
+    """An input empty at `batch_size` (`shape`), with samples at `other` (`other_shape`)."""
+
+    batch_size: int
+    shape: torch.Size
+    other: int
+    other_shape: torch.Size

@@ -460,15 +460,18 @@ class IterationRunner:
         self._input_shapes.check(batch_size, inputs)
         emptied = self._input_shapes.emptied(batch_size)
         if emptied is not None:
-            other, before, now = emptied
-            error = UserCodeError(
-                f"`{INPUT_PROVIDER}` made an empty input at batch size {batch_size} (shape {tuple(now)}; at batch "
-                f"size {other}: {tuple(before)}), so the iteration would train on nothing there: a batch size your "
-                "code does not support, as when it makes `N // batch_size` micro-batches and the batch size exceeds N.",
-                path=entry.relative_path,
-                line=entry.line_of(entry.input_provider),
+            message = (
+                f"`{INPUT_PROVIDER}` made an empty input at batch size {emptied.batch_size} (shape "
+                f"{tuple(emptied.shape)}; at batch size {emptied.other}: {tuple(emptied.other_shape)}), so the "
+                "iteration would train on nothing there: a batch size your code does not support, as when it makes "
+                "`N // batch_size` micro-batches and the batch size exceeds N."
             )
-            error.batch_size = batch_size
+            path, line = entry.relative_path, entry.line_of(entry.input_provider)
+            if emptied.batch_size != batch_size:
+                # One measured before this one: the user's own, the first. Nothing it measured holds.
+                raise EntryPointError(message, path=path, line=line)
+            error = UserCodeError(message, path=path, line=line)
+            error.batch_size = batch_size  # a probe's: a batch size left out, not the analysis's end
             raise error
         return inputs
 
