@@ -65,6 +65,10 @@ Run = Callable[[], None]
 # so does warming up until the optimizers' state settles (LBFGS: 5 to 100 steps).
 STEADY_STATE_ITERATIONS = 64
 STEADY_STATE_S = 10.0
+# The optimizers' state has settled when this many calls in a row leave it as large as it was: on
+# a new batch each call, LBFGS skips the update of a step whose curvature is not positive (no
+# history entry), and one such step had ended the warm-up before the history was full.
+SETTLED_CALLS = 3
 
 
 class _Count:
@@ -323,17 +327,19 @@ class IterationRunner:
 
     def _until_optimizer_state_settles(self, run: Run) -> None:
         """Steady state needs optimizer state that has stopped growing (LBFGS's history of updates,
-        measure/optimizer_state.py): run until a call leaves it as large as it was, within
-        STEADY_STATE_ITERATIONS and STEADY_STATE_S. Where it does not settle, the retention check
-        after the timing finds the growth, and says so."""
+        measure/optimizer_state.py): run until SETTLED_CALLS calls in a row leave it as large as it
+        was, within STEADY_STATE_ITERATIONS and STEADY_STATE_S. Where it does not settle, the
+        retention check after the timing finds the growth, and says so."""
         started = time.perf_counter()
         state_bytes = self._steps.state_bytes()
+        unchanged = 0
         for _ in range(STEADY_STATE_ITERATIONS):
             if time.perf_counter() - started >= STEADY_STATE_S:
                 return
             run()
             before, state_bytes = state_bytes, self._steps.state_bytes()
-            if state_bytes == before:
+            unchanged = unchanged + 1 if state_bytes == before else 0
+            if unchanged == SETTLED_CALLS:
                 return
 
     def work_at(self, batch_size: int) -> WorkPerCall:
