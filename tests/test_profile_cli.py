@@ -48,11 +48,12 @@ def test_document_has_the_documented_fields_with_their_types(profiled):
         for key in ("slope", "bias", "r2"):
             assert isinstance(models[model][key], float)
     best = models["predicted_max_samples_per_second"]
-    # The line predicts time when it grows and fits (R² of at least 0.95, docs/analysis-document.md);
-    # then there is a best batch size on this machine (it has memory to spare), and the best
-    # throughput is the line's there. Otherwise neither, and a warning says why.
+    # The line predicts time when it grows and fits (R² of at least 0.95, or every time within 1 %
+    # of it, docs/analysis-document.md); then there is a best batch size on this machine (it has
+    # memory to spare), and the best throughput is the line's there. Otherwise neither, and a
+    # warning says why.
     line = models["run_time_ms"]
-    predicts = line["slope"] > 0 and line["r2"] >= 0.95
+    predicts = line["slope"] > 0 and (line["r2"] >= 0.95 or line["max_relative_residual"] <= 0.01)
     if predicts:
         b = models["best_batch_size"]
         assert best == pytest.approx(b / (line["slope"] * b + line["bias"]) * 1000, rel=1e-12)
@@ -114,7 +115,7 @@ def test_predictions_follow_the_models_and_respect_capacity(profiled):
     assert peak(mem, largest) <= usable < peak(mem, largest + 1)
     low, high = models["trusted_range"]
     # A busy machine can leave a line that fits poorly even after re-timing: it predicts no time.
-    fits_well = rt["r2"] is None or rt["r2"] >= 0.95
+    fits_well = rt["r2"] is None or rt["r2"] >= 0.95 or rt["max_relative_residual"] <= 0.01
     if not fits_well:
         assert any("fits the measurements poorly" in w for w in doc["warnings"])
     for p in doc["predictions"]:

@@ -109,7 +109,7 @@ def test_predict_answers_from_the_latest_models(client):
     assert prediction["analysis_id"] == analysis_id
     # The formulas of docs/analysis-document.md, applied here to the document's models.
     line = models["run_time_ms"]
-    if line["slope"] > 0 and line["r2"] >= 0.95:
+    if line["slope"] > 0 and (line["r2"] >= 0.95 or line["max_relative_residual"] <= 0.01):
         run_time_ms = line["slope"] * 64 + line["bias"]
         assert prediction["run_time_ms"] == pytest.approx(run_time_ms, rel=1e-12)
         assert prediction["samples_per_second"] == pytest.approx(64 / run_time_ms * 1000, rel=1e-12)
