@@ -34,7 +34,7 @@ import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, cast
+from typing import Any, Protocol
 
 import torch
 from torch._ops import OpOverload
@@ -47,6 +47,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from skyline_engine.attribute.frames import CallSites, Context
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
+from skyline_engine.measure.iteration import after_accumulation
 from skyline_engine.measure.memory import MemoryMeter, is_work, tensor_storages
 
 FORWARD = "forward"
@@ -145,20 +146,35 @@ class _CudaTimer:
         self.pending.clear()
 
 
+@dataclass(frozen=True)
+class ModelCallInput:
+    """A call of the model: the first two sizes of its first tensor argument, and that tensor
+    (weakly; both empty where it had none)."""
+
+    sizes: tuple[int, ...]
+    first: weakref.ref[torch.Tensor] | None
+
+    @classmethod
+    def of(cls, args: Any) -> ModelCallInput:
+        first = next((value for value in tree_flatten(args)[0] if isinstance(value, torch.Tensor)), None)
+        return cls((), None) if first is None else cls(tuple(first.shape[:2]), weakref.ref(first))
+
+
 @dataclass
 class Recording:
     operations: list[OperationRecord] = field(default_factory=list)
     module_calls: list[ModuleCall] = field(default_factory=list)
     iteration_starts: list[int] = field(default_factory=list)  # index of each iteration's first operation
-    # In the first recorded iteration: calls of the model itself (the provider's) outside any
-    # optimizer step, the first two sizes of each one's first tensor argument and that tensor
-    # (weakly), the gradients accumulated into each of its parameters (by id), and the steps of
-    # each optimizer (by id): together they tell gradient accumulation.
-    model_calls: int = 0
+    # In the first recorded iteration: the calls of the model itself (the provider's) outside any
+    # optimizer step, the gradients accumulated into each of its parameters (by id), and the steps
+    # of each optimizer (by id): together they tell gradient accumulation.
+    model_call_inputs: list[ModelCallInput] = field(default_factory=list)
     gradient_accumulations: Counter[int] = field(default_factory=Counter)
-    model_call_sizes: list[tuple[int, ...]] = field(default_factory=list)
-    model_call_firsts: list[weakref.ref[torch.Tensor] | None] = field(default_factory=list)
     optimizer_steps: Counter[int] = field(default_factory=Counter)
+
+    @property
+    def model_calls(self) -> int:
+        return len(self.model_call_inputs)
 
     def iterations(self) -> list[list[OperationRecord]]:
         """The operations of each recorded iteration, in order."""
@@ -181,7 +197,9 @@ class Recording:
         k = self.model_calls
         accumulated = max(self.gradient_accumulations.values(), default=0)
         accumulates = k > 1 and accumulated == k and steps_once
-        one_batch = _split_batch(self.model_call_sizes, batch_size) or _same_batch(self.model_call_firsts)
+        sizes = [call.sizes for call in self.model_call_inputs]
+        firsts = [call.first for call in self.model_call_inputs]
+        one_batch = _split_batch(sizes, batch_size) or _same_batch(firsts)
         return k if accumulates and not one_batch else 1
 
 
@@ -199,16 +217,6 @@ def _split_batch(call_sizes: list[tuple[int, ...]], batch_size: int) -> bool:
         if sum(sizes) == batch_size:
             return True
     return False
-
-
-def _after_accumulation(parameter: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> RemovableHandle:
-    """`hook(parameter)` after each gradient accumulated into it."""
-    # Named through torch.Tensor so that tests/test_torch_apis.py checks it exists in the torch installed.
-    register = cast(
-        Callable[[torch.Tensor, Callable[[torch.Tensor], None]], RemovableHandle],
-        torch.Tensor.register_post_accumulate_grad_hook,
-    )
-    return register(parameter, hook)
 
 
 def _same_batch(firsts: list[weakref.ref[torch.Tensor] | None]) -> bool:
@@ -266,7 +274,7 @@ class OperationRecorder(TorchDispatchMode):
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
             register_optimizer_step_pre_hook(self._enter_step),
             register_optimizer_step_post_hook(self._leave_step),
-            *(_after_accumulation(parameter, self._accumulated) for parameter in self._model_parameters),
+            *(after_accumulation(parameter, self._accumulated) for parameter in self._model_parameters),
         ]
         self._saved_tensor_hooks = saved_tensors.hooks(self._pack)
         self._saved_tensor_hooks.__enter__()
@@ -302,10 +310,7 @@ class OperationRecorder(TorchDispatchMode):
         # A call inside a step is the step's closure (LBFGS evaluates the same batch several
         # times): no micro-batch of its own.
         if id(module) == self._model_id and len(self.recording.iteration_starts) == 1 and not self._steps_running:
-            self.recording.model_calls += 1
-            first = next((value for value in tree_flatten(args)[0] if isinstance(value, torch.Tensor)), None)
-            self.recording.model_call_sizes.append(tuple(first.shape[:2]) if first is not None else ())
-            self.recording.model_call_firsts.append(weakref.ref(first) if first is not None else None)
+            self.recording.model_call_inputs.append(ModelCallInput.of(args))
 
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, cast
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from skyline_engine.entry.contract import INPUT_PROVIDER, ITERATION_PROVIDER, MODEL_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, user_code_error
@@ -75,6 +76,17 @@ class _Count:
     count = 0
 
 
+def after_accumulation(parameter: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> RemovableHandle:
+    """`hook(parameter)` after each gradient accumulated into it (a backward pass that reached it)."""
+    # Named through torch.Tensor so that tests/test_torch_apis.py checks it exists in the torch installed.
+    # torch leaves it unannotated; its documented signature:
+    register = cast(
+        Callable[[torch.Tensor, Callable[[torch.Tensor], None]], RemovableHandle],
+        torch.Tensor.register_post_accumulate_grad_hook,
+    )
+    return register(parameter, hook)
+
+
 @contextlib.contextmanager
 def counting_gradients(model: torch.nn.Module) -> Iterator[_Count]:
     """How many gradients were accumulated into the model's parameters meanwhile (a backward pass
@@ -84,12 +96,7 @@ def counting_gradients(model: torch.nn.Module) -> Iterator[_Count]:
     def accumulated(_: torch.Tensor) -> None:
         gradients.count += 1
 
-    # Named through torch.Tensor so that tests/test_torch_apis.py checks it exists in the torch installed.
-    # torch leaves it unannotated; its documented signature:
-    register = cast(
-        Callable[[torch.Tensor, Callable[[torch.Tensor], None]], Any], torch.Tensor.register_post_accumulate_grad_hook
-    )
-    handles = [register(p, accumulated) for p in model.parameters() if p.requires_grad]
+    handles = [after_accumulation(p, accumulated) for p in model.parameters() if p.requires_grad]
     try:
         yield gradients
     finally:
