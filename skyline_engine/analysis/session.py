@@ -241,8 +241,8 @@ class _Analysis:
                 with CpuContention() as contention, runner.at_batch_sizes(sizes) as runs:
                     timing = runner.timing(runs)
                     timing.measure(budget.max_run_s)
+                    micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
                     if len(sizes) >= 3:
-                        micro_batches = _micro_batches(runner, users, sizes)
                         remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes), micro_batches)
                     runner.check_trained(max(sizes))
                 break
@@ -262,7 +262,6 @@ class _Analysis:
                 if sizes == [users.batch_size]:
                     return [users], notes
         stats = timing.stats()
-        micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
         samples = [Sample(b, stats[b], memory[b], micro_batches[b]) for b in sizes]
         if users.batch_size not in stats:
             samples.append(dataclasses.replace(users, micro_batches=micro_batches[users.batch_size]))

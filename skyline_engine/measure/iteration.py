@@ -278,7 +278,8 @@ class IterationRunner:
                 self._first_run_under_saved_tensor_hooks(run)
             for _ in range(self.budget.warmup_iterations - 1):
                 run()
-            state_bytes = self._steps.state_bytes()
+            # Read only while steady state is sought: a walk of every optimizer's state.
+            state_bytes = self._steps.state_bytes() if not self._steady else 0
             last_ms = self.clock.time_ms(run)
         if not self._steady:
             self._steady = steps.count > 0 or self._until_an_optimizer_steps(run)
