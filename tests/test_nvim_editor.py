@@ -369,6 +369,32 @@ def test_the_memory_peak_is_named_by_the_passes_that_ran(editor, project, real_d
     assert_no_traceback(nvim)
 
 
+def test_the_other_tensors_alive_at_the_peak_are_named_beneath_it(editor, project, real_document):
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    doc["iteration"].update(peak_memory_phase="forward_backward", peak_memory_bytes=16 * 2**20)
+    doc["peak_memory_operation"] = {
+        "operation": "_log_softmax_backward_data",
+        "phase": "backward",
+        "path": "train.py",
+        "line": 7,
+        "other_tensors": [
+            {"path": "train.py", "line": 7, "phase": "backward", "bytes": 4 * 2**20},  # gradients flowing back
+            {"path": "model.py", "line": 19, "phase": "forward", "bytes": 2 * 2**20},  # logits the code holds
+            {"path": "train.py", "line": 9, "phase": "optimizer", "bytes": 2**19},  # 3% of the peak: left out
+        ],
+    }
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
+    assert beneath(lines, start) == (
+        "peak reached in the forward and backward pass, at train.py:7 (_log_softmax_backward_data, backward) "
+        "other tensors alive there from train.py:7: 4.0 MiB made in backward; from model.py:19: 2.0 MiB of "
+        "forward outputs"
+    )
+    assert_no_traceback(nvim)
+
+
 def test_lines_whose_tensors_are_kept_for_good_get_a_warning_over_their_statement(editor, project, real_document):
     nvim = editor
     growth = {

@@ -1,9 +1,9 @@
-"""The engine's own hold on the tensors alive at the memory peak. A classifier's logits are
-freed once its cross-entropy has run; the engine kept the model's last output (to check the loss
-is finite) through backward and into the next iteration, so every peak it measured held them (a
-1 MiB tensor in a 4.3 MiB peak). The real engine on iterations whose tensors are known by
-construction: a Linear to 4,096 classes, 64 samples, so the logits and each gradient flowing back
-through the cross-entropy are 1 MiB of float32."""
+"""The other tensors alive at the memory peak, by the line that made them, and the engine's own
+hold on them. A classifier's logits are freed once its cross-entropy has run; the engine kept the
+model's last output (to check the loss is finite) through backward and into the next iteration,
+so every peak it measured held them (a 1 MiB tensor in a 4.3 MiB peak). The real engine on
+iterations whose tensors are known by construction: a Linear to 4,096 classes, 64 samples, so the
+logits and each gradient flowing back through the cross-entropy are 1 MiB of float32."""
 
 from __future__ import annotations
 
@@ -57,3 +57,69 @@ def test_the_engine_holds_no_output_holding_the_logits_costs_exactly_their_bytes
     dropped, _ = analysed(tmp_path, DROPPED, "dropped.py")
     peaks = [doc["iteration"]["peak_memory_bytes"] for doc in (held, dropped)]
     assert peaks[0] - peaks[1] == LOGITS_BYTES
+
+
+def tenants(document: dict) -> dict[tuple[int, str], int]:
+    return {(t["line"], t["phase"]): t["bytes"] for t in document["peak_memory_operation"]["other_tensors"]}
+
+
+def test_the_gradients_flowing_back_are_named_at_the_loss_line(tmp_path):
+    document, lines = analysed(tmp_path, DROPPED, "dropped.py")
+    peak = document["peak_memory_operation"]
+    assert (peak["line"], peak["phase"]) == (lines["LOSS"], "backward")  # the cross-entropy's backward
+    at_peak = tenants(document)
+    # The gradient of the log-probabilities and the one flowing on to the logits, both alive.
+    assert at_peak[(lines["LOSS"], "backward")] == 2 * LOGITS_BYTES
+    # Nothing of the forward pass but the loss itself: the logits were freed.
+    assert at_peak.get((lines["LOSS"], "forward"), 0) < 1024
+    # With the weights (their gradients are not made yet), the inputs and the log-probabilities
+    # saved for the backward running, they are every byte of the peak: none counted twice.
+    weights = sum(w["size_bytes"] for w in document["weights"])
+    inputs = 64 * 16 * 4 + 64 * 8  # the features, float32, and the classes, int64
+    saved = LOGITS_BYTES
+    assert weights + inputs + saved + sum(at_peak.values()) == document["iteration"]["peak_memory_bytes"]
+
+
+def test_logits_the_code_holds_are_named_at_their_line(tmp_path):
+    document, lines = analysed(tmp_path, HELD, "held.py")
+    assert tenants(document)[(lines["LOGITS"], "forward")] == LOGITS_BYTES
+
+
+ADAM = """\
+import torch
+
+
+def skyline_model_provider():
+    return torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.Linear(256, 4096))
+
+
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 16),)
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.Adam(model.parameters(), foreach=False)
+
+    def iteration(x):
+        optimizer.zero_grad()  # the gradients are freed: backward makes them anew
+        model(x).pow(2).mean().backward()
+        optimizer.step()  # STEP
+
+    return iteration
+"""
+
+
+def test_a_step_s_temporaries_are_named_at_the_step_and_gradients_are_not(tmp_path):
+    # Single-tensor Adam makes weight-sized temporaries on top of weights, gradients and its
+    # state, where backward makes one (the wide layer's weight gradient, which becomes its .grad)
+    # and the activations are a thousandth of them.
+    entry = tmp_path / "adam.py"
+    entry.write_text(ADAM, encoding="utf-8")
+    request = AnalysisRequest("adam.py", tmp_path, device="cpu", budget=QUICK, predict=False)
+    document = analyze(request).to_dict()
+    step = marked_line(entry, "STEP")
+    peak = document["peak_memory_operation"]
+    assert (peak["line"], peak["phase"]) == (step, "optimizer")
+    at_peak = tenants(document)
+    assert at_peak[(step, "optimizer")] >= 256 * 4096 * 4  # at least one temporary the wide weight's size
+    assert not any(phase == "backward" for _, phase in at_peak)

@@ -19,6 +19,7 @@ from skyline_engine.measure.memory import FORWARD_BACKWARD, MemoryProfile
 from skyline_engine.measure.timing import TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.render.terminal import render_report
+from skyline_engine.units import format_bytes
 
 MEASURED = (64, 128, 256)
 GiB = 1 << 30
@@ -122,6 +123,33 @@ def test_the_line_where_memory_peaked_follows_the_phase():
     assert lines[2] == "             at model.py:12 (addmm, backward)"
     doc["peak_memory_operation"] = {"operation": "empty", "phase": "forward", "path": None, "line": None}
     assert summary(doc)[1].endswith("reached in the forward and backward pass")  # no line of the project: none named
+
+
+def test_the_other_tensors_alive_at_the_peak_are_named_by_line_the_notable_ones():
+    doc = document(run_time(1 / 64, 0.75))
+    peak = doc["iteration"]["peak_memory_bytes"]
+    tenants = [
+        {"path": "model.py", "line": 12, "phase": "backward", "bytes": peak // 4},  # 25%: gradients
+        {"path": "train.py", "line": 30, "phase": "forward", "bytes": peak // 8},  # logits the code holds
+        {"path": "model.py", "line": 12, "phase": "forward", "bytes": peak // 16},
+        {"path": "train.py", "line": 31, "phase": "optimizer", "bytes": peak // 100},  # 1%: left out
+    ]
+    doc["peak_memory_operation"] = {
+        "operation": "_log_softmax_backward_data",
+        "phase": "backward",
+        "path": "model.py",
+        "line": 12,
+        "other_tensors": tenants,
+    }
+    sizes = [format_bytes(t["bytes"]) for t in tenants]
+    lines = summary(doc)
+    assert lines[2] == "             at model.py:12 (_log_softmax_backward_data, backward);"
+    assert lines[3] == (
+        f"             other tensors alive there from model.py:12: {sizes[0]} made in backward, {sizes[2]} of "
+        f"forward outputs; from train.py:30: {sizes[1]} of forward outputs"
+    )
+    doc["peak_memory_operation"]["other_tensors"] = tenants[3:]  # none notable: nothing more is said
+    assert summary(doc)[2] == "             at model.py:12 (_log_softmax_backward_data, backward)"
 
 
 def test_an_iteration_without_backward_work_has_a_forward_pass_alone():

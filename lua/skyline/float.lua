@@ -141,6 +141,34 @@ local function add_beneath(sheet, width, text, hl)
   add_text(sheet, width, nil, text, hl)
 end
 
+-- The other tensors alive at the memory peak (the document's `peak_memory_operation.other_tensors`)
+-- worth naming, as the terminal report names them: those holding at least this share of the peak.
+local NOTABLE_TENANT = 0.05
+local TENANT_KINDS = { forward = 'of forward outputs', backward = 'made in backward', optimizer = 'made in the step' }
+
+--- `other tensors alive there from train.py:7: 15.6 MiB made in backward`; nil when none is notable.
+local function peak_tenants(document, at, width)
+  local least = NOTABLE_TENANT * document.iteration.peak_memory_bytes
+  local kinds, places = {}, {} -- a line's tensors together, in the document's order (largest first)
+  for _, tenant in ipairs(at.other_tensors or {}) do
+    if tenant.bytes >= least then
+      local place = M.shorten_place(tenant.path, tenant.line, width - LABEL)
+      if not kinds[place] then
+        kinds[place] = {}
+        table.insert(places, place)
+      end
+      table.insert(kinds[place], format.bytes(tenant.bytes) .. ' ' .. (TENANT_KINDS[tenant.phase] or tenant.phase))
+    end
+  end
+  if #places == 0 then
+    return nil
+  end
+  local named = vim.tbl_map(function(place)
+    return 'from ' .. place .. ': ' .. table.concat(kinds[place], ', ')
+  end, places)
+  return 'other tensors alive there ' .. table.concat(named, '; ')
+end
+
 local function add_throughput(sheet, document, width)
   local measured = state.measured
   local throughput = format.throughput(measured.samples_per_second)
@@ -244,6 +272,10 @@ local function add_memory(sheet, document, width)
       where = string.format(', at %s (%s%s)', place, at.operation, at.phase == 'backward' and ', backward' or '')
     end
     add_beneath(sheet, width, 'peak reached in ' .. phase .. where, 'SkylineFloatMuted')
+    local tenants = at and at.path and peak_tenants(document, at, width)
+    if tenants then
+      add_beneath(sheet, width, tenants, 'SkylineFloatMuted')
+    end
   end
   local reserved = iteration.peak_memory_reserved_bytes -- CUDA only: the peak plus the allocator's cache
   if type(reserved) == 'number' then

@@ -45,6 +45,7 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
+from skyline_engine.attribute.peak_tenants import Lifetimes
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.iteration import after_accumulation
@@ -250,6 +251,8 @@ class OperationRecorder(TorchDispatchMode):
         # recorded iteration without a second dispatch mode (which cost the transformer example
         # 9 ms a recorded iteration of 43 ms). Set for the first recorded iteration only.
         self.memory: MemoryMeter | None = None
+        # With the meter: the storages its operations make, to name what is alive at its peak.
+        self.lifetimes: Lifetimes | None = None
         self.timer: _Timer
         self.recording = Recording()
         self._forward_by_sequence: dict[int, OperationRecord] = {}
@@ -317,6 +320,9 @@ class OperationRecorder(TorchDispatchMode):
             self._call_stack.pop()
 
     def _accumulated(self, parameter: torch.Tensor) -> None:
+        if self.lifetimes is not None and parameter.grad is not None:  # counted with the weights
+            for storage in tensor_storages([parameter.grad]):
+                self.lifetimes.accounted(storage)
         if len(self.recording.iteration_starts) == 1:
             self.recording.gradient_accumulations[id(parameter)] += 1
 
@@ -357,9 +363,9 @@ class OperationRecorder(TorchDispatchMode):
             self.memory.after_operation(func.__name__, out)
         # Not the optimizer's outputs: its in-place updates return the parameters, which the next
         # recorded iteration saves for backward, and parameters are no activations.
-        if record.phase == FORWARD:
-            self._note_produced(out, args, kwargs, record)
-        elif record.phase == OPTIMIZER:
+        if record.phase == FORWARD or self.lifetimes is not None:
+            self._note_made(out, args, kwargs, record)
+        if record.phase == OPTIMIZER:
             self._updates.note_outputs(out)
         return out
 
@@ -417,22 +423,30 @@ class OperationRecorder(TorchDispatchMode):
             return self.call_sites.stack(skip=3)[0]
         return self.call_sites.stack_from(sys._current_frames().get(self._iteration_thread))[0]
 
-    def _note_produced(self, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record: OperationRecord) -> None:
-        """The storages `record`'s operation made: its outputs' storages that no operation made
-        before and that are not its inputs'. A view shares its input's storage: `t(weight)`, which
-        every Linear runs, made no weight (counted as the activation of `t`, a third of a weight
-        over three recorded iterations, it was 40 % of the default example's line)."""
-        inputs: set[int] | None = None
+    def _note_made(self, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record: OperationRecord) -> None:
+        """The storages `record`'s operation made: its outputs' storages that are not its inputs'.
+        A view shares its input's storage: `t(weight)`, which every Linear runs, made no weight
+        (counted as the activation of `t`, a third of a weight over three recorded iterations, it
+        was 40 % of the default example's line). A forward operation is their producer, whose
+        activations they are if kept for backward, unless an operation made them before."""
+        inputs: set[int] | None = None  # found only when needed: this runs after every operation
         for storage in tensor_storages(tree_flatten(out)[0]):
-            if storage in self._producer:
+            produced = record.phase == FORWARD and storage not in self._producer
+            if not produced and self.lifetimes is None:
                 continue
             if inputs is None:
                 inputs = {id(s) for s in tensor_storages(tree_flatten((args, kwargs))[0])}
-            if id(storage) not in inputs:
+            if id(storage) in inputs:
+                continue
+            if produced:
                 self._producer[storage] = record
+            if self.lifetimes is not None:
+                self.lifetimes.made(storage, record)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         for storage in tensor_storages([tensor]):
+            if self.lifetimes is not None:
+                self.lifetimes.accounted(storage)
             producer: OperationRecord | None = self._producer.get(storage)
             if producer is not None and storage not in self._saved:
                 self._saved[storage] = True

@@ -16,6 +16,7 @@ import torch
 from skyline_engine.attribute.breakdown import RECORDED, Breakdown, OperationSite, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.memory_growth import MemoryGrowth, memory_growth
+from skyline_engine.attribute.peak_tenants import Lifetimes, PeakTenant
 from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
 from skyline_engine.measure.compilation import eager_replay
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
@@ -52,6 +53,7 @@ class IterationRecording:
                 self._module_names.setdefault(id(part), name)
         self.recorder = self._new_recorder()
         self._peak: OperationSite | None = None
+        self._peak_tenants: list[PeakTenant] = []
         self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
@@ -93,11 +95,15 @@ class IterationRecording:
         """`calls` recorded (each starting its recorded iteration), with the memory profile of what
         they ran, whose peak names the recorded operation at it."""
         meter = self.recorder.memory = meter_for(self.device, live_tensors)
+        lifetimes = self.recorder.lifetimes = Lifetimes(lambda: meter.operations_seen)
         with eager_replay(), tracking_phases(meter), self.recorder:
             calls()
-        self.recorder.memory = None  # further recorded iterations only add to the breakdown
+        self.recorder.memory = self.recorder.lifetimes = None  # further recorded iterations only add to the breakdown
         profile = meter.profile()
-        self._peak = _operation_at_peak(profile, self.recorder.recording.operations)
+        operations = self.recorder.recording.operations
+        index = _index_at_peak(profile, operations)
+        self._peak = OperationSite.of(operations[index]) if index is not None else None
+        self._peak_tenants = lifetimes.tenants_at(index) if index is not None else []
         return profile
 
     def _calls(self, run: Run, count: int) -> None:
@@ -129,14 +135,15 @@ class IterationRecording:
             mode,
             peak_operation=self._peak,
             held=self._held,
+            peak_tenants=self._peak_tenants,
         )
 
 
-def _operation_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> OperationSite | None:
-    """The recorded operation after which memory peaked: the meter saw the first recorded
-    iteration's operations one for one, in the order they were recorded. None when memory was
-    highest before the first operation."""
+def _index_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> int | None:
+    """The index of the recorded operation after which memory peaked: the meter saw the first
+    recorded iteration's operations one for one, in the order they were recorded. None when
+    memory was highest before the first operation."""
     peak = profile.peak_bytes
     if not profile.operation_bytes or profile.start_bytes >= peak or len(operations) < len(profile.operation_bytes):
         return None
-    return OperationSite.of(operations[profile.operation_bytes.index(peak)])
+    return profile.operation_bytes.index(peak)

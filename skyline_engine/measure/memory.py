@@ -183,6 +183,10 @@ class MemoryMeter:
         self._bytes.append(self._bytes_now(outputs))
         self._names.append(name)
 
+    @property
+    def operations_seen(self) -> int:
+        return len(self._bytes)
+
     def profile(self) -> MemoryProfile:
         """The profile so far; phases in which no operation ran are left out."""
         ends = [start for start, _ in self._phase_starts[1:]] + [len(self._bytes)]

@@ -47,6 +47,10 @@ PEAK_PHASES = {
     "optimizer": "the optimizer step",
     "other": "neither pass nor the step (zero_grad, your own code)",
 }
+# The other tensors at the peak (analysis document, `peak_memory_operation.other_tensors`) named
+# in the summary: those holding at least this share of it, and what made them.
+NOTABLE_TENANT = 0.05
+TENANT_KINDS = {"forward": "of forward outputs", "backward": "made in backward", "optimizer": "made in the step"}
 FORWARD_ONLY = "the forward pass"  # the forward_backward phase of an iteration without backward work
 
 
@@ -205,7 +209,22 @@ def _peak_operation(doc: dict[str, Any]) -> str:
     if not peak or peak.get("path") is None:
         return ""
     backward = ", backward" if peak["phase"] == "backward" else ""
-    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward})"
+    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){_peak_tenants(doc, peak)}"
+
+
+def _peak_tenants(doc: dict[str, Any], peak: dict[str, Any]) -> str:
+    """`; other tensors alive there from model.py:12: 15.6 MiB made in backward`: the largest of
+    the other tensors at the peak (peak_tenants.py), those that hold a notable share of it."""
+    least = NOTABLE_TENANT * doc["iteration"]["peak_memory_bytes"]
+    tenants = [t for t in peak.get("other_tensors", []) if t["bytes"] >= least]
+    if not tenants:
+        return ""
+    by_place: dict[str, list[str]] = {}  # a line's backward and forward tensors together, largest first
+    for tenant in tenants:
+        place = f"{tenant['path']}:{tenant['line']}"
+        by_place.setdefault(place, []).append(f"{format_bytes(tenant['bytes'])} {TENANT_KINDS[tenant['phase']]}")
+    named = [f"from {place}: {', '.join(kinds)}" for place, kinds in by_place.items()]
+    return ";\nother tensors alive there " + "; ".join(named)
 
 
 def _advice(doc: dict[str, Any]) -> str:
