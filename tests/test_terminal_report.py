@@ -243,6 +243,22 @@ def test_a_line_that_runs_most_of_the_iteration_in_library_code_is_broken_down_b
     assert "\nModules (" not in render_report(doc)
 
 
+def test_lines_holding_much_memory_follow_the_hottest_though_they_cost_no_time():
+    # Eleven timed lines fill the hottest ten; an optimizer's state (a quarter of the peak) and a
+    # module's weights (a tenth) cost no time and come next, most memory first; a line holding
+    # 1 % of the peak, and the eleventh timed line, are left out.
+    doc = document(run_time(1 / 64, 0.75))
+    peak = doc["iteration"]["peak_memory_bytes"]
+    timed = [_line(30 + i, 0.1 * (11 - i), 0.0) for i in range(11)]
+    holders = {12: peak // 10, 40: peak // 4, 13: peak // 100}
+    memory_only = [{**_line(number, 0.0, 0.0), "memory_bytes": size} for number, size in holders.items()]
+    doc["lines"] = timed + memory_only
+    section = next(part for part in render_report(doc, 200).split("\n\n") if part.startswith("Hottest lines"))
+    places = [row.split()[0] for row in section.splitlines()[2:]]
+    hottest = [f"entry_point.py:{30 + i}" for i in range(10)]
+    assert places == [*hottest, "entry_point.py:40", "entry_point.py:12", "untracked"]
+
+
 def test_the_users_measured_batch_size_keeps_its_measured_figure():
     # The knee falls below the smallest measured: throughput has levelled off by then.
     doc = document(run_time(1.0, 0.5), batch_size=64)
