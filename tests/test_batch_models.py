@@ -342,6 +342,24 @@ def test_a_fixed_number_of_samples_per_step_runs_fewer_micro_batches_at_larger_b
     )
 
 
+def test_the_best_batch_size_divides_the_samples_per_step():
+    # 1,000 samples a step, measured at 25, 50 and 100 (0.1 ms a sample + 1 ms: throughput rises to
+    # the largest batch size allowed), trusted up to 400. Memory for 300 at most (1,000 bytes a
+    # sample + 5,000, 90 % of the capacity usable): at 300, `1000 // 300` micro-batches would step
+    # after 900 samples; 250 takes them all. Without a fixed number of samples a step, 300.
+    sizes = (25, 50, 100)
+    one_micro_batch = tuple(0.1 * b + 1.0 for b in sizes)
+    memory = {b: profile(b, [(FORWARD_BACKWARD, 1000, 5000)]) for b in sizes}
+    capacity = math.ceil((300 * 1000 + 5000) / 0.9)
+    per_step = BatchSizeModels.fit(sizes, one_micro_batch, memory, capacity, samples_per_step=1000)
+    free = BatchSizeModels.fit(sizes, one_micro_batch, memory, capacity)
+    assert (per_step.max_batch_size(), per_step.trusted_range) == (300, (25, 400))
+    assert (per_step.best_batch_size(), free.best_batch_size()) == (250, 300)
+    # Memory to spare: the trusted range's end, 400, does not divide 1,000 either.
+    roomy = BatchSizeModels.fit(sizes, one_micro_batch, memory, 10**9, samples_per_step=1000)
+    assert roomy.best_batch_size() == 250
+
+
 def test_a_peak_of_exactly_the_usable_memory_fits():
     # As a document writes the models (a fit leaves rounding; these lines are exact).
     line = {"slope": 1000.0, "bias": 5000.0, "r2": 1.0, "max_relative_residual": 0.0, "points": 3}

@@ -6,6 +6,7 @@ models are the engine's, and the report is the one `skyline profile` prints.
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -30,13 +31,22 @@ def run_time(slope_ms: float, bias_ms: float) -> tuple[float, ...]:
 
 
 def document(
-    times, capacity=GiB, batch_size=128, with_models=True, reserved=None, backward=True, recorded_ms=2.0, failing=()
+    times,
+    capacity=GiB,
+    batch_size=128,
+    with_models=True,
+    reserved=None,
+    backward=True,
+    recorded_ms=2.0,
+    failing=(),
+    samples_per_step=None,
 ):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
     forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
     recorded iteration's operations take `recorded_ms`, all at the user's lines, half of it
     forward and half backward work (or all forward without `backward`); the user's code failed at
-    the batch sizes `failing`."""
+    the batch sizes `failing`; with `samples_per_step`, it accumulates to that many samples a step,
+    and `times` are one micro-batch's."""
     samples = [
         Sample(
             b,
@@ -57,6 +67,7 @@ def document(
         {s.batch_size: s.memory for s in samples},
         capacity,
         failing=failing,
+        samples_per_step=samples_per_step,
     )
     backward_ms = recorded_ms / 2 if backward else 0.0
     recorded = OperationNode("iteration", "", "module", forward_ms=recorded_ms - backward_ms, backward_ms=backward_ms)
@@ -257,6 +268,44 @@ def test_lines_holding_much_memory_follow_the_hottest_though_they_cost_no_time()
     places = [row.split()[0] for row in section.splitlines()[2:]]
     hottest = [f"entry_point.py:{30 + i}" for i in range(10)]
     assert places == [*hottest, "entry_point.py:40", "entry_point.py:12", "untracked"]
+
+
+def test_the_advised_batch_size_divides_the_samples_per_step():
+    # 1/64 ms a sample + 0.75 ms a micro-batch: throughput reaches 90% of its limit at 432. With
+    # 1,000 samples a step, 432 micro-batches of `1000 // 432` would step after 864: the advice
+    # is the next batch size up that divides 1,000, or, where memory ends first, the next down.
+    line = run_time(1 / 64, 0.75)
+
+    def faster(b: int) -> str:  # than the user's 128, as the report compares them
+        return f"{(b / (b / 64 + 0.75)) / (128 / (128 / 64 + 0.75)) - 1:.0%} faster"
+
+    advised = summary(document(line, samples_per_step=1000))[2:5]
+    assert advised == [
+        f"Batch size   use 500 for {predicted_rate(500, 1 / 64, 0.75)}, {faster(500)} than yours (128)",
+        "             it reaches 90% of the 64,000 samples/s this model approaches: larger batch sizes buy little "
+        "speed for their memory;",
+        "             500 divides your 1,000 samples per optimizer step, 432 does not",
+    ]
+    room_for = {b: math.ceil((1000 * b + 8_000_000) / 0.9) for b in (450, 300)}  # the capacity that fits b at most
+    advised = summary(document(line, capacity=room_for[450], samples_per_step=1000))[2:5]
+    assert advised == [
+        f"Batch size   use 250 for {predicted_rate(250, 1 / 64, 0.75)}, {faster(250)} than yours (128)",
+        "             the largest up to 450 that divides your 1,000 samples per optimizer step;",
+        "             throughput reaches 90% of the 64,000 samples/s this model approaches at 432",
+    ]
+    advised = summary(document(line, capacity=room_for[300], samples_per_step=1000))[2:5]
+    assert advised == [
+        f"Batch size   use 250 for {predicted_rate(250, 1 / 64, 0.75)}, {faster(250)} than yours (128)",
+        "             250 divides your 1,000 samples per optimizer step, 300 does not;",
+        "             the largest predicted to fit: memory runs out before throughput levels off",
+    ]
+    assert summary(document(line, capacity=room_for[300]))[2].startswith("Batch size   use 300 for ")
+    # 256 samples a step end the trusted range below the knee: one micro-batch takes them all.
+    assert summary(document(line, samples_per_step=256))[2:4] == [
+        f"Batch size   use 256 for {256 / (256 / 64 + 0.75) * 1000:,.0f} samples/s (measured), {faster(256)} than "
+        "yours (128)",
+        "             all your 256 samples per optimizer step in one micro-batch: no accumulation",
+    ]
 
 
 def test_the_users_measured_batch_size_keeps_its_measured_figure():

@@ -58,6 +58,18 @@ def fits_poorly(line: LinearModel) -> bool:
     return line.r2 is not None and line.r2 < POOR_FIT_R2 and line.max_relative_residual > CLOSE_FIT_RESIDUAL
 
 
+def dividing_at_most(samples_per_step: int, batch_size: int) -> int:
+    """The largest batch size up to `batch_size` that divides `samples_per_step`: an iteration that
+    accumulates to a fixed number of samples a step (`256 // batch_size` micro-batches) takes them
+    all only there; at 100 it would step after 200."""
+    return max(d for d in range(1, min(batch_size, samples_per_step) + 1) if samples_per_step % d == 0)
+
+
+def dividing_at_least(samples_per_step: int, batch_size: int) -> int | None:
+    """The smallest batch size from `batch_size` on that divides `samples_per_step`; None past it."""
+    return next((d for d in range(max(batch_size, 1), samples_per_step + 1) if samples_per_step % d == 0), None)
+
+
 def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_HEADROOM_FRACTION) -> int:
     """What a batch size may use of the device's memory: all of it but the headroom."""
     return int(capacity_bytes * (1.0 - headroom_fraction))
@@ -258,15 +270,17 @@ class BatchSizeModels:
     def best_batch_size(self) -> int | None:
         """The batch size with the highest predicted throughput among those that fit within the
         trusted range. Throughput = b / (slope·b + bias) is monotone in b: it rises with b when
-        the bias is positive (fixed costs get shared) and falls when it is negative. None when
-        time does not grow with the batch size, or nothing fits."""
+        the bias is positive (fixed costs get shared) and falls when it is negative. With samples
+        per step, one that divides them (dividing_at_most). None when time does not grow with the
+        batch size, or nothing fits."""
         largest = self.max_batch_size()
         high = self.trusted_range[1]
         if not self.time_predictable or largest == 0:
             return None
         if self.run_time.bias < 0:
             return self._fastest_measured(largest)
-        return min(high, largest) if largest is not None else high
+        best = min(high, largest) if largest is not None else high
+        return dividing_at_most(self.samples_per_step, best) if self.samples_per_step else best
 
     def _fastest_measured(self, largest: int | None) -> int:
         """Where throughput falls with the batch size: the timed batch size that fits with the

@@ -20,6 +20,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from skyline_engine.predict.batch_models import dividing_at_least, dividing_at_most
 from skyline_engine.predict.peak_memory import PeakMemoryModel
 from skyline_engine.units import bar, format_bytes, format_ms, format_rate
 
@@ -253,28 +254,59 @@ def _advice(doc: dict[str, Any]) -> str:
     measured = max(sample["batch_size"] for sample in models["samples"])
     ceiling = high if largest is None else min(largest, high)
     approached = f"the {format_rate(models['asymptotic_samples_per_second'], SAMPLES)} this model approaches"
+    per_step = models.get("samples_per_step")
     if knee <= ceiling:
-        return _use(
-            doc, max(knee, low), f"it reaches 90% of {approached}: larger batch sizes buy little speed for their memory"
-        )
-    if largest is not None and largest <= high:
-        return _use(doc, largest, "the largest predicted to fit: memory runs out before throughput levels off")
-    if _fails_just_past(models, high):
+        advised = max(knee, low)
+        why = f"it reaches 90% of {approached}: larger batch sizes buy little speed for their memory"
+        if not per_step or per_step % advised == 0:
+            return _use(doc, advised, why)
+        above = dividing_at_least(per_step, advised)
+        if above is not None and above <= ceiling:  # at least as large: what `why` says holds
+            return _use(doc, above, f"{why};\n{_divides(per_step, above, advised)}")
         return _use(
             doc,
+            dividing_at_most(per_step, ceiling),
+            f"the largest up to {ceiling:,} that divides your {per_step:,} samples per optimizer step;\n"
+            f"throughput reaches 90% of {approached} at {knee:,}",
+        )
+    if largest is not None and largest <= high:
+        why = "the largest predicted to fit: memory runs out before throughput levels off"
+        return _use_dividing(doc, per_step, largest, why)
+    if _fails_just_past(models, high):
+        return _use_dividing(
+            doc,
+            per_step,
             high,
             f"the largest below {high + 1:,}, where your code fails (see the warnings);\n"
             f"throughput would still rise beyond it (90% of {approached} at {knee:,}):\n"
             f"profile with --batch-size {high} to check that your code runs there",
         )
+    if high == per_step:  # the trusted range ends where a step would run less than one micro-batch
+        return _use(doc, high, f"all your {per_step:,} samples per optimizer step in one micro-batch: no accumulation")
     trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
-    return _use(
+    return _use_dividing(
         doc,
+        per_step,
         high,
         f"the largest of the trusted range (up to {trusted});\n"
         f"throughput still rises beyond it (90% of {approached} at {knee:,}):\n"
         f"profile with --batch-size {high} to measure further",
     )
+
+
+def _divides(per_step: int, batch_size: int, instead_of: int) -> str:
+    """Why `batch_size` is advised and not `instead_of`: an iteration that accumulates to a fixed
+    number of samples per step (`256 // batch_size` micro-batches) takes them all only at a batch
+    size that divides them; at 100 it would step after 200."""
+    return f"{batch_size:,} divides your {per_step:,} samples per optimizer step, {instead_of:,} does not"
+
+
+def _use_dividing(doc: dict[str, Any], per_step: int | None, batch_size: int, why: str) -> str:
+    """`_use` of `batch_size`, or of the largest below it that divides the samples per step."""
+    if not per_step or per_step % batch_size == 0:
+        return _use(doc, batch_size, why)
+    below = dividing_at_most(per_step, batch_size)
+    return _use(doc, below, f"{_divides(per_step, below, batch_size)};\n{why}")
 
 
 def _fails_just_past(models: dict[str, Any], high: int) -> bool:
