@@ -62,12 +62,18 @@ def dividing_at_most(samples_per_step: int, batch_size: int) -> int:
     """The largest batch size up to `batch_size` that divides `samples_per_step`: an iteration that
     accumulates to a fixed number of samples a step (`256 // batch_size` micro-batches) takes them
     all only there; at 100 it would step after 200."""
-    return max(d for d in range(1, min(batch_size, samples_per_step) + 1) if samples_per_step % d == 0)
+    return max(d for d in _divisors(samples_per_step) if d <= batch_size)
 
 
 def dividing_at_least(samples_per_step: int, batch_size: int) -> int | None:
     """The smallest batch size from `batch_size` on that divides `samples_per_step`; None past it."""
-    return next((d for d in range(max(batch_size, 1), samples_per_step + 1) if samples_per_step % d == 0), None)
+    return min((d for d in _divisors(samples_per_step) if d >= batch_size), default=None)
+
+
+def _divisors(n: int) -> list[int]:
+    """Every divisor of `n` (1 and `n` too), found up to its square root."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in small]
 
 
 def usable_memory_bytes(capacity_bytes: int, headroom_fraction: float = MEMORY_HEADROOM_FRACTION) -> int:
