@@ -134,3 +134,42 @@ def test_a_step_s_temporaries_are_named_at_the_step_and_gradients_are_not(tmp_pa
     at_peak = tenants(document)
     assert at_peak[(step, "optimizer")] >= 256 * 4096 * 4  # at least one temporary the wide weight's size
     assert not any(phase == "backward" for _, phase in at_peak)
+
+
+FREED = """\
+import torch
+
+
+def skyline_model_provider():
+    return torch.nn.Linear(16, 16)
+
+
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 16),)
+
+
+def skyline_iteration_provider(model):
+    def iteration(x):
+        with torch.no_grad():
+            a = x.repeat(1, 1024)  # A
+            b = a * 2  # B
+            del a
+            c = b.repeat(1, 2)  # C
+            del b, c
+        model(x).pow(2).mean().backward()
+
+    return iteration
+"""
+
+
+def test_a_tensor_freed_just_before_the_peak_s_operation_is_not_there(tmp_path):
+    # Without gradients: a and b (512 KiB each), then a freed, then c (1 MiB): the peak is c's
+    # operation, where b and c are alive and a no longer is.
+    entry = tmp_path / "freed.py"
+    entry.write_text(FREED, encoding="utf-8")
+    request = AnalysisRequest("freed.py", tmp_path, device="cpu", budget=QUICK, predict=False)
+    document = analyze(request).to_dict()
+    b, c = (marked_line(entry, mark) for mark in "BC")
+    assert document["peak_memory_operation"]["line"] == c
+    unit = 8 * 16 * 1024 * 4
+    assert tenants(document) == {(b, "forward"): unit, (c, "forward"): 2 * unit}  # none at line `a`
