@@ -325,6 +325,26 @@ def test_no_batch_size_is_advised_when_time_does_not_follow_it():
     ]
 
 
+def test_where_the_line_predicts_nothing_the_fastest_measured_is_advised():
+    # A small model's times grow too unevenly for a line (R² 0.89, missing one by 4 %) while its
+    # throughput nearly doubles with each doubling: the fastest measured, and where to look next.
+    doc = document((0.70, 0.80, 0.86))
+    assert doc["models"]["best_batch_size"] is None
+    assert summary(doc)[2:5] == [
+        f"Batch size   use 256 for {256 / 0.86 * 1000:,.0f} samples/s (measured), 86% faster than yours (128)",
+        "             the fastest measured: the run-time line predicts no other batch size (see the warnings);",
+        "             profile with --batch-size 512 to measure further",
+    ]
+    # A GPU bound by kernel launches: the same time at every batch size measured.
+    flat = summary(document((5.0, 5.0, 5.0)))
+    assert flat[2] == "Batch size   use 256 for 51,200 samples/s (measured), 2.0× yours (128)"
+    # Throughputs within 5 % of each other: nothing notably faster than the user's.
+    assert summary(document((10.0, 10.3, 20.5)))[2:4] == [
+        f"Batch size   keep 128 for {128 / 10.3 * 1000:,.0f} samples/s (measured)",
+        "             no batch size measured ran notably faster; none other is predicted (see the warnings)",
+    ]
+
+
 def test_no_batch_size_is_advised_from_one_measurement():
     doc = document(run_time(1 / 64, 0.5), with_models=False)
     lines = summary(doc)

@@ -48,6 +48,8 @@ PEAK_PHASES = {
     "optimizer": "the optimizer step",
     "other": "neither pass nor the step (zero_grad, your own code)",
 }
+# Measured throughputs, or times, that differ by less than this share are not told apart.
+MEASURED_NOISE = 0.05
 # The other tensors at the peak (analysis document, `peak_memory_operation.other_tensors`) named
 # in the summary: those holding at least this share of it, and what made them.
 NOTABLE_TENANT = 0.05
@@ -243,10 +245,7 @@ def _advice(doc: dict[str, Any]) -> str:
         )
     best = models["best_batch_size"]
     if best is None:
-        return (
-            "none to recommend: the iteration time did not follow the batch size (see the warnings)\n"
-            "re-run on a quiet machine"
-        )
+        return _fastest_measured(doc, models)
     knee = models["throughput_knee_batch_size"]
     if knee is None:  # throughput does not rise with the batch size
         return _use(doc, best, "throughput falls at larger batch sizes: the fastest measured")
@@ -307,6 +306,34 @@ def _use_dividing(doc: dict[str, Any], per_step: int | None, batch_size: int, wh
         return _use(doc, batch_size, why)
     below = dividing_at_most(per_step, batch_size)
     return _use(doc, below, f"{_divides(per_step, below, batch_size)};\n{why}")
+
+
+def _fastest_measured(doc: dict[str, Any], models: dict[str, Any]) -> str:
+    """Where the run-time line predicts nothing, what the measurements say: the batch size that ran
+    fastest, by more than MEASURED_NOISE, where their times do not fall as the batch size grows
+    (a machine's drift makes them fall; one micro-batch's time, where each ran its own number). A
+    small model's times grow too little, or too unevenly, for a straight line (0.70, 0.80 and
+    0.86 ms at 32, 64 and 128 samples: R² 0.90), while its throughput tripled."""
+    samples = sorted(models["samples"], key=lambda sample: sample["batch_size"])
+    times = [sample["run_time_ms"] / sample.get("micro_batches", 1) for sample in samples]
+    if len(samples) < 2 or any(later < earlier * (1 - MEASURED_NOISE) for earlier, later in zip(times, times[1:])):
+        return (
+            "none to recommend: the iteration time did not follow the batch size (see the warnings)\n"
+            "re-run on a quiet machine"
+        )
+    yours = doc["iteration"]["samples_per_second"]
+    fastest = max(samples, key=lambda sample: sample["samples_per_second"])
+    if fastest["samples_per_second"] <= yours * (1 + MEASURED_NOISE):
+        return _use(
+            doc,
+            doc["batch_size"],
+            "no batch size measured ran notably faster; none other is predicted (see the warnings)",
+        )
+    why = "the fastest measured: the run-time line predicts no other batch size (see the warnings)"
+    largest, fits = samples[-1]["batch_size"], models["max_batch_size"]
+    if fastest is samples[-1] and (fits is None or fits >= 2 * largest):
+        why += f";\nprofile with --batch-size {2 * largest} to measure further"
+    return _use(doc, fastest["batch_size"], why)
 
 
 def _fails_just_past(models: dict[str, Any], high: int) -> bool:
