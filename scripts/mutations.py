@@ -458,6 +458,20 @@ MUTATIONS = [
         "    if True:\n        return _use(doc, batch_size, why)",
         MODELS_TESTS,
     ),
+    Mutation(
+        "times that fall with the batch size advise the fastest measured",
+        "skyline_engine/render/terminal.py",
+        "if len(samples) < 2 or any(later < earlier * (1 - MEASURED_NOISE)",
+        "if len(samples) < 2 or False and any(later < earlier * (1 - MEASURED_NOISE)",
+        MODELS_TESTS,
+    ),
+    Mutation(
+        "a batch size measured within the noise is advised",
+        "skyline_engine/render/terminal.py",
+        "if fastest[\"samples_per_second\"] <= yours * (1 + MEASURED_NOISE):",
+        "if fastest[\"samples_per_second\"] <= yours:",
+        MODELS_TESTS,
+    ),
 ]
 
 
