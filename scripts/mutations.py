@@ -468,8 +468,8 @@ MUTATIONS = [
     Mutation(
         "a batch size measured within the noise is advised",
         "skyline_engine/render/terminal.py",
-        "if fastest[\"samples_per_second\"] <= yours * (1 + MEASURED_NOISE):",
-        "if fastest[\"samples_per_second\"] <= yours:",
+        'if fastest["samples_per_second"] <= yours * (1 + MEASURED_NOISE):',
+        'if fastest["samples_per_second"] <= yours:',
         MODELS_TESTS,
     ),
 ]

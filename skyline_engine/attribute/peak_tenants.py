@@ -56,11 +56,13 @@ class Lifetimes:
 
     def made(self, storage: torch.UntypedStorage, record: OperationRecord) -> None:
         """`record`'s operation, the latest the meter saw, made `storage`."""
-        if storage in self._number:
+        size = storage.nbytes()
+        # A compiler's tracing tensors hold no memory: on `meta`, or of a size with symbols in it.
+        if storage in self._number or storage.device.type == "meta" or not isinstance(size, int):
             return
         number = len(self._made)
         self._number[storage] = number
-        self._made.append((record, storage.nbytes(), self._operations_seen() - 1))
+        self._made.append((record, size, self._operations_seen() - 1))
         # Storage objects live exactly as long as their memory (measure/memory.py).
         weakref.finalize(storage, self._free, number).atexit = False
 
