@@ -273,6 +273,27 @@ def test_a_line_shows_the_phases_that_did_work(nvim):
     ]
 
 
+# --- float.lua ------------------------------------------------------------------------------
+
+
+def test_wrapped_text_keeps_a_number_with_its_unit(nvim):
+    cases = [
+        ["abc 8.8 MiB", 7, ""],  # `abc 8.8` fits in 7, but `MiB` stays with its number
+        ["peak (2.0 KiB) here", 9, ""],  # inside parentheses too
+        ["took 1,024 ms;", 10, ""],
+        ["8.8 apples pie", 10, ""],  # no unit: the words wrap apart as they come
+        ["a b c", 3, "  "],  # the indent starts each line after the first
+    ]
+    lines = [result[0] for result in call_each(nvim, "skyline.float", "wrap", cases)]
+    assert lines == [
+        ["abc", "8.8 MiB"],
+        ["peak", "(2.0 KiB)", "here"],
+        ["took", "1,024 ms;"],
+        ["8.8 apples", "pie"],
+        ["a b", "  c"],
+    ]
+
+
 # --- config.lua -----------------------------------------------------------------------------
 
 

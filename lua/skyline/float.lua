@@ -87,9 +87,26 @@ end
 
 --- `text` wrapped at word boundaries into lines of at most `width` cells (a word longer than a
 --- line is cut), the lines after the first starting with `indent`.
+-- Units that stay on their number's line when text wraps: `8.8 MiB`, never `8.8` / `MiB`.
+local UNITS = { B = true, KiB = true, MiB = true, GiB = true, TiB = true, ms = true, s = true }
+
+--- The words of `text`, a number and its unit as one.
+local function words(text)
+  local out = {}
+  for word in text:gmatch('%S+') do
+    local previous = out[#out]
+    if previous and UNITS[word:gsub('[,.;:)]+$', '')] and previous:match('^%(?[%d.,]+$') then
+      out[#out] = previous .. ' ' .. word
+    else
+      table.insert(out, word)
+    end
+  end
+  return out
+end
+
 function M.wrap(text, width, indent)
   local lines, current = {}, ''
-  for word in text:gmatch('%S+') do
+  for _, word in ipairs(words(text)) do
     local candidate = current == '' and word or (current .. ' ' .. word)
     if current ~= '' and vim.fn.strdisplaywidth(candidate) > width then
       table.insert(lines, current)
