@@ -606,6 +606,12 @@ def test_past_the_samples_per_step_no_time_is_predicted_and_the_message_says_why
     show(nvim, doc)
     nvim.command("SkylineBatchSize! 1024")  # 2 micro-batches of 1,024 a step
     assert state(nvim)["prediction"]["run_time_ms"] == pytest.approx(2 * (2.0 + 0.05 * 1024))
+    nvim.command("SkylineBatchSize! 1000")  # `2048 // 1000` micro-batches would take 2,000 a step
+    wait_for_message(
+        nvim,
+        "batch size 1,000 does not divide your 2,048 samples per optimizer step: whole micro-batches of it cannot "
+        "make them up (the time predicted counts 2.05 of them)",
+    )
     nvim.command("SkylineBatchSize! 4096")
     wait_for_message(
         nvim,

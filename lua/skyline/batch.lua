@@ -172,6 +172,20 @@ local function warn_if_unreliable(prediction)
       )
     )
   end
+  -- Accumulation to a fixed number of samples a step (`256 // batch_size` micro-batches): whole
+  -- micro-batches take them all only at a batch size that divides them (at 100, 200 a step).
+  local per_step = state.models.samples_per_step ~= vim.NIL and state.models.samples_per_step or nil
+  if per_step and prediction.batch_size <= per_step and per_step % prediction.batch_size ~= 0 then
+    util.warn(
+      string.format(
+        'batch size %s does not divide your %s samples per optimizer step: whole micro-batches of it cannot make '
+          .. 'them up (the time predicted counts %.2f of them)',
+        format.integer(prediction.batch_size),
+        format.integer(per_step),
+        per_step / prediction.batch_size
+      )
+    )
+  end
   local low, high = unpack(state.models.trusted_range)
   if prediction.extrapolated then
     util.warn(
