@@ -123,6 +123,8 @@ def test_averaged_copies_updated_after_the_step_are_step_time_their_weights_weig
     assert sum(w["size_bytes"] for w in copies.values()) == 2 * FLOAT32 * (BODY + HEAD)
     assert {name.split(".")[0] for name in copies} == {"ema", "shadow"}
     assert line(doc, "ema.py", marked("ema.py", "AVERAGED"))["memory_bytes"] == FLOAT32 * (BODY + HEAD)
+    # A bare deep copy registers no parameter: its weights stood at no line; now at its assignment.
+    assert line(doc, "ema.py", marked("ema.py", "SHADOW"))["memory_bytes"] == FLOAT32 * (BODY + HEAD)
     # The averaged model's evaluation runs its modules, under the name the trainer holds it by.
     assert any(child["module"] == "ema" for child in doc["operations"]["children"])
 

@@ -539,23 +539,27 @@ def _leaf(root: OperationNode, op: OperationRecord, call_sites: dict[str, list[C
 
 def _weights(modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationSites) -> list[WeightMemory]:
     """Each parameter of the named `modules` once (one shared with the model, as torch.compile's
-    wrapper's are, under the model's name), named with its module's name as prefix."""
+    wrapper's are, under the model's name), named with its module's name as prefix; the first is
+    the model, the others the modules the iteration holds."""
     entries = []
     seen = set()
-    named = (item for prefix, module in modules for item in module.named_parameters(prefix=prefix))
-    for name, param in named:
-        if id(param) in seen:
-            continue
-        seen.add(id(param))
-        grad = param.grad
-        entries.append(
-            WeightMemory(
-                name=name,
-                size_bytes=_bytes(param),
-                grad_size_bytes=_bytes(grad) if grad is not None else 0,
-                contexts=creation.tensor_stack(param),
+    for index, (prefix, module) in enumerate(modules):
+        for name, param in module.named_parameters(prefix=prefix):
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            grad = param.grad
+            contexts = creation.tensor_stack(param)
+            if not contexts and index > 0:  # a held copy no registration named: where the code made it
+                contexts = creation.held_stack(prefix)
+            entries.append(
+                WeightMemory(
+                    name=name,
+                    size_bytes=_bytes(param),
+                    grad_size_bytes=_bytes(grad) if grad is not None else 0,
+                    contexts=contexts,
+                )
             )
-        )
     return entries
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import re
 import sys
 import weakref
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ class CreationSites:
         # The names the project's code held each optimizer by when it stepped, by its id.
         self._optimizer_names: dict[int, frozenset[str]] = {}
         self._optimizer_refs: list[weakref.ref[torch.optim.Optimizer]] = []
+        # Where each module the iteration holds was assigned, by the name it is held by.
+        self._held: dict[str, Stack] = {}
         self._entry_path = ""
 
     def optimizer_objects(self) -> list[torch.optim.Optimizer]:
@@ -72,6 +75,18 @@ class CreationSites:
             context = _construction_line(type(optimizer).__name__, names, self._entry_path, self.call_sites.files)
             self.optimizers[key] = (context,) if context else ()
         return self.optimizers[key]
+
+    def held_stack(self, name: str) -> Stack:
+        """Where a module the iteration holds by `name` (measure/held_modules.py: `shadow`,
+        `critics[1]`) was made, for its weights no registration named: a bare
+        `copy.deepcopy(model)` registers none, and its 1 MiB of weights stood at no line. The
+        first assignment of a call's result to that name, the entry point read first (as an
+        optimizer's construction is found)."""
+        root = re.split(r"[\[.]", name, maxsplit=1)[0]
+        if root not in self._held:
+            context = _construction_line(None, frozenset({root}), self._entry_path, self.call_sites.files)
+            self._held[root] = (context,) if context else ()
+        return self._held[root]
 
     def recording_modules(self) -> _ModuleCreation:
         return _ModuleCreation(self)
@@ -112,9 +127,12 @@ class CreationSites:
         return frozenset(names)
 
 
-def _construction_line(class_name: str, names: frozenset[str], entry_path: str, files: ProjectFiles) -> Context | None:
-    """Where an optimizer of `class_name`, held by `names`, was constructed: the entry point is
-    read first; the first construction assigned to one of `names` wins over the first at all."""
+def _construction_line(
+    class_name: str | None, names: frozenset[str], entry_path: str, files: ProjectFiles
+) -> Context | None:
+    """Where an object of `class_name`, held by `names`, was constructed: the entry point is
+    read first; the first construction assigned to one of `names` wins over the first at all.
+    With no class name, any call assigned to one of `names`."""
     found = _construction_in(files.root, entry_path, class_name, names)
     if found is not None and found[1]:
         return (entry_path, found[0])
@@ -129,9 +147,10 @@ def _construction_line(class_name: str, names: frozenset[str], entry_path: str, 
     return first
 
 
-def _construction_in(root: str, path: str, class_name: str, names: frozenset[str]) -> tuple[int, bool] | None:
-    """The line of the first call of `class_name` in `path` assigned to one of `names`, with True;
-    else of the first call at all, with False; None where the file has none."""
+def _construction_in(root: str, path: str, class_name: str | None, names: frozenset[str]) -> tuple[int, bool] | None:
+    """The line of the first call of `class_name` (None: of anything) in `path` assigned to one
+    of `names`, with True; else of the first call of `class_name` at all, with False; None where
+    the file has none."""
     try:
         with open(f"{root}/{path}", "rb") as f:
             tree = ast.parse(f.read())  # bytes: decoded as Python does (a BOM, an encoding declaration)
@@ -139,12 +158,12 @@ def _construction_in(root: str, path: str, class_name: str, names: frozenset[str
         return None
     calls, named = [], []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _called(node) == class_name:
+        if isinstance(node, ast.Call) and class_name is not None and _called(node) == class_name:
             calls.append(node.lineno)
         elif (
             isinstance(node, (ast.Assign, ast.AnnAssign))
             and isinstance(node.value, ast.Call)
-            and _called(node.value) == class_name
+            and (class_name is None or _called(node.value) == class_name)
             and _assigned_names(node) & names
         ):
             named.append(node.value.lineno)

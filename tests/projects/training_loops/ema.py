@@ -23,7 +23,7 @@ class Trainer:
         self.model = model
         self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         self.ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))  # AVERAGED
-        self.shadow = copy.deepcopy(model).requires_grad_(False)
+        self.shadow = copy.deepcopy(model).requires_grad_(False)  # SHADOW
 
     def step(self, x, labels):
         self.optimizer.zero_grad()
