@@ -443,6 +443,15 @@ MUTATIONS = [
         "            if False:\n                self.lifetimes.accounted(storage)",
         PEAK_TENANT_TESTS,
     ),
+    Mutation(
+        "a held copy's weights stand at no line",
+        "skyline_engine/attribute/breakdown.py",
+        "if not contexts and index > 0:",
+        "if False:",
+        (
+            "tests/test_training_loops.py::test_averaged_copies_updated_after_the_step_are_step_time_their_weights_weights",
+        ),
+    ),
     # Batch sizes that divide the samples per optimizer step
     Mutation(
         "the best batch size need not divide the samples per step",
