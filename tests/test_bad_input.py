@@ -664,6 +664,16 @@ def test_provider_with_wrong_signature(tmp_path, case):
         says=("`skyline_input_provider` returned a value of type int", "tuple"),
     ),
     Case(
+        "input-provider-returns-dict",  # a Hugging Face batch, taken by keyword
+        with_entry(
+            input_provider="""
+            def skyline_input_provider(batch_size=8):  # <- HERE
+                return {"input_ids": torch.zeros(batch_size, 4, dtype=torch.long)}
+            """
+        ),
+        says=("`skyline_input_provider` returned a value of type dict", "return `(batch,)`", "model(**batch)"),
+    ),
+    Case(
         "input-provider-returns-none",
         with_entry(
             input_provider="""

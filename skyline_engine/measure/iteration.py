@@ -163,6 +163,11 @@ def single_iteration_timing(*upper_bounds_ms: float) -> TimingStats:
     return TimingStats(min(upper_bounds_ms), 0.0, 1, 1)
 
 
+_TUPLE_HINT = "Wrap the inputs in a tuple, e.g. `return (images, labels)` or `return (x,)`."
+# A Hugging Face batch is a dict the model takes by keyword: one input, unpacked in the iteration.
+_DICT_HINT = " For a dict of inputs, return `(batch,)` and call `model(**batch)` in the iteration."
+
+
 class IterationRunner:
     """Builds the user's model and iteration once, then measures them at any batch size.
 
@@ -468,7 +473,7 @@ class IterationRunner:
                 "iteration's inputs, which Skyline passes as `iteration(*inputs)`.",
                 path=entry.relative_path,
                 line=entry.line_of(entry.input_provider),
-                hint="Wrap the inputs in a tuple, e.g. `return (images, labels)` or `return (x,)`.",
+                hint=_TUPLE_HINT + (_DICT_HINT if isinstance(inputs, dict) else ""),
             )
         inputs = tuple(inputs)
         self._input_shapes.check(batch_size, inputs)
