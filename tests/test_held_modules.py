@@ -1,6 +1,7 @@
 """The modules an iteration holds beside the model (measure/held_modules.py), found where user
 code keeps them: a closure, a trainer whose method is the iteration, a partial, a list or a dict
-of them; the model and its parts are never among them."""
+of them; the model and its parts are never among them. Then, through the real engine, the lines
+their weights stand at."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import functools
 
 import torch
 
+from service_client import marked_line
+from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure.held_modules import modules_held_by
+from skyline_engine.measure.timing import TimingBudget
+
+QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 
 
 def mlp() -> torch.nn.Module:
@@ -100,3 +106,48 @@ def test_a_long_list_is_looked_into_as_far_as_modules_come():
         return critics, samples
 
     assert modules_held_by(iteration, model) == {"critics[0]": critics[0], "critics[1]": critics[1]}
+
+
+# The real engine: where held copies' weights stand (attribute/creation.py, held_stack).
+PARTIAL = """\
+import copy
+import functools
+
+import torch
+
+args = dict(lr=0.1)
+
+
+def skyline_model_provider():
+    return torch.nn.Linear(4, 2)
+
+
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 4),)
+
+
+def skyline_iteration_provider(model):
+    shadow = copy.deepcopy(model)  # SHADOW
+    frozen = copy.deepcopy(model)
+
+    def step(frozen, x):
+        model(x).sum().backward()
+        with torch.no_grad():
+            for s, p in zip(shadow.parameters(), model.parameters()):
+                s.mul_(0.9).add_(p, alpha=0.1)
+            frozen(x)
+
+    return functools.partial(step, frozen)
+"""
+
+
+def test_a_bare_copys_weights_stand_where_it_is_assigned_a_partials_argument_nowhere(tmp_path):
+    # `shadow` is assigned once, from a call: its weights stand there. The copy passed to the
+    # partial is held as `args[0]`, a name no assignment makes: not at `args = dict(...)`.
+    entry = tmp_path / "entry_point.py"
+    entry.write_text(PARTIAL, encoding="utf-8")
+    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
+    weights = {w["name"]: w["contexts"] for w in analyze(request).to_dict()["weights"]}
+    shadow = [{"path": "entry_point.py", "line": marked_line(entry, "SHADOW")}]
+    assert weights["shadow.weight"] == weights["shadow.bias"] == shadow
+    assert weights["args[0].weight"] == weights["args[0].bias"] == []

@@ -83,6 +83,8 @@ class CreationSites:
         first assignment of a call's result to that name, the entry point read first (as an
         optimizer's construction is found)."""
         root = re.split(r"[\[.]", name, maxsplit=1)[0]
+        if root in _UNASSIGNED_NAMES:
+            return ()
         if root not in self._held:
             context = _construction_line(None, frozenset({root}), self._entry_path, self.call_sites.files)
             self._held[root] = (context,) if context else ()
@@ -125,6 +127,11 @@ class CreationSites:
                 continue
             names.update(attribute for attribute, held in attributes.items() if held is optimizer)
         return frozenset(names)
+
+
+# Names measure/held_modules.py gives what a partial holds, which no assignment in the code makes:
+# a search for `args = ...` would find `args = parser.parse_args()`.
+_UNASSIGNED_NAMES = frozenset({"func", "args"})
 
 
 def _construction_line(
