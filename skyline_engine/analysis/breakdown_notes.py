@@ -11,6 +11,8 @@ NOTABLE_SCALING = 0.8
 
 # Below this share of the iteration on user lines, the breakdown says where the rest may be.
 LOW_ATTRIBUTION = 0.5
+# From this share of the untracked time inside optimizer steps on, the note says it is theirs.
+MOSTLY = 0.5
 
 
 def breakdown_notes(breakdown: Breakdown) -> list[str]:
@@ -37,14 +39,28 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
         )
     share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:
-        # Not the user's own Python alone: LBFGS's line search and history, its own Python between
-        # tiny operations, was 76 % of a small model's iteration, told to move data preparation.
-        notes.append(
-            f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; the "
-            "rest (untracked) is Python work between operations (your code's, or an optimizer's own: "
-            "LBFGS's line search, a loop over many parameters), or work on other threads, which the "
-            "breakdown does not see: move data preparation into the input provider (it is not timed), "
-            "give the optimizer foreach=True where it takes it, or use a larger batch size "
-            "(--batch-size) to spread that work over more samples."
-        )
+        notes.append(_little_on_user_lines(breakdown, share))
     return notes
+
+
+def _little_on_user_lines(breakdown: Breakdown, share: float) -> str:
+    """Where the time outside operations goes, as far as the recording tells: inside optimizer
+    steps, it is the optimizer's own Python (LBFGS's line search and history, 76 % of a small
+    model's iteration, was told to move data preparation into the input provider)."""
+    said = f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; "
+    larger = "or use a larger batch size (--batch-size) to spread that work over more samples."
+    in_steps = breakdown.attribution.untracked_in_steps_fraction
+    steps = sorted((line for line in breakdown.lines if line.step_ms > 0), key=lambda line: -line.step_ms)
+    if in_steps is not None and in_steps >= MOSTLY and steps:
+        return said + (
+            f"most of the rest (untracked) passes inside optimizer steps ({steps[0].path}:{steps[0].line}) "
+            "between their operations: the optimizer's own Python (a line search, a loop over many "
+            f"parameters) and any closure it calls. Give the optimizer foreach=True where it takes it, {larger}"
+        )
+    where = "your code's, or an optimizer's own" if in_steps is None else "your code's"
+    return said + (
+        f"the rest (untracked) is Python work between operations ({where}), or work on other threads, "
+        "which the breakdown does not see: move data preparation into the input provider (it is not "
+        + ("timed), give the optimizer foreach=True where it takes it, " if in_steps is None else "timed), ")
+        + larger
+    )

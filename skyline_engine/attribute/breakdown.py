@@ -214,6 +214,8 @@ class Attribution:
     user_lines_fraction: float | None
     scaled_by: float
     mode: str = RECORDED
+    # Of the time between operations, the share inside optimizer steps (Recording.untracked_in_steps).
+    untracked_in_steps_fraction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -223,6 +225,7 @@ class Attribution:
             "user_lines_fraction": self.user_lines_fraction,
             "scaled_by": self.scaled_by,
             "mode": self.mode,
+            "untracked_in_steps_fraction": self.untracked_in_steps_fraction,
         }
 
 
@@ -385,6 +388,7 @@ def build_breakdown(
             user_lines_fraction=attributed_ms / run_time_ms if run_time_ms > 0 else None,
             scaled_by=scale,
             mode=mode,
+            untracked_in_steps_fraction=recording.untracked_in_steps(),
         ),
         timeline=first_iteration,
         peak_operation=peak_operation,

@@ -172,6 +172,20 @@ class Recording:
     model_call_inputs: list[ModelCallInput] = field(default_factory=list)
     gradient_accumulations: Counter[int] = field(default_factory=Counter)
     optimizer_steps: Counter[int] = field(default_factory=Counter)
+    # On the CPU, in every recorded iteration: the wall time recorded, the part of it inside
+    # optimizer steps (a closure they call included), and the operations' time inside them; what
+    # passes between operations inside steps is the optimizer's own Python (LBFGS's line search).
+    wall_ns: int = 0
+    steps_wall_ns: int = 0
+    steps_operations_ns: int = 0
+
+    def untracked_in_steps(self) -> float | None:
+        """The share of the time between operations that passed inside optimizer steps; None
+        where it was not measured (CUDA) or no time passed between operations."""
+        between = self.wall_ns - sum(round(op.duration_ms * 1e6) for op in self.operations)
+        if self.wall_ns == 0 or between <= 0:
+            return None
+        return min(1.0, max(0.0, (self.steps_wall_ns - self.steps_operations_ns) / between))
 
     @property
     def model_calls(self) -> int:
@@ -260,6 +274,8 @@ class OperationRecorder(TorchDispatchMode):
         self._saved = WeakIdKeyDictionary()  # storages already counted as activations
         self._call_stack: list[tuple[str, int]] = []  # (module path, invocation id) of the modules running
         self._steps_running: int  # optimizer.step() calls under way (an optimizer may step another)
+        self._entered_ns = 0  # when the recorder was last entered
+        self._step_entered_ns = 0  # when the outermost step under way began
         self._module_call_count = 0
         self._users_module_types: dict[type, bool] = {}
         self._hooks: list[RemovableHandle]
@@ -272,6 +288,7 @@ class OperationRecorder(TorchDispatchMode):
         self._iteration_thread = threading.get_ident()
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
         self._steps_running = 0
+        self._entered_ns = time.perf_counter_ns()
         self._hooks = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
@@ -292,6 +309,8 @@ class OperationRecorder(TorchDispatchMode):
             for hook in self._hooks:
                 hook.remove()
             self.timer.resolve()
+            if isinstance(self.timer, _CpuTimer):  # device time and host wall time do not compare
+                self.recording.wall_ns += time.perf_counter_ns() - self._entered_ns
 
     def start_iteration(self) -> None:
         self.recording.iteration_starts.append(len(self.recording.operations))
@@ -327,6 +346,8 @@ class OperationRecorder(TorchDispatchMode):
             self.recording.gradient_accumulations[id(parameter)] += 1
 
     def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._steps_running == 0:
+            self._step_entered_ns = time.perf_counter_ns()
         self._steps_running += 1
         if len(self.recording.iteration_starts) == 1:
             self.recording.optimizer_steps[id(optimizer)] += 1
@@ -334,6 +355,8 @@ class OperationRecorder(TorchDispatchMode):
     def _leave_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # A step that raised never calls its post-hook; the next iteration's recorder starts at 0.
         self._steps_running = max(0, self._steps_running - 1)
+        if self._steps_running == 0 and isinstance(self.timer, _CpuTimer):
+            self.recording.steps_wall_ns += time.perf_counter_ns() - self._step_entered_ns
 
     def _is_users(self, module: torch.nn.Module) -> bool:
         kind = type(module)
@@ -359,6 +382,8 @@ class OperationRecorder(TorchDispatchMode):
         end = self.timer.mark()  # before any of the recorder's own work
         record = self._record(func, node, next_sequence, args, kwargs)
         self.timer.assign(record, start, end)
+        if self._steps_running and isinstance(start, int):  # the CPU's clock: see Recording.wall_ns
+            self.recording.steps_operations_ns += end - start
         if self.memory is not None:
             self.memory.after_operation(func.__name__, out)
         # Not the optimizer's outputs: its in-place updates return the parameters, which the next

@@ -1,0 +1,57 @@
+"""Where the time no operation took went: inside optimizer steps (the optimizer's own Python, as
+LBFGS's line search is) or in the user's code. The real engine on an iteration that sleeps, by
+construction far longer than anything else it does, either inside a step or outside it."""
+
+from __future__ import annotations
+
+import pytest
+
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure.timing import TimingBudget
+
+QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+
+ENTRY = """\
+import time
+
+import torch
+
+
+class Pondering(torch.optim.SGD):
+    # Python work inside the step, no operation: a line search's bookkeeping, drawn out.
+    def step(self, closure=None):
+        time.sleep({in_step})
+        return super().step(closure)
+
+
+def skyline_model_provider():
+    return torch.nn.Linear(4, 2)
+
+
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 4),)
+
+
+def skyline_iteration_provider(model):
+    optimizer = Pondering(model.parameters(), lr=0.1)
+
+    def iteration(x):
+        time.sleep({outside})  # the user's own Python, outside any step
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()  # STEP
+
+    return iteration
+"""
+
+
+@pytest.mark.parametrize(("in_step", "outside", "inside"), [(0.02, 0.0, True), (0.0, 0.02, False)])
+def test_the_time_between_operations_is_told_inside_steps_or_outside(tmp_path, in_step, outside, inside):
+    (tmp_path / "entry_point.py").write_text(ENTRY.format(in_step=in_step, outside=outside), encoding="utf-8")
+    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
+    document = analyze(request).to_dict()
+    fraction = document["attribution"]["untracked_in_steps_fraction"]
+    assert (fraction >= 0.5) is inside, fraction
+    note = next(w for w in document["warnings"] if w.startswith("Only "))  # 20 ms of Python: little on lines
+    assert ("inside optimizer steps (entry_point.py:" in note) is inside
+    assert ("move data preparation into the input provider" in note) is not inside
