@@ -452,6 +452,20 @@ MUTATIONS = [
             "tests/test_training_loops.py::test_averaged_copies_updated_after_the_step_are_step_time_their_weights_weights",
         ),
     ),
+    Mutation(
+        "time inside optimizer steps is never told apart",
+        "skyline_engine/analysis/breakdown_notes.py",
+        "if in_steps is not None and in_steps >= MOSTLY and steps:",
+        "if False:",
+        ("tests/test_untracked_time.py",),
+    ),
+    Mutation(
+        "a step's operations count as time between them",
+        "skyline_engine/attribute/recorder.py",
+        "            self.recording.steps_operations_ns += end - start",
+        "            pass",
+        ("tests/test_untracked_time.py",),
+    ),
     # Batch sizes that divide the samples per optimizer step
     Mutation(
         "the best batch size need not divide the samples per step",

@@ -1,6 +1,7 @@
 """Where the time no operation took went: inside optimizer steps (the optimizer's own Python, as
 LBFGS's line search is) or in the user's code. The real engine on an iteration that sleeps, by
-construction far longer than anything else it does, either inside a step or outside it."""
+construction far longer than anything else it does, either inside a step or outside it, or
+whose step runs long operations (40 products of 384 × 384 matrices) while it sleeps outside."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ import time
 import torch
 
 
+BIG = torch.ones(384, 384)
+
+
 class Pondering(torch.optim.SGD):
-    # Python work inside the step, no operation: a line search's bookkeeping, drawn out.
+    # Python work inside the step, no operation: a line search's bookkeeping, drawn out; or
+    # operations inside it, which are no time between operations.
     def step(self, closure=None):
         time.sleep({in_step})
+        for _ in range({work}):
+            torch.mm(BIG, BIG)
         return super().step(closure)
 
 
@@ -45,13 +52,23 @@ def skyline_iteration_provider(model):
 """
 
 
-@pytest.mark.parametrize(("in_step", "outside", "inside"), [(0.02, 0.0, True), (0.0, 0.02, False)])
-def test_the_time_between_operations_is_told_inside_steps_or_outside(tmp_path, in_step, outside, inside):
-    (tmp_path / "entry_point.py").write_text(ENTRY.format(in_step=in_step, outside=outside), encoding="utf-8")
+@pytest.mark.parametrize(
+    ("in_step", "work", "outside", "inside"),
+    [
+        (0.02, 0, 0.0, True),
+        (0.0, 0, 0.02, False),
+        (0.0, 40, 0.005, False),  # a step of long operations: their time is theirs, not between them
+    ],
+)
+def test_the_time_between_operations_is_told_inside_steps_or_outside(tmp_path, in_step, work, outside, inside):
+    entry = ENTRY.format(in_step=in_step, work=work, outside=outside)
+    (tmp_path / "entry_point.py").write_text(entry, encoding="utf-8")
     request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
     document = analyze(request).to_dict()
     fraction = document["attribution"]["untracked_in_steps_fraction"]
     assert (fraction >= 0.5) is inside, fraction
+    if work:
+        return  # the products are the step line's time: most of the iteration is on the user's lines
     note = next(w for w in document["warnings"] if w.startswith("Only "))  # 20 ms of Python: little on lines
     assert ("inside optimizer steps (entry_point.py:" in note) is inside
     assert ("move data preparation into the input provider" in note) is not inside

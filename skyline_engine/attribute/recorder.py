@@ -175,17 +175,22 @@ class Recording:
     # On the CPU, in every recorded iteration: the wall time recorded, the part of it inside
     # optimizer steps (a closure they call included), and the operations' time inside them; what
     # passes between operations inside steps is the optimizer's own Python (LBFGS's line search).
+    # The recorder's own work after each operation is neither: it is left out of both.
     wall_ns: int = 0
     steps_wall_ns: int = 0
     steps_operations_ns: int = 0
+    recorder_ns: int = 0
+    steps_recorder_ns: int = 0
 
     def untracked_in_steps(self) -> float | None:
         """The share of the time between operations that passed inside optimizer steps; None
         where it was not measured (CUDA) or no time passed between operations."""
-        between = self.wall_ns - sum(round(op.duration_ms * 1e6) for op in self.operations)
+        operations_ns = sum(round(op.duration_ms * 1e6) for op in self.operations)
+        between = self.wall_ns - operations_ns - self.recorder_ns
         if self.wall_ns == 0 or between <= 0:
             return None
-        return min(1.0, max(0.0, (self.steps_wall_ns - self.steps_operations_ns) / between))
+        in_steps = self.steps_wall_ns - self.steps_operations_ns - self.steps_recorder_ns
+        return min(1.0, max(0.0, in_steps / between))
 
     @property
     def model_calls(self) -> int:
@@ -382,8 +387,6 @@ class OperationRecorder(TorchDispatchMode):
         end = self.timer.mark()  # before any of the recorder's own work
         record = self._record(func, node, next_sequence, args, kwargs)
         self.timer.assign(record, start, end)
-        if self._steps_running and isinstance(start, int):  # the CPU's clock: see Recording.wall_ns
-            self.recording.steps_operations_ns += end - start
         if self.memory is not None:
             self.memory.after_operation(func.__name__, out)
         # Not the optimizer's outputs: its in-place updates return the parameters, which the next
@@ -392,7 +395,19 @@ class OperationRecorder(TorchDispatchMode):
             self._note_made(out, args, kwargs, record)
         if record.phase == OPTIMIZER:
             self._updates.note_outputs(out)
+        if isinstance(start, int):  # the CPU's clock (Recording.wall_ns)
+            self._note_times(start, end)
         return out
+
+    def _note_times(self, start: int, end: int) -> None:
+        """The operation's time and the recorder's own work after it, inside a step or not: the
+        rest of the wall time is the Python between operations. (The recorder's own work counted
+        as that Python made a step of 40 long products read as mostly Python.)"""
+        own = time.perf_counter_ns() - end
+        self.recording.recorder_ns += own
+        if self._steps_running:
+            self.recording.steps_operations_ns += end - start
+            self.recording.steps_recorder_ns += own
 
     def _record(
         self, func: OpOverload, node: Any, next_sequence: int, args: tuple[Any, ...], kwargs: dict[str, Any]
