@@ -57,10 +57,12 @@ def _little_on_user_lines(breakdown: Breakdown, share: float) -> str:
             "between their operations: the optimizer's own Python (a line search, a loop over many "
             f"parameters) and any closure it calls. Give the optimizer foreach=True where it takes it, {larger}"
         )
-    where = "your code's, or an optimizer's own" if in_steps is None else "your code's"
+    if in_steps is None:  # not measured (CUDA): either may hold it
+        where, optimizer = "your code's, or an optimizer's own", "give the optimizer foreach=True where it takes it, "
+    else:
+        where, optimizer = "your code's", ""
     return said + (
         f"the rest (untracked) is Python work between operations ({where}), or work on other threads, "
         "which the breakdown does not see: move data preparation into the input provider (it is not "
-        + ("timed), give the optimizer foreach=True where it takes it, " if in_steps is None else "timed), ")
-        + larger
+        f"timed), {optimizer}{larger}"
     )
