@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure import nvml
+from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.timing import TimingBudget
 
 pytestmark = [
@@ -45,8 +47,14 @@ def test_the_allocator_reserves_at_least_its_allocated_peak(document):
 def test_peak_memory_matches_the_caching_allocator_measured_independently(document):
     spec = importlib.util.spec_from_file_location("cnn_entry", REPO / "examples/cnn/entry_point.py")
     module = importlib.util.module_from_spec(spec)
+    # The example's `model` module is forgotten afterwards, as the engine forgets an analysis's:
+    # left in sys.modules, it would be the `model` that a later test's project imports.
     sys.path.insert(0, str(REPO / "examples/cnn"))
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "examples/cnn"))
+        sys.modules.pop("model", None)
     with torch.device("cuda"):
         model = module.skyline_model_provider()
         iteration = module.skyline_iteration_provider(model)
@@ -82,6 +90,18 @@ def test_a_device_other_than_the_current_one_is_the_one_measured():
     assert doc.device.torch_device.index == index
     assert torch.cuda.current_device() == index
     assert doc.iteration.run_time_ms > 0 and doc.iteration.peak_memory_bytes > 0
+
+
+def test_the_runner_takes_plain_cuda_as_the_current_device():
+    """`torch.device("cuda")` has no index, and torch.cuda.set_device needs one (torch 2.11 raised
+    here on the first GPU check, from bench/run.py)."""
+    loaded = load_entry_point(REPO / "examples/cnn/entry_point.py", REPO)
+    try:
+        with IterationRunner(loaded, torch.device("cuda"), QUICK) as runner:
+            assert runner.device == torch.device("cuda", torch.cuda.current_device())
+            assert runner.memory_at(8).peak_bytes > 0
+    finally:
+        loaded.unload()
 
 
 def test_memory_kept_for_good_is_found_on_cuda_and_nothing_in_the_examples(document):

@@ -184,14 +184,16 @@ class IterationRunner:
         """`wrap_model` turns the provider's model into the one the iteration provider gets (DDP).
         `find_steady_state`: warm up until an optimizer steps (False where every iteration must run
         in lockstep with other processes: how long to wait is decided locally)."""
+        if device.type == "cuda":
+            if device.index is None:  # plain `cuda` is the current device (set_device needs an index)
+                device = torch.device("cuda", torch.cuda.current_device())
+            # CUDA events record on the current device's stream, and `with torch.device(...)` does
+            # not change the current device: without this, `cuda:1` would be timed on cuda:0.
+            torch.cuda.set_device(device)
         self.entry = entry
         self.device = device
         self.budget = budget
         self.clock: Clock = clock_for(device)
-        if device.type == "cuda":
-            # CUDA events record on the current device's stream, and `with torch.device(...)` does
-            # not change the current device: without this, `cuda:1` would be timed on cuda:0.
-            torch.cuda.set_device(device)
         pin_malloc_thresholds()  # before the model's memory is allocated
         quiet_about_global_hooks()
         with self._default_device():
