@@ -15,8 +15,9 @@ LOW_ATTRIBUTION = 0.5
 MOSTLY = 0.5
 
 
-def breakdown_notes(breakdown: Breakdown) -> list[str]:
-    """What the user should know about how the breakdown was obtained."""
+def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False) -> list[str]:
+    """What the user should know about how the breakdown was obtained (`on_gpu`: timed by CUDA
+    events, where operations slow down while recorded for another reason)."""
     notes = []
     scale = breakdown.attribution.scaled_by
     if breakdown.attribution.mode == EAGER_REPLAY:
@@ -27,20 +28,31 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
             f"{took} the compiled iteration, whose time is the one measured. Compare lines by their shares."
         )
     elif scale < NOTABLE_SCALING:
-        # On a quiet machine too (the default example, 1.1 to 1.4 times in fresh processes): between
-        # operations the recorder's own work lets OpenMP's threads stop spinning (measure/openmp.py
-        # shortens their spin) and the caches cool, and the next operation pays to wake them.
         notes.append(
             f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration: "
-            "between them the recorder's own work lets the CPU's threads idle and its caches cool, which "
-            "weighs most on short operations (a busy machine adds more). The per-line times were scaled "
-            "down to the measured iteration: compare lines by their shares; a larger batch size "
-            "(--batch-size) makes operations longer and the difference smaller."
+            f"{_GPU_SLOWDOWN if on_gpu else _CPU_SLOWDOWN}, which weighs most on short operations. The per-line "
+            "times were scaled down to the measured iteration: compare lines by their shares; a larger batch "
+            "size (--batch-size) makes operations longer and the difference smaller."
         )
     share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:
         notes.append(_little_on_user_lines(breakdown, share))
     return notes
+
+
+# On a quiet machine too (the default example, 1.1 to 1.4 times in fresh processes): between
+# operations the recorder's own work lets OpenMP's threads stop spinning (measure/openmp.py
+# shortens their spin) and the caches cool, and the next operation pays to wake them.
+_CPU_SLOWDOWN = (
+    "between them the recorder's own work lets the CPU's threads idle and its caches cool (a busy machine adds more)"
+)
+# On an H200 the transformer example's kernels ran 0.68 ms of its 8.8 ms iteration: the GPU waits
+# for the host, and each CUDA event span holds the operation's launch (bench/results-gpu.md).
+_GPU_SLOWDOWN = (
+    "each is timed by CUDA events around it, and while the recorder works between operations the GPU "
+    "runs dry, so a span holds the host's launch of the kernel as well as the kernel (torch.profiler's "
+    "kernel times leave it out)"
+)
 
 
 def _little_on_user_lines(breakdown: Breakdown, share: float) -> str:

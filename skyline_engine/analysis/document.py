@@ -130,7 +130,7 @@ def build_document(
         iteration=measured[batch_size],
         breakdown=fitted,
         batch_size_location=batch_size_location,
-        warnings=[*breakdown_notes(fitted), *warnings],
+        warnings=[*breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda"), *warnings],
         samples=sorted(samples, key=lambda s: s.batch_size),
         models=models,
         predictions=predictions,
