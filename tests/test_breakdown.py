@@ -125,6 +125,7 @@ def test_times_are_never_negative_and_add_up_to_the_iteration(document):
         assert entry["memory_bytes"] >= 0
     untracked = document["untracked"]
     assert untracked["run_time_ms"] >= 0 and untracked["memory_bytes"] >= 0
+    assert untracked["workspace_bytes"] == 0  # cuBLAS's workspaces: CUDA alone
     total = sum(own_ms(e) for e in document["lines"]) + untracked["run_time_ms"]
     # Exact: operations are scaled down when they exceed the iteration; untracked is the rest.
     assert total == pytest.approx(document["iteration"]["run_time_ms"], rel=1e-9)
@@ -318,3 +319,14 @@ def test_activations_are_counted_once_per_tensor_at_the_line_that_made_it():
     assert memory[marker_line(model, "EXP")] == batch_size * 256 * 4
     assert memory[marker_line(model, "SQUARE")] == 0
     assert doc["operations"]["activation_bytes"] == batch_size * 256 * 4
+
+
+def test_cublas_workspaces_stay_in_the_untracked_memory_of_a_breakdown_fitted_to_the_iteration():
+    from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
+
+    recorded = OperationNode("iteration", "", "module", forward_ms=1.0, backward_ms=1.0)
+    breakdown = Breakdown([], recorded, [], [], Untracked(0.5, 4096), Attribution(1, 2.0, 2.0, 0.8, 1.0))
+    fitted = breakdown.with_workspaces(1024).fitted_to(1.5)  # the document fits it to the iteration
+    assert fitted.untracked.to_dict() == {"run_time_ms": 0.0, "memory_bytes": 4096, "workspace_bytes": 1024}
+    # Never more of it than the untracked memory holds (the activations are counted as all alive).
+    assert breakdown.with_workspaces(10_000).untracked.workspace_bytes == 4096

@@ -342,12 +342,15 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     for line, (part, size) in zip(parts, expected):
         assert line.strip().startswith(part) and line.rstrip().endswith(" " + size), line
         assert "░" in line  # a bar against the capacity
-    assert not any("reserved" in line for line in lines)  # a CPU document: no allocator's cache
-    doc["iteration"]["peak_memory_reserved_bytes"] = 16 * 2**20  # as a CUDA document has it
+    assert not any("reserved" in line or "cuBLAS" in line for line in lines)  # a CPU document
+    doc["iteration"]["peak_memory_reserved_bytes"] = 16 * 2**20  # as a CUDA document has them
+    doc["untracked"]["workspace_bytes"] = 256
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
     assert beneath(lines, start).endswith(" the allocator reserved 16.0 MiB")
+    untracked = next(i for i, line in enumerate(lines) if line.strip().startswith("untracked"))
+    assert lines[untracked + 1].strip() == "256 B of it cuBLAS workspaces"
 
 
 def test_the_memory_peak_is_named_by_the_passes_that_ran(editor, project, real_document):

@@ -274,6 +274,21 @@ def test_lines_holding_much_memory_follow_the_hottest_though_they_cost_no_time()
     assert places == [*hottest, "entry_point.py:40", "entry_point.py:12", "untracked"]
 
 
+def test_the_memory_line_says_how_much_of_the_peak_cublas_workspaces_hold():
+    # On an H200, 65 MiB of the default example's 72.7 MiB peak were cuBLAS's workspaces, which no
+    # tensor holds: the memory line says so where the document measured them (CUDA).
+    doc = document(run_time(1 / 64, 0.75), reserved=2 << 20)
+    doc["untracked"] = {"run_time_ms": 0.1, "memory_bytes": 69_311_078, "workspace_bytes": 68_157_440}
+    memory = summary(doc)[1]
+    peak, reserved = (format_bytes(doc["iteration"][k]) for k in ("peak_memory_bytes", "peak_memory_reserved_bytes"))
+    assert memory.startswith(f"Memory       {peak} peak (65.0 MiB of it cuBLAS workspaces; {reserved} reserved by")
+    for measured in (0, None):  # the CPU's documents, and those from before the field
+        doc["untracked"]["workspace_bytes"] = measured
+        if measured is None:
+            del doc["untracked"]["workspace_bytes"]
+        assert summary(doc)[1].startswith(f"Memory       {peak} peak ({reserved} reserved by the allocator) of ")
+
+
 def test_the_advised_batch_size_divides_the_samples_per_step():
     # 1/64 ms a sample + 0.75 ms a micro-batch: throughput reaches 90% of its limit at 432. With
     # 1,000 samples a step, 432 micro-batches of `1000 // 432` would step after 864: the advice

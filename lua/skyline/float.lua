@@ -312,6 +312,11 @@ local function add_memory(sheet, document, width)
       { ' ' .. format.bytes(part[2]) },
     })
   end
+  -- CUDA: the untracked memory holds cuBLAS's workspaces, which no tensor holds (absent from earlier documents).
+  local workspaces = document.untracked and document.untracked.workspace_bytes
+  if type(workspaces) == 'number' and workspaces > 0 then
+    sheet:add({ { pad('', LABEL) }, { format.bytes(workspaces) .. ' of it cuBLAS workspaces', 'SkylineFloatMuted' } })
+  end
 end
 
 -- The rows of the chart: the document's predictions, a measured batch size showing its

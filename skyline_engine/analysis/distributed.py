@@ -49,6 +49,7 @@ from skyline_engine.measure.distributed import (
     wrap_ddp,
 )
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
+from skyline_engine.measure.memory import cublas_workspace_bytes
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict import scaling
 
@@ -175,7 +176,8 @@ class _RankAnalysis:
         sample = Sample(self.batch_size, stats["ddp"], memory)
         breakdown = recording.breakdown(stats["no_sync"].run_time_ms, memory.peak_bytes, self.request.timeline)
         lines = [replace(line, communication_ms=per_line.get((line.path, line.line), 0.0)) for line in breakdown.lines]
-        breakdown = replace(breakdown, lines=lines)
+        # Measured once nothing is measured any more: it frees them.
+        breakdown = replace(breakdown, lines=lines).with_workspaces(cublas_workspace_bytes(self.rank.device))
         recorded = breakdown.attribution.recorded_iterations
         self.progress("done", 1.0)
         return build_document(

@@ -32,7 +32,7 @@ from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
 from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
-from skyline_engine.measure.memory import MemoryProfile, address_space_limit
+from skyline_engine.measure.memory import MemoryProfile, address_space_limit, cublas_workspace_bytes
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
@@ -105,6 +105,8 @@ def analyze(
     try:
         with first_lines_of_user_output() as output:
             document = _Analysis(request, entry, device_info, progress, partial).run()
+        workspaces = cublas_workspace_bytes(device)  # once nothing is measured any more: it frees them
+        document = dataclasses.replace(document, breakdown=document.breakdown.with_workspaces(workspaces))
     finally:
         entry.unload()
     progress("done", 1.0)

@@ -176,9 +176,14 @@ class OptimizerStateMemory:
 class Untracked:
     run_time_ms: float
     memory_bytes: int
+    workspace_bytes: int = 0  # of memory_bytes, the cuBLAS workspaces (measure.memory.cublas_workspace_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_time_ms": self.run_time_ms, "memory_bytes": self.memory_bytes}
+        return {
+            "run_time_ms": self.run_time_ms,
+            "memory_bytes": self.memory_bytes,
+            "workspace_bytes": self.workspace_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -282,6 +287,11 @@ class Breakdown:
             fields["timeline"] = [entry.to_dict() for entry in self.timeline]
         return fields
 
+    def with_workspaces(self, workspace_bytes: int) -> Breakdown:
+        """This breakdown, its untracked memory holding `workspace_bytes` of cuBLAS workspaces (at most all of it)."""
+        held = min(workspace_bytes, self.untracked.memory_bytes)
+        return replace(self, untracked=replace(self.untracked, workspace_bytes=held))
+
     def fitted_to(self, run_time_ms: float) -> Breakdown:
         """This breakdown against the iteration as timed last: the user's batch size is timed again
         beside the others after it was broken down, and a busy machine can make the two times
@@ -295,7 +305,7 @@ class Breakdown:
             self,
             lines=[line.scaled(scale) for line in self.lines],
             operations=self.operations.scaled(scale),
-            untracked=Untracked(max(0.0, run_time_ms - attributed_ms), self.untracked.memory_bytes),
+            untracked=replace(self.untracked, run_time_ms=max(0.0, run_time_ms - attributed_ms)),
             attribution=replace(
                 self.attribution,
                 operations_ms=recorded_ms * scale,

@@ -335,6 +335,22 @@ class MemoryTracker(TorchDispatchMode):
         return out
 
 
+def cublas_workspace_bytes(device: torch.device) -> int:
+    """The bytes of the cuBLAS workspaces this process holds on `device` (0 on the CPU).
+
+    cuBLAS allocates a workspace per stream at its first matrix multiplication, through the caching
+    allocator, and keeps it: no tensor holds it, so no line of the breakdown can (65 MiB of the
+    default example's 72.7 MiB peak on an H200 with torch 2.11). Measured by freeing them, once
+    the analysis is done: the next matrix multiplication allocates them again."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # in CUDA builds of torch alone
+    if device.type != "cuda" or clear is None:
+        return 0
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    clear()
+    return max(0, before - int(torch.cuda.memory_allocated(device)))
+
+
 def measure_memory(
     device: torch.device, run_iteration: Callable[[], None], live_tensors: LiveTensors | None = None
 ) -> MemoryProfile:

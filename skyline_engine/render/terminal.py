@@ -199,7 +199,11 @@ def _memory(doc: dict[str, Any]) -> str:
     source = CAPACITY_SOURCES.get(device["memory_capacity_source"], "")
     phase = _phase(doc, it["peak_memory_phase"])
     reserved = it.get("peak_memory_reserved_bytes")
-    held = f" ({format_bytes(reserved)} reserved by the allocator)" if reserved else ""
+    # CUDA: what no tensor holds (absent from earlier documents), then the allocator's cache.
+    workspaces = (doc.get("untracked") or {}).get("workspace_bytes")
+    said = [f"{format_bytes(workspaces)} of it cuBLAS workspaces"] if workspaces else []
+    said += [f"{format_bytes(reserved)} reserved by the allocator"] if reserved else []
+    held = f" ({'; '.join(said)})" if said else ""
     return (
         f"{format_bytes(it['peak_memory_bytes'])} peak{held} of {format_bytes(capacity)} {source} "
         f"{bar(share, 20)} {share:.1%}, reached in {phase}{_peak_operation(doc)}"
