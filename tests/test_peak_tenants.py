@@ -8,6 +8,7 @@ logits and each gradient flowing back through the cross-entropy are 1 MiB of flo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest import run_skyline
 from service_client import marked_line
@@ -47,11 +48,16 @@ DROPPED = "        loss = F.cross_entropy(model(x), y)  # LOSS\n"
 HELD = "        logits = model(x)  # LOGITS\n        loss = F.cross_entropy(logits, y)  # LOSS\n"
 
 
-def analysed(tmp_path, body: str, name: str) -> tuple[dict, dict[str, int]]:
+def analysed_source(tmp_path, source: str, name: str) -> tuple[dict, Path]:
+    """The document of the entry point `source`, written as `name`, on the CPU without predictions."""
     entry = tmp_path / name
-    entry.write_text(HEAD + body + TAIL, encoding="utf-8")
+    entry.write_text(source, encoding="utf-8")
     request = AnalysisRequest(name, tmp_path, device="cpu", budget=QUICK, predict=False)
-    document = analyze(request).to_dict()
+    return analyze(request).to_dict(), entry
+
+
+def analysed(tmp_path, body: str, name: str) -> tuple[dict, dict[str, int]]:
+    document, entry = analysed_source(tmp_path, HEAD + body + TAIL, name)
     return document, {mark: marked_line(entry, mark) for mark in ("LOSS", "LOGITS") if f"# {mark}" in body}
 
 
@@ -124,10 +130,7 @@ def test_a_step_s_temporaries_are_named_at_the_step_and_gradients_are_not(tmp_pa
     # Single-tensor Adam makes weight-sized temporaries on top of weights, gradients and its
     # state, where backward makes one (the wide layer's weight gradient, which becomes its .grad)
     # and the activations are a thousandth of them.
-    entry = tmp_path / "adam.py"
-    entry.write_text(ADAM, encoding="utf-8")
-    request = AnalysisRequest("adam.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    document = analyze(request).to_dict()
+    document, entry = analysed_source(tmp_path, ADAM, "adam.py")
     step = marked_line(entry, "STEP")
     peak = document["peak_memory_operation"]
     assert (peak["line"], peak["phase"]) == (step, "optimizer")
@@ -165,10 +168,7 @@ def skyline_iteration_provider(model):
 def test_a_tensor_freed_just_before_the_peak_s_operation_is_not_there(tmp_path):
     # Without gradients: a and b (512 KiB each), then a freed, then c (1 MiB): the peak is c's
     # operation, where b and c are alive and a no longer is.
-    entry = tmp_path / "freed.py"
-    entry.write_text(FREED, encoding="utf-8")
-    request = AnalysisRequest("freed.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    document = analyze(request).to_dict()
+    document, entry = analysed_source(tmp_path, FREED, "freed.py")
     b, c = (marked_line(entry, mark) for mark in "BC")
     assert document["peak_memory_operation"]["line"] == c
     unit = 8 * 16 * 1024 * 4
