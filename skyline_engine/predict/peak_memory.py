@@ -48,6 +48,10 @@ EXACT_SHARE = 0.01
 # Nor by less than this: CUDA's caching allocator rounds every block up to 512 bytes, and a line
 # missed by a few bytes (a shape computed with an integer division) is no curve either.
 ROUNDING_BYTES = 512
+# Coefficients this share (of the largest of their kind) apart are one: least squares rounds in
+# the last digits (10 and 10.00000000000001), and a curve a rounding above another "overtakes" it
+# at 10^16 samples.
+ROUNDING_SHARE = 1e-9
 # A quadratic has three coefficients: it is checked only by a fourth batch size.
 QUADRATIC_POINTS = 4
 
@@ -145,7 +149,11 @@ class PeakMemoryModel:
         limits = [limit for line in self.lines if (limit := line.largest_within(limit_bytes)) is not None]
         if not limits:
             return None
-        return max(1, math.floor(min(limits)))
+        # The crossing of a fitted curve lands a rounding error off a whole batch size (449.9999…
+        # for a peak that is exactly the limit at 450): the whole batch size is judged by the peak
+        # predicted there, within half a byte, as every other prediction is.
+        largest = max(1, math.floor(min(limits)))
+        return largest + 1 if self(largest + 1) <= limit_bytes + 0.5 else largest
 
     def to_dict(self, max_batch_size: int | None, largest_measured: int) -> dict[str, Any]:
         """The document's `models.peak_memory_bytes`: the envelope's curves, and as `slope`, `bias`,
@@ -346,15 +354,18 @@ def _overtakes_at(flatter: MemoryCurve, steeper: MemoryCurve) -> float:
 
 def _undominated(curves: list[MemoryCurve]) -> list[MemoryCurve]:
     """The curves that no other is at least as high as in every coefficient (nowhere higher than
-    it at batch sizes >= 0); of equal ones, the first."""
+    it at batch sizes >= 0); of equal ones (within ROUNDING_SHARE), the first."""
     if not curves:
         return []
     coefficients = np.array([(c.quadratic, c.slope, c.bias) for c in curves])
+    # Near zero (a bias of 1.7e-11 bytes against 9.1e-12), a millionth of a byte is rounding too.
+    rounding = np.maximum(ROUNDING_SHARE * np.abs(coefficients).max(axis=0), 1e-6)
     kept = []
     for i, row in enumerate(coefficients):
-        at_least = (coefficients >= row).all(axis=1)
-        higher = at_least & (coefficients > row).any(axis=1)
-        equal_before = at_least & (coefficients == row).all(axis=1) & (np.arange(len(curves)) < i)
+        at_least = (coefficients >= row - rounding).all(axis=1)
+        higher = at_least & (coefficients > row + rounding).any(axis=1)
+        equal = (np.abs(coefficients - row) <= rounding).all(axis=1)
+        equal_before = equal & (np.arange(len(curves)) < i)
         if not (higher.any() or equal_before.any()):
             kept.append(curves[i])
     return kept
