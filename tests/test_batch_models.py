@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from skyline_engine.measure.memory import CUDA_COUNT_SLACK_BYTES, FORWARD_BACKWARD, OPTIMIZER, MemoryProfile
+from skyline_engine.measure.memory import CUDA_COUNT_SLACK_BYTES, MemoryProfile
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, MemoryCurve, PeakMemoryModel, fit_peak_memory
+from skyline_engine.vocabulary import FORWARD_BACKWARD, OPTIMIZER
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -18,10 +18,11 @@ from skyline_engine.analysis.document import build_document
 from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
-from skyline_engine.measure.memory import FORWARD_BACKWARD, MemoryProfile
+from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.render.terminal import render_report
+from skyline_engine.vocabulary import FORWARD_BACKWARD
 
 MEASURED = (64, 128, 256)
 CASES = {

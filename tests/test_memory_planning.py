@@ -20,9 +20,9 @@ from conftest import run_skyline
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
-from skyline_engine.measure.memory import FORWARD_BACKWARD, OPTIMIZER
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict.linear import fit_line
+from skyline_engine.vocabulary import FORWARD_BACKWARD, OPTIMIZER
 
 PROJECT = Path(__file__).parent / "projects" / "optimizer_dominated"
 QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)

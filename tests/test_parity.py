@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nvim_helpers import as_lua_receives
+from skyline_engine import vocabulary
 from skyline_engine.cli.arguments import parse_size
 from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
@@ -51,6 +52,20 @@ def test_shared_constants(nvim):
     assert lua["MAX_BATCH_SIZE"] == MAX_BATCH_SIZE
     assert lua["POOR_FIT_R2"] == POOR_FIT_R2
     assert lua["CLOSE_FIT_RESIDUAL"] == CLOSE_FIT_RESIDUAL
+
+
+def test_shared_vocabulary(nvim):
+    """The phases and kinds of tensors, and how both read, are the same words in the terminal and
+    the float."""
+    names = ["FORWARD_BACKWARD", "OPTIMIZER", "OTHER", "FORWARD", "BACKWARD", "FORWARD_ONLY_LABEL"]
+    tables = ["PEAK_PHASE_LABELS", "TENSOR_KIND_LABELS"]
+    lua = nvim.exec_lua(
+        "local c = require('skyline.constants')\nlocal out = {}\n"
+        "for _, name in ipairs(...) do out[name] = c[name] end\nreturn out",
+        names + tables,
+    )
+    for name in names + tables:
+        assert lua[name] == getattr(vocabulary, name), name
 
 
 @pytest.mark.parametrize("state_home", ["/tmp/skyline-parity-state", "", None])

@@ -14,9 +14,10 @@ from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.errors import OutOfMemory, UserCodeError
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
-from skyline_engine.measure.memory import FORWARD_BACKWARD, MemoryProfile
+from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict.peak_memory import fit_peak_memory
+from skyline_engine.vocabulary import FORWARD_BACKWARD
 
 QUICK = TimingBudget(warmup_iterations=1, min_run_s=0.02, max_run_s=0.2)
 

@@ -21,12 +21,13 @@ from service_client import marked_line
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
-from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
+from skyline_engine.attribute.recorder import OperationRecord, Recording
 from skyline_engine.attribute.recording import RECORDING_BUDGET_MS, IterationRecording
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
 ENTRY = "entry.py"  # in each test's own project folder
 BATCH_SIZE = 12

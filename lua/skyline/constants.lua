@@ -2,7 +2,8 @@
 -- fails when they drift apart. Python: skyline_engine.entry.contract (PROVIDERS,
 -- BATCH_SIZE_PARAMETER), skyline_engine.service.params (MAX_BATCH_SIZE),
 -- skyline_engine.service.tokens (default_token_path), skyline_engine.predict.batch_models
--- (POOR_FIT_R2, CLOSE_FIT_RESIDUAL).
+-- (POOR_FIT_R2, CLOSE_FIT_RESIDUAL), skyline_engine.vocabulary (the phases, the kinds of tensors and
+-- how both read).
 local M = {}
 
 M.MODEL_PROVIDER = 'skyline_model_provider'
@@ -20,6 +21,25 @@ M.MAX_BATCH_SIZE = 2147483647
 -- misses no measured time by more than CLOSE_FIT_RESIDUAL (a time that barely grows scores a low R²).
 M.POOR_FIT_R2 = 0.95
 M.CLOSE_FIT_RESIDUAL = 0.01
+
+-- The document's names for the parts of an iteration, and how they read (skyline_engine/vocabulary.py).
+M.FORWARD_BACKWARD = 'forward_backward'
+M.OPTIMIZER = 'optimizer'
+M.OTHER = 'other'
+M.FORWARD = 'forward'
+M.BACKWARD = 'backward'
+M.PEAK_PHASE_LABELS = {
+  [M.FORWARD_BACKWARD] = 'the forward and backward pass',
+  [M.OPTIMIZER] = 'the optimizer step',
+  [M.OTHER] = 'outside forward, backward and the step (zero_grad, your own code)',
+}
+-- The forward_backward phase of an iteration without backward work (inference, evaluation).
+M.FORWARD_ONLY_LABEL = 'the forward pass'
+M.TENSOR_KIND_LABELS = {
+  [M.FORWARD] = 'of forward outputs',
+  [M.BACKWARD] = 'made in backward',
+  [M.OPTIMIZER] = 'made in the step',
+}
 
 --- Where `skyline serve --listen` writes its token unless told otherwise:
 --- $XDG_STATE_HOME/skyline/token, else ~/.local/state/skyline/token.

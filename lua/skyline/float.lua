@@ -5,6 +5,7 @@
 -- backward and (where the iteration updates parameters) step times and bars, and the warnings.
 -- Laid out for the editor's width, again on VimResized. <CR> on a row that names a line jumps
 -- there; q and <Esc> close.
+local constants = require('skyline.constants')
 local config = require('skyline.config')
 local format = require('skyline.format')
 local models = require('skyline.models')
@@ -161,7 +162,6 @@ end
 -- The other tensors alive at the memory peak (the document's `peak_memory_operation.other_tensors`)
 -- worth naming, as the terminal report names them: those holding at least this share of the peak.
 local NOTABLE_TENANT = 0.05
-local TENANT_KINDS = { forward = 'of forward outputs', backward = 'made in backward', optimizer = 'made in the step' }
 
 --- `other tensors alive there from train.py:7: 15.6 MiB made in backward`; nil when none is notable.
 local function peak_tenants(document, at, width)
@@ -174,7 +174,10 @@ local function peak_tenants(document, at, width)
         kinds[place] = {}
         table.insert(places, place)
       end
-      table.insert(kinds[place], format.bytes(tenant.bytes) .. ' ' .. (TENANT_KINDS[tenant.phase] or tenant.phase))
+      table.insert(
+        kinds[place],
+        format.bytes(tenant.bytes) .. ' ' .. (constants.TENSOR_KIND_LABELS[tenant.phase] or tenant.phase)
+      )
     end
   end
   if #places == 0 then
@@ -239,20 +242,14 @@ local function add_compilation(sheet, document, width)
   end
 end
 
-local PHASES = {
-  forward_backward = 'the forward and backward pass',
-  optimizer = 'the optimizer step',
-  other = 'outside forward, backward and the step',
-}
-
 -- The phase that reached the peak, as the float names it: an iteration whose recording has no
 -- backward work (inference, evaluation) has a forward pass, not a forward and backward one.
 local function phase_name(document, phase)
   local operations = document.operations
-  if phase == 'forward_backward' and not (operations and (operations.backward_ms or 0) > 0) then
-    return 'the forward pass'
+  if phase == constants.FORWARD_BACKWARD and not (operations and (operations.backward_ms or 0) > 0) then
+    return constants.FORWARD_ONLY_LABEL
   end
-  return PHASES[phase]
+  return constants.PEAK_PHASE_LABELS[phase]
 end
 
 local function sum(list, field)

@@ -29,8 +29,9 @@ import torch
 from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
 from skyline_engine.attribute.peak_tenants import PeakTenant
-from skyline_engine.attribute.recorder import BACKWARD, FORWARD, OPTIMIZER, OperationRecord, Recording
+from skyline_engine.attribute.recorder import OperationRecord, Recording
 from skyline_engine.measure.optimizer_state import state_bytes
+from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
 
 def contexts_to_list(stack: Stack) -> list[dict[str, Any]]:

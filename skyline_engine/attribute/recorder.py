@@ -50,10 +50,7 @@ from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.iteration import after_accumulation
 from skyline_engine.measure.memory import MemoryMeter, is_work, tensor_storages
-
-FORWARD = "forward"
-BACKWARD = "backward"
-OPTIMIZER = "optimizer"  # the update: optimizer.step(), and work on gradients around it
+from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
 # A GradScaler's work around the step (unscaling the gradients, checking them for inf and NaN,
 # updating its scale) is the optimizer's phase: `scaler.step(optimizer)` is the step.

@@ -37,6 +37,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.compilation import eager_replay
+from skyline_engine.vocabulary import FORWARD_BACKWARD, OPTIMIZER, OTHER
 
 
 class LiveTensors:
@@ -126,11 +127,6 @@ class StorageCounter:
 
     def _release(self, size: int) -> None:
         self.live_bytes -= size
-
-
-FORWARD_BACKWARD = "forward_backward"
-OPTIMIZER = "optimizer"
-OTHER = "other"  # before the first forward, after an optimizer step: zero_grad, the user's own work
 
 
 @dataclass(frozen=True)

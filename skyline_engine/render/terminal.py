@@ -23,6 +23,7 @@ from typing import Any, Callable
 from skyline_engine.predict.batch_models import dividing_at_least, dividing_at_most
 from skyline_engine.predict.peak_memory import PeakMemoryModel
 from skyline_engine.units import bar, format_bytes, format_ms, format_rate
+from skyline_engine.vocabulary import FORWARD_BACKWARD, FORWARD_ONLY_LABEL, PEAK_PHASE_LABELS, TENSOR_KIND_LABELS
 
 SAMPLES = " samples/s"
 
@@ -43,18 +44,11 @@ CAPACITY_SOURCES = {
     "cgroup": "left under the memory limit",
     "physical_memory": "of physical memory",
 }
-PEAK_PHASES = {
-    "forward_backward": "the forward and backward pass",
-    "optimizer": "the optimizer step",
-    "other": "neither pass nor the step (zero_grad, your own code)",
-}
 # Measured throughputs, or times, that differ by less than this share are not told apart.
 MEASURED_NOISE = 0.05
 # The other tensors at the peak (analysis document, `peak_memory_operation.other_tensors`) named
 # in the summary: those holding at least this share of it, and what made them.
 NOTABLE_TENANT = 0.05
-TENANT_KINDS = {"forward": "of forward outputs", "backward": "made in backward", "optimizer": "made in the step"}
-FORWARD_ONLY = "the forward pass"  # the forward_backward phase of an iteration without backward work
 
 
 def render_report(document: dict[str, Any], width: int | None = None) -> str:
@@ -229,7 +223,7 @@ def _peak_tenants(doc: dict[str, Any], peak: dict[str, Any]) -> str:
     by_place: dict[str, list[str]] = {}  # a line's backward and forward tensors together, largest first
     for tenant in tenants:
         place = f"{tenant['path']}:{tenant['line']}"
-        by_place.setdefault(place, []).append(f"{format_bytes(tenant['bytes'])} {TENANT_KINDS[tenant['phase']]}")
+        by_place.setdefault(place, []).append(f"{format_bytes(tenant['bytes'])} {TENSOR_KIND_LABELS[tenant['phase']]}")
     named = [f"from {place}: {', '.join(kinds)}" for place, kinds in by_place.items()]
     return ";\nother tensors alive there " + "; ".join(named)
 
@@ -524,9 +518,9 @@ def _phase(doc: dict[str, Any], phase: str) -> str:
     """A phase of the iteration as the report names it: an iteration whose recording has no
     backward work (inference, evaluation) has a forward pass, not a forward and backward one."""
     operations = doc.get("operations") or {}
-    if phase == "forward_backward" and not operations.get("backward_ms"):
-        return FORWARD_ONLY
-    return PEAK_PHASES.get(phase, phase)
+    if phase == FORWARD_BACKWARD and not operations.get("backward_ms"):
+        return FORWARD_ONLY_LABEL
+    return PEAK_PHASE_LABELS.get(phase, phase)
 
 
 def _largest_fit(doc: dict[str, Any]) -> str:
