@@ -1,11 +1,11 @@
 """One analysis of data-parallel training, on every rank:
 
-join the process group → build the iteration with the model in DDP → warm up → memory (one
-iteration) → the breakdown (one iteration recorded without communication, DDP's `no_sync`) →
-the iteration with and without its all-reduces, timed in interleaved blocks (where calls differ,
-memory, the breakdown and the timing again over whole cycles of calls) → traced iterations
-(each bucket's all-reduce) → the link, timed alone → rank 0 gathers every rank's measurements,
-attributes communication to lines, predicts scaling and writes the document.
+join the process group → build the iteration with the model in DDP → the measurement sequence of
+one batch size (analysis/sequence.py), its iterations a rank's (`_Rank`: memory with
+communication, the breakdown recorded without it, DDP's `no_sync`, the iteration timed with and
+without its all-reduces in interleaved blocks) → traced iterations (each bucket's all-reduce) →
+the link, timed alone → rank 0 gathers every rank's measurements, attributes communication to
+lines, predicts scaling and writes the document.
 
 Every rank runs the same iterations and collectives in the same order (measure/distributed.py).
 """
@@ -22,6 +22,7 @@ import torch
 
 from skyline_engine.analysis.data_parallel import Bucket, DataParallel, RankMeasurement
 from skyline_engine.analysis.document import AnalysisDocument, build_document
+from skyline_engine.analysis.sequence import IterationSource, measure_batch_size
 from skyline_engine.analysis.session import (
     AnalysisRequest,
     Progress,
@@ -29,7 +30,7 @@ from skyline_engine.analysis.session import (
     no_progress,
     with_output_note,
 )
-from skyline_engine.attribute.communication import ParameterCallSites, attribute_buckets
+from skyline_engine.attribute.communication import BucketLines, ParameterCallSites, attribute_buckets
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recording import IterationRecording
@@ -40,6 +41,7 @@ from skyline_engine.measure.device import describe_device, torch_version
 from skyline_engine.measure.distributed import (
     BucketTimer,
     BucketTiming,
+    CommunicationTiming,
     Rank,
     agree,
     gather_to_first,
@@ -48,9 +50,9 @@ from skyline_engine.measure.distributed import (
     measure_link,
     wrap_ddp,
 )
-from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
-from skyline_engine.measure.memory import cublas_workspace_bytes
-from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
+from skyline_engine.measure.memory import MemoryProfile, cublas_workspace_bytes
+from skyline_engine.measure.timing import TimingBudget, TimingStats
 from skyline_engine.predict import scaling
 
 # Iterations whose buckets are traced, after timing: their medians are reported.
@@ -102,41 +104,15 @@ class _RankAnalysis:
         ddp = runner.model
         assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
         timer = BucketTimer(ddp, self.rank.device)
-        with runner, self._at_batch_size(runner) as run:
-
-            def without_communication() -> None:
-                with ddp.no_sync():
-                    run()
-
+        sites = ParameterCallSites(ddp.module, creation)
+        with runner, self._at_batch_size(runner) as run, creation.finding_optimizers(self.entry.relative_path):
+            source = _Rank(runner, run, ddp, self.batch_size, sites, self.progress)
             self.progress(f"warming up {self.rank.world_size} ranks", 0.1)
-            with creation.finding_optimizers(self.entry.relative_path):
-                runner.warm_up(run)
-            memory = runner.memory(run)
-            self.progress("recording the breakdown", 0.2)
-            recording = IterationRecording(creation, ddp.module, self.rank.device, runner.held_modules)
-            sites = ParameterCallSites(ddp.module, creation)
-            with sites.watching():
-                recording.record_first(without_communication, runner.clock, runner.live_tensors)
-            # Without communication, as recorded: its operations line up with the recording's.
-            growth = recording.memory_growth(without_communication, runner.live_tensors)
-            self.progress("timing the iteration with and without communication", 0.3)
-            # Past one-off costs; rank 0's, so that what is decided from it is the same on every rank.
-            iteration_ms = agree(min(runner.clock.time_ms(run) for _ in range(3)))
-            block_size, rounds = _timing_plan(iteration_ms, self.request.budget)
-            stats = lockstep_timing({"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds)
-            calls = runner.work_at(self.batch_size)
-            cycle = agree(calls.cycle() or 1)  # every rank measures the same calls
-            if runner.measure_in_cycles(cycle, self.batch_size, iteration_ms):
-                # Calls that differ (measure/work_per_call.py): memory, the breakdown and the time
-                # over whole cycles of calls, as one process measures them.
-                self.progress(f"measuring whole cycles of {cycle} calls", 0.6)
-                memory = runner.memory(run)
-                runner.align_to_cycle(without_communication)
-                recording.record_cycle(without_communication, cycle, runner.live_tensors)
-                block_size, rounds = _timing_plan(iteration_ms, self.request.budget, cycle)
-                stats = lockstep_timing(
-                    {"ddp": run, "no_sync": without_communication}, runner.clock, block_size, rounds
-                )
+            measured = measure_batch_size(
+                source,
+                IterationRecording(creation, ddp.module, self.rank.device, runner.held_modules),
+                timeline=self.request.timeline,
+            )
             self.progress("timing each bucket's all-reduce", 0.8)
             traced = timer.traced(run)
             for _ in range(TRACED_ITERATIONS):
@@ -144,41 +120,20 @@ class _RankAnalysis:
             runner.check_trained(self.batch_size)
         self.progress("timing the link", 0.9)
         fitted_link = self._measured_link()
-        mine = RankMeasurement(
-            self.rank.rank, stats["ddp"].run_time_ms, stats["no_sync"].run_time_ms, memory.peak_bytes
-        )
+        sample, growth = measured.sample, measured.growth
+        mine = RankMeasurement(self.rank.rank, sample.run_time_ms, source.compute_ms, sample.peak_memory_bytes)
         ranks = gather_to_first(mine)
         if ranks is None:
             return None
         communication = timer.timing()
-        measured_link = fitted_link if isinstance(fitted_link, scaling.Link) else None
-        # No link fits the measured all-reduces: none is planned for either, as the calibration to
-        # the measured iteration needs the measured link.
-        link_unfitted = isinstance(fitted_link, str)
-        link = None if link_unfitted else self._planned_link(measured_link)
         buckets, per_line = attribute_buckets(communication.buckets, ddp.module, sites)
-        data_parallel = DataParallel(
-            world_size=self.rank.world_size,
-            backend=self.rank.backend,
-            threads_per_rank=torch.get_num_threads(),
-            ranks=ranks,
-            buckets=[
-                Bucket(t.index, t.size_bytes, b.parameter_names, t.ready_ms, t.all_reduce_ms, t.exposed_ms, b.lines)
-                for t, b in zip(communication.buckets, buckets)
-            ],
-            link=link,
-            scaling=[],
-            backward_end_ms=communication.backward_end_ms,
-        )
-        data_parallel = self._with_scaling(
-            data_parallel, measured_link, communication.backward_end_ms, communication.buckets
-        )
-        sample = Sample(self.batch_size, stats["ddp"], memory)
-        breakdown = recording.breakdown(stats["no_sync"].run_time_ms, memory.peak_bytes, self.request.timeline)
+        data_parallel, link_unfitted = self._data_parallel(ranks, communication, buckets, fitted_link)
+        breakdown = measured.breakdown
         lines = [replace(line, communication_ms=per_line.get((line.path, line.line), 0.0)) for line in breakdown.lines]
         # Measured once nothing is measured any more: it frees them.
         breakdown = replace(breakdown, lines=lines).with_workspaces(cublas_workspace_bytes(self.rank.device))
         recorded = breakdown.attribution.recorded_iterations
+        differing = runner.work_at(self.batch_size).warning(recorded)
         self.progress("done", 1.0)
         return build_document(
             project_root=str(self.entry.files.root),
@@ -191,7 +146,7 @@ class _RankAnalysis:
             models=None,
             batch_size_location=batch_size_location(self.entry),
             warnings=[
-                *([differing] if (differing := calls.warning(recorded)) else []),
+                *([differing] if differing else []),
                 *([growth.warning()] if growth else []),
                 *data_parallel_notes(data_parallel, link_unfitted),
             ],
@@ -200,6 +155,36 @@ class _RankAnalysis:
             models_withheld=NO_BATCH_SIZE_MODELS,
             memory_growth=growth,
         )
+
+    def _data_parallel(
+        self,
+        ranks: list[RankMeasurement],
+        communication: CommunicationTiming,
+        buckets: list[BucketLines],
+        fitted_link: scaling.Link | str | None,
+    ) -> tuple[DataParallel, bool]:
+        """The data-parallel part of the document, with its scaling predictions; whether no link
+        fitted the measured all-reduces (then none is planned for either, as the calibration to
+        the measured iteration needs the measured link)."""
+        measured_link = fitted_link if isinstance(fitted_link, scaling.Link) else None
+        link_unfitted = isinstance(fitted_link, str)
+        data_parallel = DataParallel(
+            world_size=self.rank.world_size,
+            backend=self.rank.backend,
+            threads_per_rank=torch.get_num_threads(),
+            ranks=ranks,
+            buckets=[
+                Bucket(t.index, t.size_bytes, b.parameter_names, t.ready_ms, t.all_reduce_ms, t.exposed_ms, b.lines)
+                for t, b in zip(communication.buckets, buckets)
+            ],
+            link=None if link_unfitted else self._planned_link(measured_link),
+            scaling=[],
+            backward_end_ms=communication.backward_end_ms,
+        )
+        with_scaling = self._with_scaling(
+            data_parallel, measured_link, communication.backward_end_ms, communication.buckets
+        )
+        return with_scaling, link_unfitted
 
     @contextlib.contextmanager
     def _at_batch_size(self, runner: IterationRunner) -> Iterator[Callable[[], None]]:
@@ -268,6 +253,80 @@ class _RankAnalysis:
             calibration_ms=calibration,
         )
         return replace(data_parallel, scaling=rows)
+
+
+class _Rank(IterationSource):
+    """A rank's iterations for the measurement sequence. Every rank runs the same iterations and
+    collectives in the same order, so what decides how many is rank 0's (`agree`): the
+    iteration's time for the timing plan, and the cycle of calls, which is read from the calls
+    seen and never sought by running more. The iteration is recorded without communication
+    (DDP's `no_sync`), so that its operations are the model's; memory is measured apart, with
+    communication, as training runs; timing interleaves blocks with and without communication,
+    the difference being the communication a line waits for. One recorded iteration: more would
+    be counted by each rank's own time."""
+
+    records_more = False
+
+    def __init__(
+        self,
+        runner: IterationRunner,
+        run: Callable[[], None],
+        ddp: torch.nn.parallel.DistributedDataParallel,
+        batch_size: int,
+        sites: ParameterCallSites,
+        progress: Progress,
+    ) -> None:
+        self.runner = runner
+        self.run = run
+        self.ddp = ddp
+        self.batch_size = batch_size
+        self.sites = sites
+        self.progress = progress
+        self.clock = runner.clock
+        self.live_tensors = runner.live_tensors
+        self.compute_ms = math.nan  # the iteration without communication, once timed
+        self._iteration_ms: float | None = None  # rank 0's, past one-off costs
+
+    @property
+    def compiled(self) -> bool:
+        return self.runner.compilation is not None
+
+    def warm_up(self) -> float:
+        return self.runner.warm_up(self.run)
+
+    def run_recorded(self) -> None:
+        with self.ddp.no_sync():
+            self.run()
+
+    def memory(self) -> MemoryProfile | None:
+        return self.runner.memory(self.run)
+
+    def watching_first(self) -> contextlib.AbstractContextManager[None]:
+        self.progress("recording the breakdown", 0.2)
+        return self.sites.watching()
+
+    def time(self, quick: bool) -> TimingStats:
+        self.progress("timing the iteration with and without communication", 0.3)
+        if self._iteration_ms is None:
+            self._iteration_ms = agree(min(self.clock.time_ms(self.run) for _ in range(3)))
+        block_size, rounds = _timing_plan(self._iteration_ms, self.runner.budget, self.runner.cycle)
+        stats = lockstep_timing({"ddp": self.run, "no_sync": self.run_recorded}, self.clock, block_size, rounds)
+        self.compute_ms = stats["no_sync"].run_time_ms
+        return stats["ddp"]
+
+    def recorded_run_time_ms(self, timing: TimingStats) -> float:
+        return self.compute_ms
+
+    def measure_in_cycles(self, run_time_ms: float) -> int | None:
+        assert self._iteration_ms is not None  # timed before
+        cycle = agree(self.runner.work_at(self.batch_size).cycle() or 1)  # every rank measures the same calls
+        if not self.runner.measure_in_cycles(cycle, self.batch_size, self._iteration_ms):
+            return None
+        self.progress(f"measuring whole cycles of {cycle} calls", 0.6)
+        return cycle
+
+    def align_to_cycle(self) -> None:
+        self.runner.align_to_cycle(self.run_recorded)
 
 
 def _timing_plan(iteration_ms: float, budget: TimingBudget, cycle: int = 1) -> tuple[int, int]:

@@ -17,11 +17,12 @@ from typing import Any, Callable
 
 from skyline_engine.analysis.document import AnalysisDocument, build_document
 from skyline_engine.analysis.probing import Probing
-from skyline_engine.analysis.users_batch_size import UsersBatchSize, measure_with_breakdown
+from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.memory_growth import GROWING_MEMORY, MemoryGrowth
+from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
@@ -276,18 +277,20 @@ class _Analysis:
             )
         return sorted(samples, key=lambda s: s.batch_size), notes
 
-    def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> UsersBatchSize:
+    def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> BatchSizeMeasurement:
         compiling = "compiling the model (torch.compile) and " if is_compiled(runner.model) else ""
         self.progress(f"{compiling}measuring batch size {self.batch_size}", 0.0)
         try:
-            return measure_with_breakdown(
-                runner,
-                creation,
-                self.batch_size,
-                timeline=self.request.timeline,
-                quick_timing=self.request.predict,
-                on_first=lambda sample, found: self._send(sample, found, runner.notes),
-            )
+            # Optimizers are found as they step, through all of it: one stepped every fifth call (a
+            # GAN's generator) may not step in the warm-up.
+            with runner.at_batch_size(self.batch_size) as run, creation.finding_optimizers(self.entry.relative_path):
+                return measure_batch_size(
+                    OneProcess(runner, run, self.batch_size),
+                    IterationRecording(creation, runner.model, runner.device, runner.held_modules),
+                    timeline=self.request.timeline,
+                    quick_timing=self.request.predict,
+                    on_first=lambda sample, found: self._send(sample, found, runner.notes),
+                )
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, self.device, self.location, self.request.memory_limit_source, self.entry) from None
 
