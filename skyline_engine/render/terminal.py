@@ -585,8 +585,8 @@ def _models(doc: dict[str, Any]) -> str:
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
     memory_lines = [
-        f"{_curve(line)} (in {_phase(doc, line['name'])}{_held(batch_sizes)})"
-        for line, batch_sizes in _lines_that_hold(mem, models["max_batch_size"])
+        f"{_curve(curve)} (in {_phase(doc, curve['name'])}{_held(batch_sizes)})"
+        for curve, batch_sizes in _phases_that_hold(mem, models["max_batch_size"])
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
     time = f"{rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}"
@@ -611,21 +611,21 @@ def _curve(line: dict[str, Any]) -> str:
     return f"{format_bytes(line['quadratic'])} × batch size² {_signed(line['slope'], format_bytes)} × batch size {bias}"
 
 
-def _lines_that_hold(
+def _phases_that_hold(
     memory: dict[str, Any], largest_that_fits: int | None
 ) -> list[tuple[dict[str, Any], tuple[int, int | None] | None]]:
     """The memory model's curves in the order they hold the peak at whole batch sizes up to the
     largest that fits, with where they hold it (None for a model of one curve): a line that takes
     over only beyond it (nearly parallel lines cross at 10^12) or between two batch sizes plans
     nothing."""
-    lines = memory["phases"]
-    if len(lines) == 1:
-        return [(lines[0], None)]
+    phases = memory["phases"]
+    if len(phases) == 1:
+        return [(phases[0], None)]
     model = PeakMemoryModel.from_dict(memory)
     segments = model.segments(largest_that_fits)
     if len(segments) == 1:
-        return [(lines[model.lines.index(segments[0][2])], None)]
-    return [(lines[model.lines.index(curve)], (first, last)) for first, last, curve in segments]
+        return [(phases[model.phases.index(segments[0][2])], None)]
+    return [(phases[model.phases.index(curve)], (first, last)) for first, last, curve in segments]
 
 
 def _held(batch_sizes: tuple[int, int | None] | None) -> str:
