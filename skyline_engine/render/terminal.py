@@ -48,7 +48,7 @@ CAPACITY_SOURCES = {
 MEASURED_NOISE = 0.05
 # The other tensors at the peak (analysis document, `peak_memory_operation.other_tensors`) named
 # in the summary: those holding at least this share of it, and what made them.
-NOTABLE_TENANT = 0.05
+NOTABLE_OTHER_TENSOR = 0.05
 
 
 def render_report(document: dict[str, Any], width: int | None = None) -> str:
@@ -210,20 +210,20 @@ def _peak_operation(doc: dict[str, Any]) -> str:
     if not peak or peak.get("path") is None:
         return ""
     backward = ", backward" if peak["phase"] == "backward" else ""
-    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){_peak_tenants(doc, peak)}"
+    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){_other_tensors(doc, peak)}"
 
 
-def _peak_tenants(doc: dict[str, Any], peak: dict[str, Any]) -> str:
+def _other_tensors(doc: dict[str, Any], peak: dict[str, Any]) -> str:
     """`; other tensors alive there from model.py:12: 15.6 MiB made in backward`: the largest of
-    the other tensors at the peak (peak_tenants.py), those that hold a notable share of it."""
-    least = NOTABLE_TENANT * doc["iteration"]["peak_memory_bytes"]
-    tenants = [t for t in peak.get("other_tensors", []) if t["bytes"] >= least]
-    if not tenants:
+    the other tensors at the peak (attribute/other_tensors.py), those that hold a notable share of it."""
+    least = NOTABLE_OTHER_TENSOR * doc["iteration"]["peak_memory_bytes"]
+    notable = [t for t in peak.get("other_tensors", []) if t["bytes"] >= least]
+    if not notable:
         return ""
     by_place: dict[str, list[str]] = {}  # a line's backward and forward tensors together, largest first
-    for tenant in tenants:
-        place = f"{tenant['path']}:{tenant['line']}"
-        by_place.setdefault(place, []).append(f"{format_bytes(tenant['bytes'])} {TENSOR_KIND_LABELS[tenant['phase']]}")
+    for made in notable:
+        place = f"{made['path']}:{made['line']}"
+        by_place.setdefault(place, []).append(f"{format_bytes(made['bytes'])} {TENSOR_KIND_LABELS[made['phase']]}")
     named = [f"from {place}: {', '.join(kinds)}" for place, kinds in by_place.items()]
     return ";\nother tensors alive there " + "; ".join(named)
 
