@@ -36,7 +36,7 @@ LITERAL_TESTS = (
 SERVICE_UNIT_TESTS = ("tests/test_service_units.py",)
 PARAMS_TESTS = (*SERVICE_UNIT_TESTS, "tests/test_service_stdio.py::test_wrong_parameters_get_errors_naming_them")
 LUA_FORMAT_TESTS = ("tests/test_parity.py", "tests/test_lua_units.py")
-OTHER_TENSOR_TESTS = ("tests/test_other_tensors.py", "tests/test_peak_operation.py")
+OTHER_TENSOR_TESTS = ("tests/test_other_tensors.py", "tests/test_peak_memory_operation.py")
 
 
 @dataclass(frozen=True)

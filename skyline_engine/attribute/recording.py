@@ -52,7 +52,7 @@ class IterationRecording:
             for name, part in module.named_modules(prefix=prefix):
                 self._module_names.setdefault(id(part), name)
         self.recorder = self._new_recorder()
-        self._peak: OperationSite | None = None
+        self._peak_memory_operation: OperationSite | None = None
         self._other_tensors: list[OtherTensor] = []
         self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
 
@@ -102,7 +102,7 @@ class IterationRecording:
         profile = meter.profile()
         operations = self.recorder.recording.operations
         index = _index_at_peak(profile, operations)
-        self._peak = OperationSite.of(operations[index]) if index is not None else None
+        self._peak_memory_operation = OperationSite.of(operations[index]) if index is not None else None
         self._other_tensors = lifetimes.other_tensors_at(index) if index is not None else []
         return profile
 
@@ -133,7 +133,7 @@ class IterationRecording:
             peak_memory_bytes,
             timeline,
             mode,
-            peak_operation=self._peak,
+            peak_memory_operation=self._peak_memory_operation,
             held=self._held,
             other_tensors=self._other_tensors,
         )

@@ -200,11 +200,11 @@ def _memory(doc: dict[str, Any]) -> str:
     held = f" ({'; '.join(said)})" if said else ""
     return (
         f"{format_bytes(it['peak_memory_bytes'])} peak{held} of {format_bytes(capacity)} {source} "
-        f"{bar(share, 20)} {share:.1%}, reached in {phase}{_peak_operation(doc)}"
+        f"{bar(share, 20)} {share:.1%}, reached in {phase}{_peak_memory_operation(doc)}"
     )
 
 
-def _peak_operation(doc: dict[str, Any]) -> str:
+def _peak_memory_operation(doc: dict[str, Any]) -> str:
     """`, at model.py:12 (addmm)`: where the recorded iteration's memory peaked, if at a line."""
     peak = doc.get("peak_memory_operation")
     if not peak or peak.get("path") is None:
