@@ -1,6 +1,7 @@
-"""The analysis worker: a process that runs one analysis of the user's code, then exits.
+"""The analysis worker's own program: a process that runs one analysis of the user's code, then
+exits. The service's side of it, which starts and follows these processes, is worker_pool.py.
 
-Run by the service as `python -m skyline_engine.service.worker` (never by people). Its life:
+Run by the service as `python -m skyline_engine.service.worker_main` (never by people). Its life:
 
 1. start   apply the memory limit, import torch, find the device; send `ready`. The service keeps
            one worker here, warm, so an analysis does not wait for torch to import.
@@ -110,7 +111,7 @@ def _startup_failure(exc: BaseException) -> Failure:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m skyline_engine.service.worker")
+    parser = argparse.ArgumentParser(prog="python -m skyline_engine.service.worker_main")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--memory-limit", type=int, default=None, help="RLIMIT_AS in bytes")
     return parser
