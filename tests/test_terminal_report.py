@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from skyline_engine.analysis.document import build_document
+from skyline_engine.analysis.assembly import build_document
 from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from skyline_engine.analysis.document import AnalysisDocument, build_document
+from skyline_engine.analysis.assembly import build_document
+from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.users_batch_size import UsersBatchSize, measure_with_breakdown
 from skyline_engine.attribute.breakdown import Breakdown
