@@ -31,7 +31,7 @@ stands in.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,7 +175,7 @@ class PeakMemoryModel:
         }
 
     @classmethod
-    def from_dict(cls, fields: dict[str, Any]) -> PeakMemoryModel:
+    def from_dict(cls, fields: Mapping[str, Any]) -> PeakMemoryModel:
         """The model again from a document's `models.peak_memory_bytes` (the inverse of to_dict).
         Raises KeyError, TypeError or ValueError when it is not such a dict."""
         phases = tuple(

@@ -42,6 +42,7 @@ from skyline_engine.service.failures import Failure
 from skyline_engine.service.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:
+    from skyline_engine.analysis.document import AnalysisDocument, DocumentDict
     from skyline_engine.errors import SkylineError
 
 
@@ -191,8 +192,7 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
-def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> dict[str, Any]:
-    from skyline_engine.analysis.document import AnalysisDocument
+def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> DocumentDict:
     from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.measure.timing import TimingBudget
 
