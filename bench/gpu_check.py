@@ -217,7 +217,7 @@ def memory(device: str) -> dict[str, Any]:
         "peak_reserved_bytes": doc["iteration"]["peak_memory_reserved_bytes"],
         # Where it peaked and the other tensors alive there (made by backward on autograd's device
         # thread on CUDA, whose frees the recorder follows too).
-        "peak_operation": doc["peak_memory_operation"],
+        "peak_memory_operation": doc["peak_memory_operation"],
     }
     if device == "cpu":
         return figures

@@ -36,7 +36,7 @@ LITERAL_TESTS = (
 SERVICE_UNIT_TESTS = ("tests/test_service_units.py",)
 PARAMS_TESTS = (*SERVICE_UNIT_TESTS, "tests/test_service_stdio.py::test_wrong_parameters_get_errors_naming_them")
 LUA_FORMAT_TESTS = ("tests/test_parity.py", "tests/test_lua_units.py")
-PEAK_TENANT_TESTS = ("tests/test_peak_tenants.py", "tests/test_peak_operation.py")
+OTHER_TENSOR_TESTS = ("tests/test_other_tensors.py", "tests/test_peak_memory_operation.py")
 
 
 @dataclass(frozen=True)
@@ -414,34 +414,34 @@ MUTATIONS = [
         "if not M.time_predictable(time) or run_time_ms < 0 then",
         LUA_FORMAT_TESTS,
     ),
-    # The tensors alive at the peak (attribute/peak_tenants.py) and the engine's own hold on them
+    # The tensors alive at the peak (attribute/other_tensors.py) and the engine's own hold on them
     Mutation(
         "the engine keeps the model's whole output",
         "skyline_engine/measure/iteration.py",
         "        self._last_output = None\n        if isinstance(output, torch.Tensor) and output.numel() == 1:",
         "        self._last_output = output\n        if False:",
-        PEAK_TENANT_TESTS,
+        OTHER_TENSOR_TESTS,
     ),
     Mutation(
         "a storage freed by the peak's operation is alive there",
-        "skyline_engine/attribute/peak_tenants.py",
+        "skyline_engine/attribute/other_tensors.py",
         "if made_at <= index < freed_at and",
         "if made_at <= index <= freed_at and",
-        PEAK_TENANT_TESTS,
+        OTHER_TENSOR_TESTS,
     ),
     Mutation(
         "a parameter's gradient is another tensor",
         "skyline_engine/attribute/recorder.py",
         "if self.lifetimes is not None and parameter.grad is not None:",
         "if False:",
-        PEAK_TENANT_TESTS,
+        OTHER_TENSOR_TESTS,
     ),
     Mutation(
         "an activation kept for backward is another tensor",
         "skyline_engine/attribute/recorder.py",
         "            if self.lifetimes is not None:\n                self.lifetimes.accounted(storage)",
         "            if False:\n                self.lifetimes.accounted(storage)",
-        PEAK_TENANT_TESTS,
+        OTHER_TENSOR_TESTS,
     ),
     Mutation(
         "a held copy's weights stand at no line",

@@ -7,12 +7,15 @@ how a number reads, which a warning written early needs as much as a renderer; `
 names of an iteration's parts, which the meters write and the renderers read); render and
 service are peers that never import each other; nothing in the engine imports pynvim, and the
 remote plugin never imports the engine. Read from the source with `ast`, so an import inside a
-function counts too.
+function counts too. And the document's declared shape imports neither torch nor numpy: a reader
+of documents needs their shape alone.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,24 @@ def test_the_halves_stay_apart(folder, forbidden):
         if target == forbidden or target.startswith(forbidden + ".")
     ]
     assert offenders == []
+
+
+# Which of torch and numpy a fresh interpreter holds after importing a module.
+HEAVY = "import sys, {module}; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {{'torch', 'numpy'}}))"
+
+
+@pytest.mark.parametrize(
+    "module, heavy",
+    [
+        ("skyline_engine.analysis.document", ""),  # the shape, and the typed parts named for mypy alone
+        ("skyline_engine.analysis.assembly", "numpy torch"),  # the check itself: building one needs both
+    ],
+)
+def test_the_documents_shape_imports_neither_torch_nor_numpy(module, heavy):
+    """Importing analysis/document.py took torch's 1.3 to 2.3 s (and numpy's) when it named the
+    measurement types at run time; its shape needs neither."""
+    code = HEAVY.format(module=module)
+    command = [sys.executable, "-c", code]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == heavy

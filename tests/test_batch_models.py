@@ -9,7 +9,7 @@ import pytest
 from skyline_engine.measure.memory import CUDA_COUNT_SLACK_BYTES, MemoryProfile
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
-from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, MemoryCurve, PeakMemoryModel, fit_peak_memory
+from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, PeakMemoryModel, PhaseCurve, fit_peak_memory
 from skyline_engine.vocabulary import FORWARD_BACKWARD, OPTIMIZER
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -69,10 +69,10 @@ def test_the_envelope_predicts_where_the_peak_moves_to_another_phase():
     model = fit_peak_memory(measured, [profile(b, OPTIMIZER_DOMINATED) for b in measured])
     assert model.fitted == PER_OPERATION
     # Only the lines that are ever the maximum are kept, by rising slope.
-    assert [line.phase for line in model.lines] == [OPTIMIZER, FORWARD_BACKWARD]
-    assert [line.slope for line in model.lines] == pytest.approx([6 * KiB, 54 * KiB])
+    assert [curve.name for curve in model.phases] == [OPTIMIZER, FORWARD_BACKWARD]
+    assert [curve.slope for curve in model.phases] == pytest.approx([6 * KiB, 54 * KiB])
     crossover = 32 * MiB / (48 * KiB)  # 682.7 samples
-    assert model.line_at(600).phase == OPTIMIZER and model.line_at(700).phase == FORWARD_BACKWARD
+    assert model.phase_at(600).name == OPTIMIZER and model.phase_at(700).name == FORWARD_BACKWARD
     assert model(4096) == pytest.approx(54 * KiB * 4096 + 200 * MiB)
     # With 1 GiB usable: (1 GiB - 200 MiB) / 54 KiB samples, where one line through the measured
     # peaks (6 KiB a sample) would allow 137,000.
@@ -88,7 +88,7 @@ def test_operations_that_differ_between_batch_sizes_fall_back_to_a_line_per_phas
     profiles[1] = profile(32, [*OPTIMIZER_DOMINATED, (OPTIMIZER, 0, 0)])  # one more operation
     model = fit_peak_memory(measured, profiles)
     assert model.fitted == PER_PHASE
-    assert {line.phase for line in model.lines} <= {FORWARD_BACKWARD, OPTIMIZER}
+    assert {curve.name for curve in model.phases} <= {FORWARD_BACKWARD, OPTIMIZER}
     for b, p in zip(measured, profiles):
         assert model(b) == pytest.approx(p.peak_bytes)
 
@@ -97,28 +97,28 @@ def test_each_line_holds_the_peak_over_the_whole_batch_sizes_it_says():
     # The optimizer's flat line up to 299; at 300 the second overtakes it (a tie: the steeper
     # holds); the third from 1400 / 3 = 466.7, so from 467.
     lines = (
-        MemoryCurve(OPTIMIZER, 0.0, 1000.0, None),
-        MemoryCurve(FORWARD_BACKWARD, 2.0, 400.0, None),
-        MemoryCurve(FORWARD_BACKWARD, 5.0, -1000.0, None),
+        PhaseCurve(OPTIMIZER, 0.0, 1000.0, None),
+        PhaseCurve(FORWARD_BACKWARD, 2.0, 400.0, None),
+        PhaseCurve(FORWARD_BACKWARD, 5.0, -1000.0, None),
     )
     model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
     segments = model.segments()
     assert segments == [(1, 299, lines[0]), (300, 466, lines[1]), (467, None, lines[2])]
     for b in range(1, 1000):
         holder = next(curve for first, last, curve in segments if first <= b and (last is None or b <= last))
-        assert model.line_at(b) is holder, b
+        assert model.phase_at(b) is holder, b
 
 
 def test_a_line_overtaken_between_two_whole_batch_sizes_holds_at_none():
     # The second line overtakes the first at 99.5 and is overtaken by the third at 99.7.
     lines = (
-        MemoryCurve(OPTIMIZER, 0.0, 100.0, None),
-        MemoryCurve(FORWARD_BACKWARD, 1.0, 0.5, None),
-        MemoryCurve(FORWARD_BACKWARD, 2.0, -99.2, None),
+        PhaseCurve(OPTIMIZER, 0.0, 100.0, None),
+        PhaseCurve(FORWARD_BACKWARD, 1.0, 0.5, None),
+        PhaseCurve(FORWARD_BACKWARD, 2.0, -99.2, None),
     )
     model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
     assert model.segments() == [(1, 99, lines[0]), (100, None, lines[2])]
-    assert model.line_at(99) is lines[0] and model.line_at(100) is lines[2]
+    assert model.phase_at(99) is lines[0] and model.phase_at(100) is lines[2]
     assert PeakMemoryModel(lines[:1], PER_OPERATION, 3, 0.0).segments() == [(1, None, lines[0])]
 
 
@@ -126,9 +126,9 @@ def test_a_line_that_takes_over_only_beyond_the_largest_batch_size_that_fits_hol
     # Two operations of a GAN's backward passes gave nearly parallel lines (3.6 KiB a sample each)
     # that cross at 2.2e12; the report said "the highest at batch sizes 39-2,199,023,255,551".
     lines = (
-        MemoryCurve(OPTIMIZER, 1100.0, 367_000.0, None),
-        MemoryCurve(FORWARD_BACKWARD, 3700.0, 268_900.0, None),
-        MemoryCurve(FORWARD_BACKWARD, 3700.5, 268_900.0 - 1.1e12, None),
+        PhaseCurve(OPTIMIZER, 1100.0, 367_000.0, None),
+        PhaseCurve(FORWARD_BACKWARD, 3700.0, 268_900.0, None),
+        PhaseCurve(FORWARD_BACKWARD, 3700.5, 268_900.0 - 1.1e12, None),
     )
     model = PeakMemoryModel(lines, PER_OPERATION, 3, 0.0)
     assert model.segments() == [
@@ -636,8 +636,8 @@ def test_a_fourth_batch_size_lets_memory_grow_with_the_batch_size_squared():
     measured = [256, 512, 1024, 4096]
     model = fit_peak_memory(measured, [quadratic_profile(b, CONTRASTIVE) for b in measured])
     assert model.quadratic and model.max_relative_residual == pytest.approx(0, abs=1e-9)
-    assert [line.phase for line in model.lines] == [OPTIMIZER, FORWARD_BACKWARD]
-    steepest = model.lines[-1]
+    assert [curve.name for curve in model.phases] == [OPTIMIZER, FORWARD_BACKWARD]
+    steepest = model.phases[-1]
     assert (steepest.quadratic, steepest.slope, steepest.bias) == pytest.approx((20, 17 * KiB, 10 * MiB))
     for b in (1, 300, 20_000, 10**6):  # far beyond the measurements, as the bytes would be
         assert model(b) == pytest.approx(quadratic_profile(b, CONTRASTIVE).peak_bytes, rel=1e-9)
@@ -751,15 +751,15 @@ def test_a_quadratic_that_a_line_overtakes_for_a_while_holds_twice():
     # b² / 100 + 1000 against 6 b + 200: the line is higher between 200 and 400 samples (the
     # difference is (b − 200)(b − 400) / 100); on the ties the quadratic, the steeper, holds.
     curves = (
-        MemoryCurve(FORWARD_BACKWARD, 0.0, 1000.0, None, 0.01),
-        MemoryCurve(OPTIMIZER, 6.0, 200.0, None),
+        PhaseCurve(FORWARD_BACKWARD, 0.0, 1000.0, None, 0.01),
+        PhaseCurve(OPTIMIZER, 6.0, 200.0, None),
     )
     model = PeakMemoryModel(curves, PER_OPERATION, 4, 0.0)
     assert model.segments() == [(1, 200, curves[0]), (201, 399, curves[1]), (400, None, curves[0])]
     assert model.segments(300) == [(1, 200, curves[0]), (201, None, curves[1])]
     for b in range(1, 1000):
         holder = next(c for first, last, c in model.segments() if first <= b and (last is None or b <= last))
-        assert model.line_at(b) is holder, b
+        assert model.phase_at(b) is holder, b
 
 
 def test_the_envelope_keeps_only_the_curves_that_hold_somewhere():
@@ -768,7 +768,7 @@ def test_the_envelope_keeps_only_the_curves_that_hold_somewhere():
     above = (FORWARD_BACKWARD, 10, 200, 0)
     flat = (OPTIMIZER, 0, 0, 100 * KiB)
     model = fit_peak_memory(measured, [quadratic_profile(b, [below, above, flat]) for b in measured])
-    assert [(line.phase, line.quadratic) for line in model.lines] == [
+    assert [(curve.name, curve.quadratic) for curve in model.phases] == [
         (OPTIMIZER, 0.0),
         (FORWARD_BACKWARD, pytest.approx(10)),
     ]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from nvim_helpers import as_lua_receives, assert_no_traceback, state
-from skyline_engine.analysis.document import build_document
+from skyline_engine.analysis.assembly import build_document
 from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import run_skyline
-from skyline_engine.service.workers import _worker_environment
+from skyline_engine.service.worker_pool import _worker_environment
 
 ENTRY = """\
 import os

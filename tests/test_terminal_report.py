@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from skyline_engine.analysis.document import build_document
+from skyline_engine.analysis.assembly import build_document
 from skyline_engine.attribute.breakdown import Attribution, Breakdown, OperationNode, Untracked
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
@@ -144,7 +144,7 @@ def test_the_line_where_memory_peaked_follows_the_phase():
 def test_the_other_tensors_alive_at_the_peak_are_named_by_line_the_notable_ones():
     doc = document(run_time(1 / 64, 0.75))
     peak = doc["iteration"]["peak_memory_bytes"]
-    tenants = [
+    other_tensors = [
         {"path": "model.py", "line": 12, "phase": "backward", "bytes": peak // 4},  # 25%: gradients
         {"path": "train.py", "line": 30, "phase": "forward", "bytes": peak // 8},  # logits the code holds
         {"path": "model.py", "line": 12, "phase": "forward", "bytes": peak // 16},
@@ -155,16 +155,16 @@ def test_the_other_tensors_alive_at_the_peak_are_named_by_line_the_notable_ones(
         "phase": "backward",
         "path": "model.py",
         "line": 12,
-        "other_tensors": tenants,
+        "other_tensors": other_tensors,
     }
-    sizes = [format_bytes(t["bytes"]) for t in tenants]
+    sizes = [format_bytes(t["bytes"]) for t in other_tensors]
     lines = summary(doc)
     assert lines[2] == "             at model.py:12 (_log_softmax_backward_data, backward);"
     assert lines[3] == (
         f"             other tensors alive there from model.py:12: {sizes[0]} made in backward, {sizes[2]} of "
         f"forward outputs; from train.py:30: {sizes[1]} of forward outputs"
     )
-    doc["peak_memory_operation"]["other_tensors"] = tenants[3:]  # none notable: nothing more is said
+    doc["peak_memory_operation"]["other_tensors"] = other_tensors[3:]  # none notable: nothing more is said
     assert summary(doc)[2] == "             at model.py:12 (_log_softmax_backward_data, backward)"
 
 

@@ -1,5 +1,5 @@
 """What the user should know about how a breakdown was obtained: said of the breakdown as the
-document holds it, fitted to the document's iteration (analysis/document.py), so that a warning's
+document holds it, fitted to the document's iteration (analysis/assembly.py), so that a warning's
 figures are the document's own."""
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
+from skyline_engine.analysis.assembly import build_document
 from skyline_engine.analysis.data_parallel import Bucket, DataParallel, RankMeasurement
-from skyline_engine.analysis.document import AnalysisDocument, build_document
+from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.sequence import IterationSource, measure_batch_size
 from skyline_engine.analysis.session import (
     AnalysisRequest,

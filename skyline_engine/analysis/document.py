@@ -1,29 +1,398 @@
-"""The analysis document: typed parts, and one `to_dict` that writes the JSON-ready data every
-renderer, the service and the editor read.
+"""The analysis document: its shape on the wire, declared once, and the typed parts that write it.
 
-Its fields are documented in docs/analysis-document.md (tests/test_document_fields.py keeps the
-two in step); add fields freely, never rename them.
+The JSON-ready data every renderer, the service and the editor read is `DocumentDict` and the
+TypedDicts below it, one for each object of docs/analysis-document.md, named after the fields
+they hold; `AnalysisDocument.to_dict` writes it from the measurement types (a `Sample`, a
+`Breakdown`, the batch-size models), each part through its own `to_dict` and declared here as
+what it writes. tests/test_document_fields.py keeps the three in step: every field documented is
+declared and written, every document the engine writes has the declared shape, value types
+included. Add fields freely, never rename them (clients read them).
+
+Importing this module imports no torch and no numpy (tests/test_architecture.py): a reader of
+documents needs only their shape. The measurement types are named for the type checker alone;
+`build_document` (analysis/assembly.py) is what needs them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 import skyline_engine
-from skyline_engine.analysis.breakdown_notes import breakdown_notes
-from skyline_engine.analysis.data_parallel import DataParallel
-from skyline_engine.attribute.breakdown import Breakdown
-from skyline_engine.attribute.memory_growth import MemoryGrowth
-from skyline_engine.entry.batch_size import BatchSizeLocation
-from skyline_engine.measure.compilation import Compilation
-from skyline_engine.measure.device import DeviceInfo
-from skyline_engine.measure.iteration import Sample
-from skyline_engine.measure.memory import MemoryProfile
-from skyline_engine.predict.batch_models import BatchSizeModels, Prediction, prediction_ladder
+from skyline_engine.vocabulary import OperationPhase, PeakPhase
+
+if TYPE_CHECKING:  # each imports torch or numpy
+    from skyline_engine.analysis.data_parallel import DataParallel
+    from skyline_engine.attribute.breakdown import Breakdown
+    from skyline_engine.attribute.memory_growth import MemoryGrowth
+    from skyline_engine.entry.batch_size import BatchSizeLocation
+    from skyline_engine.measure.compilation import Compilation
+    from skyline_engine.measure.device import DeviceInfo
+    from skyline_engine.measure.iteration import Sample
+    from skyline_engine.measure.memory import MemoryProfile
+    from skyline_engine.predict.batch_models import BatchSizeModels, Prediction
 
 SCHEMA = "skyline.analysis/1"
+
+
+# --- the shape on the wire (docs/analysis-document.md, a TypedDict per table) ------------------
+
+
+class DeviceDict(TypedDict):
+    """`device`."""
+
+    type: str  # "cpu" or "cuda"
+    index: int | None
+    name: str
+    memory_capacity_bytes: int
+    memory_capacity_source: str  # "user", "cuda", "nvml", "system_available", "cgroup", "physical_memory"
+
+
+class MeasurementDict(TypedDict):
+    """A measurement: `iteration`, `models.samples[]`, `predictions[].measured`."""
+
+    batch_size: int
+    run_time_ms: float
+    run_time_iqr_ms: float
+    repetitions: int
+    samples_per_second: float
+    micro_batches: int
+    peak_memory_bytes: int
+    peak_memory_phase: PeakPhase
+    peak_memory_reserved_bytes: int | None
+
+
+class LineFitDict(TypedDict):
+    """A line: `models.run_time_ms`, and the fields `models.peak_memory_bytes` shares with it."""
+
+    slope: float
+    bias: float
+    r2: float | None
+    max_relative_residual: float
+    points: int
+
+
+class PhaseCurveDict(TypedDict):
+    """`models.peak_memory_bytes.phases[]` (predict/peak_memory.py, PhaseCurve)."""
+
+    name: PeakPhase
+    slope: float
+    bias: float
+    r2: float | None
+    quadratic: float
+
+
+class PeakMemoryModelDict(LineFitDict):
+    """`models.peak_memory_bytes`: a line's fields (of the curve that decides `max_batch_size`) and its own."""
+
+    quadratic: float
+    phases: list[PhaseCurveDict]
+    fitted: str  # "per_operation" or "per_phase"
+    phase_at_max_batch_size: PeakPhase | None
+
+
+class MemorySampleDict(TypedDict):
+    """`models.memory_samples[]`."""
+
+    batch_size: int
+    peak_memory_bytes: int
+    peak_memory_phase: PeakPhase
+
+
+class ModelsDict(TypedDict):
+    """`models`."""
+
+    samples: list[MeasurementDict]
+    memory_samples: list[MemorySampleDict]
+    run_time_ms: LineFitDict
+    peak_memory_bytes: PeakMemoryModelDict
+    memory_headroom_fraction: float
+    micro_batches: int
+    samples_per_step: int | None
+    usable_memory_bytes: int
+    max_batch_size: int | None
+    max_batch_size_extrapolated: bool
+    trusted_range: list[int]  # [low, high]
+    failing_batch_sizes: list[int]
+    throughput_knee_batch_size: int | None
+    throughput_knee_samples_per_second: float | None
+    best_batch_size: int | None
+    predicted_max_samples_per_second: float | None
+    asymptotic_samples_per_second: float | None
+
+
+class PredictionDict(TypedDict):
+    """`predictions[]`."""
+
+    batch_size: int
+    run_time_ms: float | None
+    samples_per_second: float | None
+    peak_memory_bytes: float
+    fits: bool
+    extrapolated: bool
+    measured: MeasurementDict | None
+
+
+class BatchSizeLocationDict(TypedDict):
+    """`batch_size_location`."""
+
+    path: str
+    line: int
+    col_start: int
+    col_end: int
+    editable: bool
+    value: int | None
+    reason: str | None
+
+
+class FrameDict(TypedDict):
+    """A frame: `operations.contexts[]`, `weights[].contexts[]`, `optimizer_state[].contexts[]`,
+    `distributed.buckets[].lines[]`."""
+
+    path: str
+    line: int
+
+
+class PhaseTimesDict(TypedDict):
+    """`lines[].inclusive`."""
+
+    forward_ms: float
+    backward_ms: float
+    step_ms: float
+
+
+class LineDict(TypedDict):
+    """`lines[]`."""
+
+    path: str
+    line: int
+    forward_ms: float
+    backward_ms: float
+    step_ms: float
+    memory_bytes: int
+    invocations: int
+    inclusive: PhaseTimesDict
+    communication_ms: float | None
+
+
+class OperationNodeDict(TypedDict):
+    """`operations`, and each of its `children`."""
+
+    name: str
+    kind: Literal["module", "operation"]
+    module: str
+    forward_ms: float
+    backward_ms: float
+    step_ms: float
+    activation_bytes: int
+    contexts: list[FrameDict]
+    children: list[OperationNodeDict]
+
+
+class WeightDict(TypedDict):
+    """`weights[]`."""
+
+    name: str
+    size_bytes: int
+    grad_size_bytes: int
+    contexts: list[FrameDict]
+
+
+class OptimizerStateDict(TypedDict):
+    """`optimizer_state[]`."""
+
+    name: str
+    size_bytes: int
+    contexts: list[FrameDict]
+
+
+class UntrackedDict(TypedDict):
+    """`untracked`."""
+
+    run_time_ms: float
+    memory_bytes: int
+    workspace_bytes: int
+
+
+class OtherTensorDict(TypedDict):
+    """`peak_memory_operation.other_tensors[]` (attribute/other_tensors.py, OtherTensor)."""
+
+    path: str
+    line: int
+    phase: OperationPhase
+    bytes: int
+
+
+class PeakMemoryOperationDict(TypedDict):
+    """`peak_memory_operation`."""
+
+    operation: str
+    phase: OperationPhase
+    path: str | None
+    line: int | None
+    other_tensors: list[OtherTensorDict]
+
+
+class AttributionDict(TypedDict):
+    """`attribution`."""
+
+    recorded_iterations: int
+    operations_ms: float
+    user_lines_ms: float
+    user_lines_fraction: float | None
+    scaled_by: float
+    mode: str  # "recorded" or "eager_replay"
+    untracked_in_steps_fraction: float | None
+
+
+class TimelineEntryDict(TypedDict):
+    """`timeline[]`."""
+
+    name: str
+    phase: OperationPhase
+    start_ms: float
+    duration_ms: float
+    path: str | None
+    line: int | None
+    module: str
+
+
+class CompiledBatchSizeDict(TypedDict):
+    """`compilation.batch_sizes[]`."""
+
+    batch_size: int
+    graphs: int
+    seconds: float
+
+
+class CompilationDict(TypedDict):
+    """`compilation`."""
+
+    graphs: int
+    seconds: float
+    batch_sizes: list[CompiledBatchSizeDict]
+
+
+class KeptLineDict(TypedDict):
+    """`memory_growth.lines[]`."""
+
+    path: str | None
+    line: int | None
+    bytes: int
+
+
+class MemoryGrowthDict(TypedDict):
+    """`memory_growth`."""
+
+    bytes_per_iteration: int
+    lines: list[KeptLineDict]
+
+
+class RankDict(TypedDict):
+    """`distributed.ranks[]`."""
+
+    rank: int
+    run_time_ms: float
+    compute_ms: float
+    peak_memory_bytes: int
+
+
+class BucketDict(TypedDict):
+    """`distributed.buckets[]`."""
+
+    index: int
+    size_bytes: int
+    parameters: list[str]
+    ready_ms: float
+    all_reduce_ms: float
+    exposed_ms: float
+    lines: list[FrameDict]
+
+
+class CommunicationDict(TypedDict):
+    """`distributed.communication`."""
+
+    all_reduce_ms: float
+    exposed_ms: float
+    compute_ms: float
+    backward_end_ms: float
+
+
+class LinkDict(TypedDict):
+    """`distributed.link`."""
+
+    description: str
+    source: str  # "measured" or "user"
+    latency_us: float
+    bandwidth_gbps: float
+
+
+class ScalingRowDict(TypedDict):
+    """`distributed.scaling[]`."""
+
+    world_size: int
+    samples_per_second: float
+    iteration_ms: float
+    exposed_ms: float
+    extrapolated: bool
+    measured_samples_per_second: float | None
+
+
+class DistributedDict(TypedDict):
+    """`distributed`."""
+
+    world_size: int
+    backend: str  # "gloo" or "nccl"
+    threads_per_rank: int
+    ranks: list[RankDict]
+    slowest_rank: int
+    buckets: list[BucketDict]
+    communication: CommunicationDict
+    link: LinkDict | None
+    scaling: list[ScalingRowDict]
+
+
+class _Timeline(TypedDict, total=False):
+    timeline: list[TimelineEntryDict]  # the one field that may be missing: only when asked for
+
+
+class BreakdownDict(_Timeline):
+    """The breakdown's part of the top level (attribute/breakdown.py, `Breakdown.to_dict`)."""
+
+    lines: list[LineDict]
+    operations: OperationNodeDict
+    weights: list[WeightDict]
+    optimizer_state: list[OptimizerStateDict]
+    untracked: UntrackedDict
+    attribution: AttributionDict
+    peak_memory_operation: PeakMemoryOperationDict | None
+
+
+class DocumentDict(BreakdownDict):
+    """The analysis document: its top level."""
+
+    schema: str  # SCHEMA
+    engine_version: str
+    torch_version: str
+    project_root: str
+    entry_point: str
+    device: DeviceDict
+    batch_size: int
+    iteration: MeasurementDict
+    models: ModelsDict | None
+    models_withheld: str | None
+    predictions: list[PredictionDict]
+    batch_size_location: BatchSizeLocationDict | None
+    warnings: list[str]
+    distributed: DistributedDict | None
+    compilation: CompilationDict | None
+    memory_growth: MemoryGrowthDict | None
+
+
+# --- the typed parts, and where they meet the shape -------------------------------------------
+# Each part's own `to_dict` (in the layer that measured it, which may not import this one) writes
+# a plain dict; the casts below are where it takes its declared type, and the documents written
+# are checked against the declaration by tests/test_document_fields.py.
 
 
 @dataclass(frozen=True)
@@ -33,8 +402,9 @@ class PredictionRow:
     prediction: Prediction
     measured: Sample | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.prediction.to_dict(), "measured": self.measured.to_dict() if self.measured else None}
+    def to_dict(self) -> PredictionDict:
+        measured = self.measured.to_dict() if self.measured else None
+        return cast("PredictionDict", {**self.prediction.to_dict(), "measured": measured})
 
 
 @dataclass(frozen=True)
@@ -57,31 +427,33 @@ class AnalysisDocument:
     models_withheld: str | None = None  # why a complete document has no models
     memory_growth: MemoryGrowth | None = None  # tensor memory each iteration keeps for good (a leak)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DocumentDict:
+        location, distributed = self.batch_size_location, self.distributed
+        compilation, growth = self.compilation, self.memory_growth
         return {
             "schema": SCHEMA,
             "engine_version": skyline_engine.__version__,
             "torch_version": self.torch_version,
             "project_root": self.project_root,
             "entry_point": self.entry_point,
-            "device": self.device.to_dict(),
+            "device": cast("DeviceDict", self.device.to_dict()),
             "batch_size": self.batch_size,
-            "iteration": self.iteration.to_dict(),
+            "iteration": cast("MeasurementDict", self.iteration.to_dict()),
             "models": self._models(),
             "models_withheld": self.models_withheld,
             "predictions": [row.to_dict() for row in self.predictions],
-            "batch_size_location": self.batch_size_location.to_dict() if self.batch_size_location else None,
+            "batch_size_location": cast("BatchSizeLocationDict", location.to_dict()) if location else None,
             "warnings": list(self.warnings),
-            "distributed": self.distributed.to_dict() if self.distributed else None,
-            "compilation": self.compilation.to_dict() if self.compilation else None,
-            "memory_growth": self.memory_growth.to_dict() if self.memory_growth else None,
-            **self.breakdown.to_dict(),
+            "distributed": cast("DistributedDict", distributed.to_dict()) if distributed else None,
+            "compilation": cast("CompilationDict", compilation.to_dict()) if compilation else None,
+            "memory_growth": cast("MemoryGrowthDict", growth.to_dict()) if growth else None,
+            **cast("BreakdownDict", self.breakdown.to_dict()),
         }
 
-    def _models(self) -> dict[str, Any] | None:
+    def _models(self) -> ModelsDict | None:
         if self.models is None:
             return None
-        return {
+        models = {
             "samples": [s.to_dict() for s in self.samples],
             "memory_samples": [
                 {"batch_size": b, "peak_memory_bytes": p.peak_bytes, "peak_memory_phase": p.peak_phase}
@@ -89,54 +461,4 @@ class AnalysisDocument:
             ],
             **self.models.to_dict(),
         }
-
-
-def build_document(
-    *,
-    project_root: str,
-    entry_point: str,
-    torch_version: str,
-    device: DeviceInfo,
-    batch_size: int,
-    samples: Sequence[Sample],
-    breakdown: Breakdown,
-    models: BatchSizeModels | None,
-    batch_size_location: BatchSizeLocation | None,
-    warnings: list[str],
-    memory_only: dict[int, MemoryProfile] | None = None,
-    distributed: DataParallel | None = None,
-    breakdown_time_ms: float | None = None,
-    compilation: Compilation | None = None,
-    models_withheld: str | None = None,
-    memory_growth: MemoryGrowth | None = None,
-) -> AnalysisDocument:
-    """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
-    predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
-    `breakdown_time_ms` when given (data-parallel training: the iteration less its exposed
-    communication), else to the iteration's time; the warnings start with what to know about the
-    breakdown as fitted."""
-    measured = {s.batch_size: s for s in samples}
-    fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
-    predictions = []
-    if models is not None:
-        ladder = prediction_ladder(batch_size, sorted(measured), models.max_batch_size(), models.failing_batch_sizes)
-        predictions = [PredictionRow(models.predict(b), measured.get(b)) for b in ladder]
-    return AnalysisDocument(
-        project_root=project_root,
-        entry_point=entry_point,
-        torch_version=torch_version,
-        device=device,
-        batch_size=batch_size,
-        iteration=measured[batch_size],
-        breakdown=fitted,
-        batch_size_location=batch_size_location,
-        warnings=[*breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda"), *warnings],
-        samples=sorted(samples, key=lambda s: s.batch_size),
-        models=models,
-        predictions=predictions,
-        memory_only=dict(memory_only or {}),
-        distributed=distributed,
-        compilation=compilation,
-        models_withheld=models_withheld,
-        memory_growth=memory_growth,
-    )
+        return cast("ModelsDict", models)

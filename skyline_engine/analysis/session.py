@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from skyline_engine.analysis.document import AnalysisDocument, build_document
+from skyline_engine.analysis.assembly import build_document
+from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
 from skyline_engine.attribute.breakdown import Breakdown

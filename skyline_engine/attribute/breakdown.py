@@ -28,7 +28,7 @@ import torch
 
 from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
-from skyline_engine.attribute.peak_tenants import PeakTenant
+from skyline_engine.attribute.other_tensors import OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, Recording
 from skyline_engine.measure.optimizer_state import state_bytes
 from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
@@ -268,13 +268,13 @@ class Breakdown:
     untracked: Untracked
     attribution: Attribution
     timeline: list[TimelineEntry] | None = None  # only when asked for
-    peak_operation: OperationSite | None = None  # None when the peak came before any operation
-    peak_tenants: list[PeakTenant] = field(default_factory=list)  # the other tensors alive there
+    peak_memory_operation: OperationSite | None = None  # None when the peak came before any operation
+    other_tensors: list[OtherTensor] = field(default_factory=list)  # the other tensors alive there
 
     def to_dict(self) -> dict[str, Any]:
         peak = None
-        if self.peak_operation is not None:
-            peak = self.peak_operation.to_dict() | {"other_tensors": [t.to_dict() for t in self.peak_tenants]}
+        if self.peak_memory_operation is not None:
+            peak = self.peak_memory_operation.to_dict() | {"other_tensors": [t.to_dict() for t in self.other_tensors]}
         fields: dict[str, Any] = {
             "lines": [line.to_dict() for line in self.lines],
             "operations": self.operations.to_dict(),
@@ -352,15 +352,15 @@ def build_breakdown(
     peak_memory_bytes: int,
     timeline: bool = False,
     mode: str = RECORDED,
-    peak_operation: OperationSite | None = None,
+    peak_memory_operation: OperationSite | None = None,
     held: Mapping[str, torch.nn.Module] | None = None,
-    peak_tenants: list[PeakTenant] | None = None,
+    other_tensors: list[OtherTensor] | None = None,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
     iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The
     recording is not consumed: it is broken down more than once (a first result, then the final
     one). `held`: the modules the iteration keeps beside the model, by name, whose weights count
-    too (an EMA copy, a teacher). `peak_tenants`: the other tensors alive at `peak_operation`."""
+    too (an EMA copy, a teacher). `other_tensors`: the other tensors alive at `peak_memory_operation`."""
     iterations = len(recording.iteration_starts)
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording, iterations)
@@ -402,8 +402,8 @@ def build_breakdown(
             untracked_in_steps_fraction=recording.untracked_in_steps(),
         ),
         timeline=first_iteration,
-        peak_operation=peak_operation,
-        peak_tenants=list(peak_tenants or []),
+        peak_memory_operation=peak_memory_operation,
+        other_tensors=list(other_tensors or []),
     )
 
 

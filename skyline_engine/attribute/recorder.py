@@ -45,7 +45,7 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
-from skyline_engine.attribute.peak_tenants import Lifetimes
+from skyline_engine.attribute.other_tensors import Lifetimes
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.iteration import after_accumulation

@@ -16,7 +16,7 @@ import torch
 from skyline_engine.attribute.breakdown import RECORDED, Breakdown, OperationSite, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.memory_growth import MemoryGrowth, memory_growth
-from skyline_engine.attribute.peak_tenants import Lifetimes, PeakTenant
+from skyline_engine.attribute.other_tensors import Lifetimes, OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
 from skyline_engine.measure.compilation import eager_replay
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
@@ -52,8 +52,8 @@ class IterationRecording:
             for name, part in module.named_modules(prefix=prefix):
                 self._module_names.setdefault(id(part), name)
         self.recorder = self._new_recorder()
-        self._peak: OperationSite | None = None
-        self._peak_tenants: list[PeakTenant] = []
+        self._peak_memory_operation: OperationSite | None = None
+        self._other_tensors: list[OtherTensor] = []
         self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
@@ -102,8 +102,8 @@ class IterationRecording:
         profile = meter.profile()
         operations = self.recorder.recording.operations
         index = _index_at_peak(profile, operations)
-        self._peak = OperationSite.of(operations[index]) if index is not None else None
-        self._peak_tenants = lifetimes.tenants_at(index) if index is not None else []
+        self._peak_memory_operation = OperationSite.of(operations[index]) if index is not None else None
+        self._other_tensors = lifetimes.other_tensors_at(index) if index is not None else []
         return profile
 
     def _calls(self, run: Run, count: int) -> None:
@@ -133,9 +133,9 @@ class IterationRecording:
             peak_memory_bytes,
             timeline,
             mode,
-            peak_operation=self._peak,
+            peak_memory_operation=self._peak_memory_operation,
             held=self._held,
-            peak_tenants=self._peak_tenants,
+            other_tensors=self._other_tensors,
         )
 
 

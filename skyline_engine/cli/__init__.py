@@ -9,9 +9,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
+from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
 from skyline_engine import __version__
+from skyline_engine.analysis.document import DocumentDict  # its shape alone: no torch
 from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
 from skyline_engine.cli.progress import Progress
 from skyline_engine.entry.project_root import default_project_root
@@ -26,7 +27,7 @@ BATCH_SIZE = positive_int("the batch size")
 EXIT_ANALYSIS_ERROR = 1
 
 # A file the analysis may write: (its path, None when not asked for; the option naming it; the writer).
-Output = tuple[Optional[str], str, Callable[[str, dict[str, Any]], None]]
+Output = tuple[Optional[str], str, Callable[[str, DocumentDict], None]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,7 +233,7 @@ def _analyze(
     outputs: Sequence[Output],
     predict: bool,
     timeline: bool = False,
-) -> dict[str, Any]:
+) -> DocumentDict:
     """Run the analysis, then write each (path, option, writer) output whose path was given.
     Paths are checked first: an error after a long analysis would waste it."""
     wanted = [(path, option, write) for path, option, write in outputs if path]
@@ -250,7 +251,7 @@ def _analyze(
     return document
 
 
-def _write_outputs(wanted: Sequence[Output], document: dict[str, Any]) -> None:
+def _write_outputs(wanted: Sequence[Output], document: DocumentDict) -> None:
     for path, option, write in wanted:
         assert path is not None
         try:

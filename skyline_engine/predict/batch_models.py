@@ -347,7 +347,7 @@ class BatchSizeModels:
                 "predicted peaks, and the largest batch size that fits, can be off by as much or more."
             )
         if self.peak_memory.quadratic:
-            squared = max(line.quadratic for line in self.peak_memory.lines)
+            squared = max(curve.quadratic for curve in self.peak_memory.phases)
             notes.append(
                 f"Peak memory grows with the square of the batch size ({format_bytes(squared)} × batch size²: a "
                 "batch × batch tensor, as a loss comparing every sample with every other makes), and the time of "

@@ -31,7 +31,7 @@ stands in.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +57,13 @@ QUADRATIC_POINTS = 4
 
 
 @dataclass(frozen=True)
-class MemoryCurve:
+class PhaseCurve:
     """bytes = quadratic * batch_size² + slope * batch_size + bias, at one operation (or one phase)
-    of the iteration; `quadratic` is 0 but where tensors grow with the batch size squared."""
+    of the iteration, named by the phase it belongs to (the document's
+    `models.peak_memory_bytes.phases[]`); `quadratic` is 0 but where tensors grow with the batch
+    size squared."""
 
-    phase: str
+    name: str  # the phase of the iteration: vocabulary.FORWARD_BACKWARD, OPTIMIZER or OTHER
     slope: float
     bias: float
     r2: float | None  # None with two batch sizes: a line through two points cannot be judged
@@ -87,52 +89,52 @@ class MemoryCurve:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.phase, "slope": self.slope, "bias": self.bias, "r2": self.r2, "quadratic": self.quadratic}
+        return {"name": self.name, "slope": self.slope, "bias": self.bias, "r2": self.r2, "quadratic": self.quadratic}
 
 
 @dataclass(frozen=True)
 class PeakMemoryModel:
-    lines: tuple[MemoryCurve, ...]  # the upper envelope at whole batch sizes >= 1, by where each first holds
+    phases: tuple[PhaseCurve, ...]  # the upper envelope at whole batch sizes >= 1, by where each first holds
     fitted: str  # PER_OPERATION or PER_PHASE
     points: int  # batch sizes measured
     max_relative_residual: float  # of the envelope against the measured peaks
     # Quadratics through three batch sizes where a line misses an operation's bytes: unchecked (a
     # fourth would check them), so not in the envelope; what the peak may become (analysis/probing.py).
-    unchecked: tuple[MemoryCurve, ...] = ()
+    unchecked: tuple[PhaseCurve, ...] = ()
 
     def __call__(self, batch_size: float) -> float:
-        return max(line(batch_size) for line in self.lines)
+        return max(curve(batch_size) for curve in self.phases)
 
     @property
     def quadratic(self) -> bool:
         """Whether some of the peak grows with the square of the batch size."""
-        return any(line.quadratic > 0 for line in self.lines)
+        return any(curve.quadratic > 0 for curve in self.phases)
 
     def may_rise_above(self, batch_size: float, share: float) -> bool:
         """Whether an unchecked quadratic exceeds the predicted peak at `batch_size` by more than
         `share` of it: then the lines' prediction there is not to be trusted unmeasured."""
         return any(curve(batch_size) > (1 + share) * self(batch_size) for curve in self.unchecked)
 
-    def line_at(self, batch_size: float) -> MemoryCurve:
+    def phase_at(self, batch_size: float) -> PhaseCurve:
         """The curve that holds the peak at `batch_size` (the steeper one on a tie)."""
-        return max(self.lines, key=lambda line: (line(batch_size), line.steepness))
+        return max(self.phases, key=lambda curve: (curve(batch_size), curve.steepness))
 
-    def segments(self, up_to: int | None = None) -> list[tuple[int, int | None, MemoryCurve]]:
+    def segments(self, up_to: int | None = None) -> list[tuple[int, int | None, PhaseCurve]]:
         """Which curve holds the peak at which whole batch sizes: `(first, last, curve)` in order,
         `last` None for the one that holds from `first` on (the last, or the one holding at
         `up_to`: nearly parallel lines can cross at 10^12, beyond anything that fits). A curve
         overtaken between two whole batch sizes holds at none; one that a steeper line overtakes
         for a while and that takes over again (a quadratic) holds twice."""
-        points = _where_the_holder_may_change(self.lines)
+        points = _where_the_holder_may_change(self.phases)
         if up_to is not None and up_to >= 1:
             points = [b for b in points if b <= up_to] or [1]
         # Every curve at every point at once (a curve's terms: b², b, 1); of equal values the
-        # first, so the curves go steepest first, as line_at breaks ties.
-        by_steepness = sorted(self.lines, key=lambda line: line.steepness, reverse=True)
-        coefficients = np.array([(line.quadratic, line.slope, line.bias) for line in by_steepness])
+        # first, so the curves go steepest first, as phase_at breaks ties.
+        by_steepness = sorted(self.phases, key=lambda curve: curve.steepness, reverse=True)
+        coefficients = np.array([(curve.quadratic, curve.slope, curve.bias) for curve in by_steepness])
         at = np.array(points, dtype=np.float64)
         values = np.stack([at * at, at, np.ones_like(at)], axis=1) @ coefficients.T
-        segments: list[tuple[int, MemoryCurve]] = []
+        segments: list[tuple[int, PhaseCurve]] = []
         for b, index in zip(points, values.argmax(axis=1)):
             holder = by_steepness[index]
             if not segments or segments[-1][1] is not holder:
@@ -146,7 +148,7 @@ class PeakMemoryModel:
         if self(1) > limit_bytes:
             return 0
         # Each curve is below the limit from 1 up to where it crosses it (a quadratic is convex).
-        limits = [limit for line in self.lines if (limit := line.largest_within(limit_bytes)) is not None]
+        limits = [limit for curve in self.phases if (limit := curve.largest_within(limit_bytes)) is not None]
         if not limits:
             return None
         # The crossing of a fitted curve lands a rounding error off a whole batch size (449.9999…
@@ -159,7 +161,7 @@ class PeakMemoryModel:
         """The document's `models.peak_memory_bytes`: the envelope's curves, and as `slope`, `bias`,
         `quadratic` and `r2` the curve that decides the largest batch size that fits (the one
         holding the peak at the largest measured batch size when nothing bounds it)."""
-        deciding = self.line_at(max_batch_size if max_batch_size else largest_measured)
+        deciding = self.phase_at(max_batch_size if max_batch_size else largest_measured)
         return {
             "slope": deciding.slope,
             "bias": deciding.bias,
@@ -168,16 +170,16 @@ class PeakMemoryModel:
             "max_relative_residual": self.max_relative_residual,
             "points": self.points,
             "fitted": self.fitted,
-            "phases": [line.to_dict() for line in self.lines],
-            "phase_at_max_batch_size": deciding.phase if max_batch_size else None,
+            "phases": [curve.to_dict() for curve in self.phases],
+            "phase_at_max_batch_size": deciding.name if max_batch_size else None,
         }
 
     @classmethod
-    def from_dict(cls, fields: dict[str, Any]) -> PeakMemoryModel:
+    def from_dict(cls, fields: Mapping[str, Any]) -> PeakMemoryModel:
         """The model again from a document's `models.peak_memory_bytes` (the inverse of to_dict).
         Raises KeyError, TypeError or ValueError when it is not such a dict."""
-        lines = tuple(
-            MemoryCurve(
+        phases = tuple(
+            PhaseCurve(
                 str(p["name"]),
                 float(p["slope"]),
                 float(p["bias"]),
@@ -186,9 +188,9 @@ class PeakMemoryModel:
             )
             for p in fields["phases"]
         )
-        if not lines:
-            raise ValueError("a peak-memory model has at least one line")
-        return cls(lines, str(fields["fitted"]), int(fields["points"]), float(fields["max_relative_residual"]))
+        if not phases:
+            raise ValueError("a peak-memory model has at least one curve")
+        return cls(phases, str(fields["fitted"]), int(fields["points"]), float(fields["max_relative_residual"]))
 
 
 def fit_peak_memory(batch_sizes: Sequence[int], profiles: Sequence[MemoryProfile]) -> PeakMemoryModel:
@@ -233,7 +235,7 @@ def _phase_peaks(profile: MemoryProfile) -> dict[str, int]:
 
 def _fit_curves(
     x: np.ndarray, y: np.ndarray, held: np.ndarray, phases: Sequence[str], slack: int
-) -> tuple[list[MemoryCurve], list[MemoryCurve]]:
+) -> tuple[list[PhaseCurve], list[PhaseCurve]]:
     """A line through each column of `y` (samples × columns) against `x`, or a quadratic where the
     line misses and a quadratic, checked by a fourth batch size or more, does not. And the
     unchecked: with three batch sizes, the upward quadratics through the columns the lines miss.
@@ -261,7 +263,7 @@ def _fit_curves(
     r2 = _r2(y[:, missed], fitted)
     curves, unchecked = list(lines), []
     for column, index in enumerate(int(i) for i in np.flatnonzero(missed)):
-        curve = MemoryCurve(phases[index], float(slope[column]), float(c[column]), r2[column], float(quadratic[column]))
+        curve = PhaseCurve(phases[index], float(slope[column]), float(c[column]), r2[column], float(quadratic[column]))
         if holds[column]:
             curves[index] = curve
         elif not checked and curve.quadratic > 0:
@@ -284,7 +286,7 @@ def _within_tolerance(y: np.ndarray, fitted: np.ndarray, slack: int) -> np.ndarr
     return within
 
 
-def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[MemoryCurve]:
+def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[PhaseCurve]:
     """Least-squares lines through each column of `y` (samples × columns) against `x`."""
     design = np.stack([x, np.ones_like(x)], axis=1)
     (slopes, biases), *_ = np.linalg.lstsq(design, y, rcond=None)
@@ -296,7 +298,7 @@ def _fit_lines(x: np.ndarray, y: np.ndarray, phases: Sequence[str]) -> list[Memo
     r2: list[float | None] = [None] * y.shape[1]
     if len(x) >= 3:
         r2 = list(_r2(y, np.outer(x, slopes) + biases))
-    return [MemoryCurve(phase, float(s), float(b), r) for phase, s, b, r in zip(phases, slopes, biases, r2)]
+    return [PhaseCurve(phase, float(s), float(b), r) for phase, s, b, r in zip(phases, slopes, biases, r2)]
 
 
 def _r2(y: np.ndarray, fitted: np.ndarray) -> list[float]:
@@ -311,7 +313,7 @@ def _r2(y: np.ndarray, fitted: np.ndarray) -> list[float]:
     return [float(v) for v in values]
 
 
-def _upper_envelope(curves: list[MemoryCurve]) -> list[MemoryCurve]:
+def _upper_envelope(curves: list[PhaseCurve]) -> list[PhaseCurve]:
     """The curves that hold the peak at some whole batch size >= 1, by where each first holds.
 
     The lines' envelope is found exactly, and cheaply, first (there is one line per operation:
@@ -322,14 +324,14 @@ def _upper_envelope(curves: list[MemoryCurve]) -> list[MemoryCurve]:
     if not quadratics:
         return lines
     model = PeakMemoryModel(tuple(lines + quadratics), PER_OPERATION, 0, 0.0)
-    holders: list[MemoryCurve] = []
+    holders: list[PhaseCurve] = []
     for _, _, holder in model.segments():
         if all(holder is not known for known in holders):
             holders.append(holder)
     return holders
 
 
-def _lines_envelope(lines: list[MemoryCurve]) -> list[MemoryCurve]:
+def _lines_envelope(lines: list[PhaseCurve]) -> list[PhaseCurve]:
     """The lines that are the maximum somewhere at batch sizes >= 1, by rising slope: from the
     highest at 1, repeatedly the steeper line that overtakes the current one first."""
     if not lines:
@@ -347,12 +349,12 @@ def _lines_envelope(lines: list[MemoryCurve]) -> list[MemoryCurve]:
         envelope.append(current)
 
 
-def _overtakes_at(flatter: MemoryCurve, steeper: MemoryCurve) -> float:
+def _overtakes_at(flatter: PhaseCurve, steeper: PhaseCurve) -> float:
     """The batch size at which `steeper` (a larger slope) reaches `flatter`."""
     return (flatter.bias - steeper.bias) / (steeper.slope - flatter.slope)
 
 
-def _undominated(curves: list[MemoryCurve]) -> list[MemoryCurve]:
+def _undominated(curves: list[PhaseCurve]) -> list[PhaseCurve]:
     """The curves that no other is at least as high as in every coefficient (nowhere higher than
     it at batch sizes >= 0); of equal ones (within ROUNDING_SHARE), the first."""
     if not curves:
@@ -371,7 +373,7 @@ def _undominated(curves: list[MemoryCurve]) -> list[MemoryCurve]:
     return kept
 
 
-def _where_the_holder_may_change(curves: Sequence[MemoryCurve]) -> list[int]:
+def _where_the_holder_may_change(curves: Sequence[PhaseCurve]) -> list[int]:
     """1, and around every batch size above it where two curves are equal: the whole batch
     sizes from which on the curve holding the peak is constant up to the next one. At a crossing
     b the holder may change at ceil(b) (beyond it, or on the tie at a whole b) and at floor(b) + 1
@@ -385,7 +387,7 @@ def _where_the_holder_may_change(curves: Sequence[MemoryCurve]) -> list[int]:
     return sorted(points)
 
 
-def _equal_at(first: MemoryCurve, second: MemoryCurve) -> list[float]:
+def _equal_at(first: PhaseCurve, second: PhaseCurve) -> list[float]:
     """The real batch sizes where the two curves are equal (none where they are the same curve)."""
     a = first.quadratic - second.quadratic
     b = first.slope - second.slope

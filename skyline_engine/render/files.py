@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 
 def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
@@ -37,7 +38,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_atomic(path, write)
 
 
-def write_json_atomic(path: str | Path, document: dict[str, Any]) -> None:
+def write_json_atomic(path: str | Path, document: Mapping[str, object]) -> None:
     write_text_atomic(path, json.dumps(document, indent=2, allow_nan=False) + "\n")
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
+from skyline_engine.analysis.document import DocumentDict, FrameDict, OperationNodeDict
 from skyline_engine.render.files import write_atomic
 
 # Skyline's report format version (PRAGMA user_version).
@@ -72,7 +73,7 @@ CREATE TABLE misc_sizes (
 """
 
 
-def write_run_time_report(path: str | Path, document: dict[str, Any]) -> None:
+def write_run_time_report(path: str | Path, document: DocumentDict) -> None:
     def fill(db: sqlite3.Connection) -> None:
         db.executescript(RUN_TIME_SCHEMA)
         for op in operation_leaves(document["operations"]):
@@ -89,7 +90,7 @@ def write_run_time_report(path: str | Path, document: dict[str, Any]) -> None:
     _write_database(path, fill)
 
 
-def write_memory_report(path: str | Path, document: dict[str, Any]) -> None:
+def write_memory_report(path: str | Path, document: DocumentDict) -> None:
     def fill(db: sqlite3.Connection) -> None:
         db.executescript(MEMORY_SCHEMA)
         db.executemany(
@@ -118,14 +119,14 @@ def write_memory_report(path: str | Path, document: dict[str, Any]) -> None:
     _write_database(path, fill)
 
 
-def operation_leaves(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def operation_leaves(node: OperationNodeDict) -> Iterator[OperationNodeDict]:
     if node["kind"] == "operation":
         yield node
     for child in node["children"]:
         yield from operation_leaves(child)
 
 
-def _correlate(db: sqlite3.Connection, entry_id: int | None, entry_type: int, contexts: list[dict[str, Any]]) -> None:
+def _correlate(db: sqlite3.Connection, entry_id: int | None, entry_type: int, contexts: list[FrameDict]) -> None:
     correlation_id = db.execute(
         "INSERT INTO stack_correlation (entry_id, entry_type) VALUES (?, ?)", (entry_id, entry_type)
     ).lastrowid

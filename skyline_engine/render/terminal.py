@@ -18,12 +18,30 @@ import linecache
 import os
 import textwrap
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Callable
 
+from skyline_engine.analysis.document import (
+    BucketDict,
+    CompilationDict,
+    DocumentDict,
+    LineDict,
+    LineFitDict,
+    ModelsDict,
+    OperationNodeDict,
+    PeakMemoryModelDict,
+    PeakMemoryOperationDict,
+    PhaseCurveDict,
+)
 from skyline_engine.predict.batch_models import dividing_at_least, dividing_at_most
 from skyline_engine.predict.peak_memory import PeakMemoryModel
 from skyline_engine.units import bar, format_bytes, format_ms, format_rate
-from skyline_engine.vocabulary import FORWARD_BACKWARD, FORWARD_ONLY_LABEL, PEAK_PHASE_LABELS, TENSOR_KIND_LABELS
+from skyline_engine.vocabulary import (
+    FORWARD_BACKWARD,
+    FORWARD_ONLY_LABEL,
+    PEAK_PHASE_LABELS,
+    TENSOR_KIND_LABELS,
+    PeakPhase,
+)
 
 SAMPLES = " samples/s"
 
@@ -48,10 +66,10 @@ CAPACITY_SOURCES = {
 MEASURED_NOISE = 0.05
 # The other tensors at the peak (analysis document, `peak_memory_operation.other_tensors`) named
 # in the summary: those holding at least this share of it, and what made them.
-NOTABLE_TENANT = 0.05
+NOTABLE_OTHER_TENSOR = 0.05
 
 
-def render_report(document: dict[str, Any], width: int | None = None) -> str:
+def render_report(document: DocumentDict, width: int | None = None) -> str:
     """The report; its lines fit in `width` columns when given (at least NARROWEST)."""
     if width is not None:
         width = max(width, NARROWEST)
@@ -85,7 +103,7 @@ def _wrap(text: str, width: int | None, indent: str | None = None) -> str:
     return "\n".join(out)
 
 
-def _data_parallel(doc: dict[str, Any]) -> str:
+def _data_parallel(doc: DocumentDict) -> str:
     """Ranks, buckets and predicted scaling of data-parallel training."""
     dp = doc.get("distributed")
     if not dp:
@@ -128,7 +146,7 @@ def _data_parallel(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _bucket_all_reduce(bucket: dict[str, Any], earlier: Sequence[dict[str, Any]]) -> str:
+def _bucket_all_reduce(bucket: BucketDict, earlier: Sequence[BucketDict]) -> str:
     """A bucket's all-reduce time is what it added to the communication: none when it ran within
     the earlier buckets' all-reduces (gloo runs two at once), which "all-reduce 0.00 ms" would not
     say."""
@@ -139,7 +157,7 @@ def _bucket_all_reduce(bucket: dict[str, Any], earlier: Sequence[dict[str, Any]]
     return "all-reduce within the earlier buckets'"
 
 
-def _header(doc: dict[str, Any]) -> str:
+def _header(doc: DocumentDict) -> str:
     device = doc["device"]
     return (
         f"Skyline · {doc['entry_point']} · batch size {doc['batch_size']:,} · "
@@ -147,18 +165,18 @@ def _header(doc: dict[str, Any]) -> str:
     )
 
 
-def _summary(doc: dict[str, Any]) -> str:
+def _summary(doc: DocumentDict) -> str:
     lines = [("Speed", _speed(doc)), ("Memory", _memory(doc)), ("Batch size", _advice(doc))]
-    models = doc.get("models")
+    models, compilation = doc["models"], doc["compilation"]
     if models:
-        lines.append(("Largest fit", _largest_fit(doc)))
-    if doc.get("compilation"):
-        lines.append(("Compiled", _compiled(doc["compilation"])))
+        lines.append(("Largest fit", _largest_fit(doc, models)))
+    if compilation:
+        lines.append(("Compiled", _compiled(compilation)))
     continuation = "\n" + LABEL.format("")
     return "\n".join(LABEL.format(label) + text.replace("\n", continuation) for label, text in lines)
 
 
-def _compiled(compilation: dict[str, Any]) -> str:
+def _compiled(compilation: CompilationDict) -> str:
     """What torch.compile compiled, apart from the iteration's time, and where it compiled again."""
     first, *later = compilation["batch_sizes"]
     text = (
@@ -172,7 +190,7 @@ def _compiled(compilation: dict[str, Any]) -> str:
     return text
 
 
-def _speed(doc: dict[str, Any]) -> str:
+def _speed(doc: DocumentDict) -> str:
     it = doc["iteration"]
     if it["repetitions"] > 1:
         timed = f"lower quartile of {it['repetitions']:,} timed, IQR {format_ms(it['run_time_iqr_ms'])}"
@@ -186,7 +204,7 @@ def _speed(doc: dict[str, Any]) -> str:
     )
 
 
-def _memory(doc: dict[str, Any]) -> str:
+def _memory(doc: DocumentDict) -> str:
     it, device = doc["iteration"], doc["device"]
     capacity = device["memory_capacity_bytes"]
     share = it["peak_memory_bytes"] / capacity if capacity else 0.0
@@ -200,35 +218,35 @@ def _memory(doc: dict[str, Any]) -> str:
     held = f" ({'; '.join(said)})" if said else ""
     return (
         f"{format_bytes(it['peak_memory_bytes'])} peak{held} of {format_bytes(capacity)} {source} "
-        f"{bar(share, 20)} {share:.1%}, reached in {phase}{_peak_operation(doc)}"
+        f"{bar(share, 20)} {share:.1%}, reached in {phase}{_peak_memory_operation(doc)}"
     )
 
 
-def _peak_operation(doc: dict[str, Any]) -> str:
+def _peak_memory_operation(doc: DocumentDict) -> str:
     """`, at model.py:12 (addmm)`: where the recorded iteration's memory peaked, if at a line."""
     peak = doc.get("peak_memory_operation")
     if not peak or peak.get("path") is None:
         return ""
     backward = ", backward" if peak["phase"] == "backward" else ""
-    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){_peak_tenants(doc, peak)}"
+    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){_other_tensors(doc, peak)}"
 
 
-def _peak_tenants(doc: dict[str, Any], peak: dict[str, Any]) -> str:
+def _other_tensors(doc: DocumentDict, peak: PeakMemoryOperationDict) -> str:
     """`; other tensors alive there from model.py:12: 15.6 MiB made in backward`: the largest of
-    the other tensors at the peak (peak_tenants.py), those that hold a notable share of it."""
-    least = NOTABLE_TENANT * doc["iteration"]["peak_memory_bytes"]
-    tenants = [t for t in peak.get("other_tensors", []) if t["bytes"] >= least]
-    if not tenants:
+    the other tensors at the peak (attribute/other_tensors.py), those that hold a notable share of it."""
+    least = NOTABLE_OTHER_TENSOR * doc["iteration"]["peak_memory_bytes"]
+    notable = [t for t in peak.get("other_tensors", []) if t["bytes"] >= least]
+    if not notable:
         return ""
     by_place: dict[str, list[str]] = {}  # a line's backward and forward tensors together, largest first
-    for tenant in tenants:
-        place = f"{tenant['path']}:{tenant['line']}"
-        by_place.setdefault(place, []).append(f"{format_bytes(tenant['bytes'])} {TENSOR_KIND_LABELS[tenant['phase']]}")
+    for made in notable:
+        place = f"{made['path']}:{made['line']}"
+        by_place.setdefault(place, []).append(f"{format_bytes(made['bytes'])} {TENSOR_KIND_LABELS[made['phase']]}")
     named = [f"from {place}: {', '.join(kinds)}" for place, kinds in by_place.items()]
     return ";\nother tensors alive there " + "; ".join(named)
 
 
-def _advice(doc: dict[str, Any]) -> str:
+def _advice(doc: DocumentDict) -> str:
     """The batch size to use and why, or why none can be recommended."""
     models = doc.get("models")
     if not models and doc.get("memory_growth"):
@@ -298,7 +316,7 @@ def _divides(per_step: int, batch_size: int, instead_of: int) -> str:
     return f"{batch_size:,} divides your {per_step:,} samples per optimizer step, {instead_of:,} does not"
 
 
-def _use_dividing(doc: dict[str, Any], per_step: int | None, batch_size: int, why: str) -> str:
+def _use_dividing(doc: DocumentDict, per_step: int | None, batch_size: int, why: str) -> str:
     """`_use` of `batch_size`, or of the largest below it that divides the samples per step."""
     if not per_step or per_step % batch_size == 0:
         return _use(doc, batch_size, why)
@@ -306,7 +324,7 @@ def _use_dividing(doc: dict[str, Any], per_step: int | None, batch_size: int, wh
     return _use(doc, below, f"{_divides(per_step, below, batch_size)};\n{why}")
 
 
-def _fastest_measured(doc: dict[str, Any], models: dict[str, Any]) -> str:
+def _fastest_measured(doc: DocumentDict, models: ModelsDict) -> str:
     """Where the run-time line predicts nothing, what the measurements say: the batch size that ran
     fastest, by more than MEASURED_NOISE, where their times do not fall as the batch size grows
     (a machine's drift makes them fall; one micro-batch's time, where each ran its own number). A
@@ -334,12 +352,12 @@ def _fastest_measured(doc: dict[str, Any], models: dict[str, Any]) -> str:
     return _use(doc, fastest["batch_size"], why)
 
 
-def _fails_just_past(models: dict[str, Any], high: int) -> bool:
+def _fails_just_past(models: ModelsDict, high: int) -> bool:
     """Whether the trusted range ends where the user's code fails (BatchSizeModels.trusted_range_end)."""
     return high + 1 in models.get("failing_batch_sizes", [])
 
 
-def _use(doc: dict[str, Any], batch_size: int, why: str) -> str:
+def _use(doc: DocumentDict, batch_size: int, why: str) -> str:
     """`use N for R samples/s (predicted), X% faster than yours (M)`, and why on the next line."""
     yours = doc["batch_size"]
     rate, how = _throughput_at(doc, batch_size)
@@ -358,10 +376,11 @@ def _compared(ratio: float) -> str:
     return f"{abs(ratio - 1):.0%} {'faster' if ratio >= 1 else 'slower'} than"
 
 
-def _throughput_at(doc: dict[str, Any], batch_size: int) -> tuple[float | None, str]:
+def _throughput_at(doc: DocumentDict, batch_size: int) -> tuple[float | None, str]:
     """One figure per batch size, as every other part of the report shows it: the measurement
     where the batch size was measured, else the models' prediction."""
     models = doc["models"]
+    assert models is not None  # a batch size is advised (`_use`) only with models
     for sample in models["samples"]:
         if sample["batch_size"] == batch_size:
             return sample["samples_per_second"], "measured"
@@ -373,11 +392,11 @@ def _throughput_at(doc: dict[str, Any], batch_size: int) -> tuple[float | None, 
     return (batch_size / run_time * 1000 if run_time > 0 else None), "predicted"
 
 
-def _own_ms(line: dict[str, Any]) -> float:
+def _own_ms(line: LineDict) -> float:
     return float(line["forward_ms"] + line["backward_ms"] + line["step_ms"])
 
 
-def _inclusive_ms(line: dict[str, Any]) -> float:
+def _inclusive_ms(line: LineDict) -> float:
     inclusive = line["inclusive"]
     return float(inclusive["forward_ms"] + inclusive["backward_ms"] + inclusive["step_ms"])
 
@@ -396,7 +415,7 @@ HOLDING_LINES = 5
 FIGURES = ("forward", "backward", "step", "share", "with calls", "memory")
 
 
-def _hottest_lines(doc: dict[str, Any], width: int | None) -> str:
+def _hottest_lines(doc: DocumentDict, width: int | None) -> str:
     """The lines that cost most time themselves, then those that hold most memory, then the entry
     point's lines that call into the rest (their own cost is next to nothing: what they hold is
     beneath them)."""
@@ -432,7 +451,7 @@ def _hottest_lines(doc: dict[str, Any], width: int | None) -> str:
     return _wrap(HOTTEST_TITLE, width) + "\n" + _hottest_table(rows, width)
 
 
-def _holding_most_memory(lines: list[dict[str, Any]], doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _holding_most_memory(lines: list[LineDict], doc: DocumentDict) -> list[LineDict]:
     """Of `lines`, those holding at least MEMORY_SHARE of the peak, most first, HOLDING_LINES at
     most: a line that costs no time can hold the most memory (an optimizer's state at its
     construction, 24 MiB of an LSTM tagger's 75 MiB peak, was left out among the hottest lines)."""
@@ -448,7 +467,7 @@ MODULE_SHARE = 0.05  # modules below this share of the iteration are left out, w
 MODULE_ROWS = 15
 
 
-def _modules_beneath(doc: dict[str, Any], width: int | None) -> str:
+def _modules_beneath(doc: DocumentDict, width: int | None) -> str:
     """Where one line holds most of the iteration (its operations ran in library code, which has
     no lines of the project), the modules beneath it, in the order they ran: a GPT-2 from
     transformers was 92 % at one line, and the report said no more."""
@@ -461,7 +480,7 @@ def _modules_beneath(doc: dict[str, Any], width: int | None) -> str:
         return ""
     rows: list[tuple[str, ...]] = []
 
-    def visit(node: dict[str, Any]) -> None:
+    def visit(node: OperationNodeDict) -> None:
         for child in node.get("children") or []:
             ms = child["forward_ms"] + child["backward_ms"] + child.get("step_ms", 0.0)
             if child["kind"] != "module" or ms < MODULE_SHARE * total or len(rows) >= MODULE_ROWS:
@@ -514,7 +533,7 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def _phase(doc: dict[str, Any], phase: str) -> str:
+def _phase(doc: DocumentDict, phase: PeakPhase) -> str:
     """A phase of the iteration as the report names it: an iteration whose recording has no
     backward work (inference, evaluation) has a forward pass, not a forward and backward one."""
     operations = doc.get("operations") or {}
@@ -523,14 +542,14 @@ def _phase(doc: dict[str, Any], phase: str) -> str:
     return PEAK_PHASE_LABELS.get(phase, phase)
 
 
-def _largest_fit(doc: dict[str, Any]) -> str:
-    models = doc["models"]
+def _largest_fit(doc: DocumentDict, models: ModelsDict) -> str:
     largest = models["max_batch_size"]
     if largest is None:
         return "no limit (memory does not grow with the batch size)"
     if largest == 0:
         return "— (not even batch size 1 is predicted to fit)"
     phase = models["peak_memory_bytes"]["phase_at_max_batch_size"]
+    assert phase is not None  # written with every max_batch_size above 0 (PeakMemoryModel.to_dict)
     kept = f"{models['memory_headroom_fraction']:.0%} of memory kept free"
     set_by = f"set by {_phase(doc, phase)}"
     if models["max_batch_size_extrapolated"]:
@@ -545,39 +564,39 @@ def _largest_fit(doc: dict[str, Any]) -> str:
     return fit
 
 
-def _predictions(doc: dict[str, Any], width: int | None) -> str:
-    predictions = doc.get("predictions") or []
-    if not predictions:
+def _predictions(doc: DocumentDict, width: int | None) -> str:
+    predictions, models = doc["predictions"], doc["models"]
+    if not predictions or models is None:  # no predictions without models
         return ""
-    models = doc["models"]
     rows = [("batch size", "iteration", "throughput", "peak memory", "")]
     for prediction in predictions:
-        # What was measured, not the line through it: a row marked "measured" shows the sample.
-        p = {**prediction, **(prediction["measured"] or {})}
+        batch_size, measured = prediction["batch_size"], prediction["measured"]
         notes = []
-        if p["batch_size"] == doc["batch_size"]:
+        if batch_size == doc["batch_size"]:
             notes.append("yours")
-        if prediction["measured"]:
+        if measured:
             notes.append("measured")
-        if p["batch_size"] == models["max_batch_size"]:
+        if batch_size == models["max_batch_size"]:
             notes.append("largest that fits")
-        if not p["fits"]:
+        if not prediction["fits"]:
             notes.append("does not fit")
-        if prediction["extrapolated"] and not prediction["measured"]:
+        if prediction["extrapolated"] and not measured:
             notes.append("extrapolated")
+        # What was measured, not the line through it: a row marked "measured" shows the sample.
+        figures = measured or prediction
         rows.append(
             (
-                f"{p['batch_size']:,}",
-                format_ms(p["run_time_ms"]),
-                format_rate(p["samples_per_second"]),
-                format_bytes(p["peak_memory_bytes"]),
+                f"{batch_size:,}",
+                format_ms(figures["run_time_ms"]),
+                format_rate(figures["samples_per_second"]),
+                format_bytes(figures["peak_memory_bytes"]),
                 ", ".join(notes),
             )
         )
     return "Batch sizes, measured and predicted\n" + _table(rows, right_aligned=(0, 1, 2, 3), width=width)
 
 
-def _models(doc: dict[str, Any]) -> str:
+def _models(doc: DocumentDict) -> str:
     models = doc.get("models")
     if not models:
         return ""
@@ -585,8 +604,8 @@ def _models(doc: dict[str, Any]) -> str:
     rt = models["run_time_ms"]
     mem = models["peak_memory_bytes"]
     memory_lines = [
-        f"{_curve(line)} (in {_phase(doc, line['name'])}{_held(batch_sizes)})"
-        for line, batch_sizes in _lines_that_hold(mem, models["max_batch_size"])
+        f"{_curve(curve)} (in {_phase(doc, curve['name'])}{_held(batch_sizes)})"
+        for curve, batch_sizes in _phases_that_hold(mem, models["max_batch_size"])
     ]
     memory = memory_lines[0] if len(memory_lines) == 1 else "the highest of\n      " + "\n      ".join(memory_lines)
     time = f"{rt['slope']:.4g} ms × batch size {_signed(rt['bias'], format_ms)}"
@@ -602,30 +621,31 @@ def _models(doc: dict[str, Any]) -> str:
     )
 
 
-def _curve(line: dict[str, Any]) -> str:
+def _curve(curve: PhaseCurveDict) -> str:
     """`5.0 KiB × batch size + 17.0 MiB`, or `21 B × batch size² + 5.0 KiB × batch size + 17.0 MiB`
     where tensors grow with the batch size squared."""
-    bias = _signed(line["bias"], format_bytes)
-    if not line.get("quadratic"):
-        return f"{format_bytes(line['slope'])} × batch size {bias}"
-    return f"{format_bytes(line['quadratic'])} × batch size² {_signed(line['slope'], format_bytes)} × batch size {bias}"
+    bias = _signed(curve["bias"], format_bytes)
+    if not curve.get("quadratic"):
+        return f"{format_bytes(curve['slope'])} × batch size {bias}"
+    slope = _signed(curve["slope"], format_bytes)
+    return f"{format_bytes(curve['quadratic'])} × batch size² {slope} × batch size {bias}"
 
 
-def _lines_that_hold(
-    memory: dict[str, Any], largest_that_fits: int | None
-) -> list[tuple[dict[str, Any], tuple[int, int | None] | None]]:
+def _phases_that_hold(
+    memory: PeakMemoryModelDict, largest_that_fits: int | None
+) -> list[tuple[PhaseCurveDict, tuple[int, int | None] | None]]:
     """The memory model's curves in the order they hold the peak at whole batch sizes up to the
     largest that fits, with where they hold it (None for a model of one curve): a line that takes
     over only beyond it (nearly parallel lines cross at 10^12) or between two batch sizes plans
     nothing."""
-    lines = memory["phases"]
-    if len(lines) == 1:
-        return [(lines[0], None)]
+    phases = memory["phases"]
+    if len(phases) == 1:
+        return [(phases[0], None)]
     model = PeakMemoryModel.from_dict(memory)
     segments = model.segments(largest_that_fits)
     if len(segments) == 1:
-        return [(lines[model.lines.index(segments[0][2])], None)]
-    return [(lines[model.lines.index(curve)], (first, last)) for first, last, curve in segments]
+        return [(phases[model.phases.index(segments[0][2])], None)]
+    return [(phases[model.phases.index(curve)], (first, last)) for first, last, curve in segments]
 
 
 def _held(batch_sizes: tuple[int, int | None] | None) -> str:
@@ -649,14 +669,14 @@ def _signed(value: float, fmt: Callable[[float], str]) -> str:
     return f"− {fmt(-value)}" if value < 0 else f"+ {fmt(value)}"
 
 
-def _fit(model: dict[str, Any]) -> str:
+def _fit(model: LineFitDict) -> str:
     residual = f"largest residual {model['max_relative_residual']:.1%}"
     if model["r2"] is None:
         return f"(two points: fit unchecked, {residual})"
     return f"(R² {model['r2']:.3f}, {residual})"
 
 
-def render_warnings(doc: dict[str, Any], width: int | None = None) -> str:
+def render_warnings(doc: DocumentDict, width: int | None = None) -> str:
     """The document's warnings under a heading, each wrapped to `width` (the report's last section,
     and what `skyline time` and `skyline memory` say beside the file they write); "" when none."""
     warnings = doc.get("warnings") or []

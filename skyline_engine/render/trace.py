@@ -10,13 +10,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from skyline_engine.analysis.document import DocumentDict
 from skyline_engine.render.files import write_text_atomic
 
 _TRACKS = {"forward": 1, "backward": 2, "optimizer": 3}
 _TRACK_NAMES = {"forward": "forward", "backward": "backward", "optimizer": "optimizer step"}
 
 
-def chrome_trace(document: dict[str, Any]) -> dict[str, Any]:
+def chrome_trace(document: DocumentDict) -> dict[str, Any]:
     events = [
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"skyline: {document['entry_point']}"}},
     ]
@@ -41,5 +42,5 @@ def chrome_trace(document: dict[str, Any]) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(path: str | Path, document: dict[str, Any]) -> None:
+def write_chrome_trace(path: str | Path, document: DocumentDict) -> None:
     write_text_atomic(path, json.dumps(chrome_trace(document)))

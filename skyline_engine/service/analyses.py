@@ -20,7 +20,7 @@ from skyline_engine.service.engine import EngineService
 from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
 from skyline_engine.service.protocol import SHUTTING_DOWN, RpcError
-from skyline_engine.service.workers import Job
+from skyline_engine.service.worker_pool import Job
 
 Notify = Callable[[str, dict[str, Any]], None]
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.processes import become_subreaper
-from skyline_engine.service.workers import Job, JobListener, WorkerPool
+from skyline_engine.service.worker_pool import Job, JobListener, WorkerPool
 
 log = logging.getLogger("skyline.service")
 
@@ -33,7 +33,7 @@ class EngineService:
 
     def start(self) -> None:
         """Warm up the first spare worker, so the first analysis does not wait for torch."""
-        # Processes a worker leaves behind when it dies come to the service, to be ended (workers.end_orphans).
+        # Processes a worker leaves behind when it dies come to the service, to be ended (worker_pool.end_orphans).
         become_subreaper()
         self.pool.start_spare()
 

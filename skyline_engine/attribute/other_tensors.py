@@ -30,7 +30,7 @@ MOST_NAMED = 5
 
 
 @dataclass(frozen=True)
-class PeakTenant:
+class OtherTensor:
     """Bytes alive at the peak that operations of one line made in one phase, neither kept for
     backward nor a parameter's gradient."""
 
@@ -72,7 +72,7 @@ class Lifetimes:
         if number is not None:
             self._accounted.add(number)
 
-    def tenants_at(self, index: int) -> list[PeakTenant]:
+    def other_tensors_at(self, index: int) -> list[OtherTensor]:
         """What was alive right after the operation numbered `index` (among those the meter saw)
         and is not accounted for elsewhere, by line and phase, largest first, the MOST_NAMED
         largest. Operations at no line of the project are left out."""
@@ -82,7 +82,7 @@ class Lifetimes:
             if made_at <= index < freed_at and number not in self._accounted and record.context is not None:
                 path, line = record.context
                 totals[path, line, record.phase] += size
-        return [PeakTenant(path, line, phase, size) for (path, line, phase), size in totals.most_common(MOST_NAMED)]
+        return [OtherTensor(path, line, phase, size) for (path, line, phase), size in totals.most_common(MOST_NAMED)]
 
     def _free(self, number: int) -> None:
         self._freed[number] = self._operations_seen()

@@ -1,6 +1,7 @@
-"""Worker processes: where the user's code runs, one analysis per process.
+"""The service's pool of worker processes, where the user's code runs, one analysis per process
+(each runs worker_main.py).
 
-- `WorkerProcess` starts `python -m skyline_engine.service.worker` and turns its message stream
+- `WorkerProcess` starts `python -m skyline_engine.service.worker_main` and turns its message stream
   into a queue of checked messages (worker_messages.py: the user's code can write to that stream);
   it forwards the worker's stderr to the service's log, keeping the tail for crash reports.
   Whatever the user's code prints, and however long its lines, what the service holds of it is
@@ -75,7 +76,7 @@ def _worker_environment() -> dict[str, str]:
 
 class WorkerProcess:
     def __init__(self, config: ServiceConfig, on_ready: Callable[[WorkerProcess, dict[str, Any]], None]) -> None:
-        command = [sys.executable, "-m", "skyline_engine.service.worker", "--device", config.device]
+        command = [sys.executable, "-m", "skyline_engine.service.worker_main", "--device", config.device]
         if config.worker_memory_limit_bytes is not None:
             command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
         self._on_ready = on_ready

@@ -1,6 +1,7 @@
-"""The analysis worker: a process that runs one analysis of the user's code, then exits.
+"""The analysis worker's own program: a process that runs one analysis of the user's code, then
+exits. The service's side of it, which starts and follows these processes, is worker_pool.py.
 
-Run by the service as `python -m skyline_engine.service.worker` (never by people). Its life:
+Run by the service as `python -m skyline_engine.service.worker_main` (never by people). Its life:
 
 1. start   apply the memory limit, import torch, find the device; send `ready`. The service keeps
            one worker here, warm, so an analysis does not wait for torch to import.
@@ -41,6 +42,7 @@ from skyline_engine.service.failures import Failure
 from skyline_engine.service.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:
+    from skyline_engine.analysis.document import AnalysisDocument, DocumentDict
     from skyline_engine.errors import SkylineError
 
 
@@ -110,7 +112,7 @@ def _startup_failure(exc: BaseException) -> Failure:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m skyline_engine.service.worker")
+    parser = argparse.ArgumentParser(prog="python -m skyline_engine.service.worker_main")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--memory-limit", type=int, default=None, help="RLIMIT_AS in bytes")
     return parser
@@ -190,8 +192,7 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
-def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> dict[str, Any]:
-    from skyline_engine.analysis.document import AnalysisDocument
+def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> DocumentDict:
     from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.measure.timing import TimingBudget
 

@@ -74,7 +74,7 @@ def test_the_engine_holds_no_output_holding_the_logits_costs_exactly_their_bytes
     assert peaks[0] - peaks[1] == LOGITS_BYTES
 
 
-def tenants(document: dict) -> dict[tuple[int, str], int]:
+def other_tensors(document: dict) -> dict[tuple[int, str], int]:
     return {(t["line"], t["phase"]): t["bytes"] for t in document["peak_memory_operation"]["other_tensors"]}
 
 
@@ -82,7 +82,7 @@ def test_the_gradients_flowing_back_are_named_at_the_loss_line(tmp_path):
     document, lines = analysed(tmp_path, DROPPED, "dropped.py")
     peak = document["peak_memory_operation"]
     assert (peak["line"], peak["phase"]) == (lines["LOSS"], "backward")  # the cross-entropy's backward
-    at_peak = tenants(document)
+    at_peak = other_tensors(document)
     # The gradient of the log-probabilities and the one flowing on to the logits, both alive.
     assert at_peak[(lines["LOSS"], "backward")] == 2 * LOGITS_BYTES
     # Nothing of the forward pass but the loss itself: the logits were freed.
@@ -99,7 +99,7 @@ def test_the_gradients_flowing_back_are_named_at_the_loss_line(tmp_path):
 
 def test_logits_the_code_holds_are_named_at_their_line(tmp_path):
     document, lines = analysed(tmp_path, HELD, "held.py")
-    assert tenants(document)[(lines["LOGITS"], "forward")] == LOGITS_BYTES
+    assert other_tensors(document)[(lines["LOGITS"], "forward")] == LOGITS_BYTES
 
 
 ADAM = """\
@@ -134,7 +134,7 @@ def test_a_step_s_temporaries_are_named_at_the_step_and_gradients_are_not(tmp_pa
     step = marked_line(entry, "STEP")
     peak = document["peak_memory_operation"]
     assert (peak["line"], peak["phase"]) == (step, "optimizer")
-    at_peak = tenants(document)
+    at_peak = other_tensors(document)
     assert at_peak[(step, "optimizer")] >= 256 * 4096 * 4  # at least one temporary the wide weight's size
     assert not any(phase == "backward" for _, phase in at_peak)
 
@@ -172,4 +172,4 @@ def test_a_tensor_freed_just_before_the_peak_s_operation_is_not_there(tmp_path):
     b, c = (marked_line(entry, mark) for mark in "BC")
     assert document["peak_memory_operation"]["line"] == c
     unit = 8 * 16 * 1024 * 4
-    assert tenants(document) == {(b, "forward"): unit, (c, "forward"): 2 * unit}  # none at line `a`
+    assert other_tensors(document) == {(b, "forward"): unit, (c, "forward"): 2 * unit}  # none at line `a`

@@ -1,0 +1,70 @@
+"""The analysis document assembled from what an analysis measured: the breakdown fitted to the
+iteration, the models' predictions over the ladder of batch sizes, and what to know about the
+breakdown first among the warnings. The document's shape is analysis/document.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from skyline_engine.analysis.breakdown_notes import breakdown_notes
+from skyline_engine.analysis.data_parallel import DataParallel
+from skyline_engine.analysis.document import AnalysisDocument, PredictionRow
+from skyline_engine.attribute.breakdown import Breakdown
+from skyline_engine.attribute.memory_growth import MemoryGrowth
+from skyline_engine.entry.batch_size import BatchSizeLocation
+from skyline_engine.measure.compilation import Compilation
+from skyline_engine.measure.device import DeviceInfo
+from skyline_engine.measure.iteration import Sample
+from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
+
+
+def build_document(
+    *,
+    project_root: str,
+    entry_point: str,
+    torch_version: str,
+    device: DeviceInfo,
+    batch_size: int,
+    samples: Sequence[Sample],
+    breakdown: Breakdown,
+    models: BatchSizeModels | None,
+    batch_size_location: BatchSizeLocation | None,
+    warnings: list[str],
+    memory_only: dict[int, MemoryProfile] | None = None,
+    distributed: DataParallel | None = None,
+    breakdown_time_ms: float | None = None,
+    compilation: Compilation | None = None,
+    models_withheld: str | None = None,
+    memory_growth: MemoryGrowth | None = None,
+) -> AnalysisDocument:
+    """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
+    predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
+    `breakdown_time_ms` when given (data-parallel training: the iteration less its exposed
+    communication), else to the iteration's time; the warnings start with what to know about the
+    breakdown as fitted."""
+    measured = {s.batch_size: s for s in samples}
+    fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
+    predictions = []
+    if models is not None:
+        ladder = prediction_ladder(batch_size, sorted(measured), models.max_batch_size(), models.failing_batch_sizes)
+        predictions = [PredictionRow(models.predict(b), measured.get(b)) for b in ladder]
+    return AnalysisDocument(
+        project_root=project_root,
+        entry_point=entry_point,
+        torch_version=torch_version,
+        device=device,
+        batch_size=batch_size,
+        iteration=measured[batch_size],
+        breakdown=fitted,
+        batch_size_location=batch_size_location,
+        warnings=[*breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda"), *warnings],
+        samples=sorted(samples, key=lambda s: s.batch_size),
+        models=models,
+        predictions=predictions,
+        memory_only=dict(memory_only or {}),
+        distributed=distributed,
+        compilation=compilation,
+        models_withheld=models_withheld,
+        memory_growth=memory_growth,
+    )
