@@ -245,7 +245,7 @@ def test_the_models_formula(nvim):
     assert nvim.exec_lua("return require('skyline.models').predict(nil, 8)") is None
 
 
-# --- render.lua -----------------------------------------------------------------------------
+# --- virtual_text.lua -----------------------------------------------------------------------
 
 
 def record(forward: float, backward: float, step: float = 0.0, memory: int = 0) -> dict:
@@ -262,7 +262,7 @@ def test_a_line_shows_the_phases_that_did_work(nvim):
         [record(0.004, 0.0), totals, "self"],  # ran, if briefly: shown as it rounds
         [record(0.0, 0.0), totals, "self"],
     ]
-    texts = [result[0] for result in call_each(nvim, "skyline.render", "annotation", cases)]
+    texts = [result[0] for result in call_each(nvim, "skyline.virtual_text", "annotation", cases)]
     assert texts == [
         "fwd 0.40 + bwd 0.81 ms · 12.1% · 1.0 MiB",
         "fwd 1.31 ms · 13.1%",
