@@ -273,7 +273,7 @@ def test_a_line_shows_the_phases_that_did_work(nvim):
     ]
 
 
-# --- float.lua ------------------------------------------------------------------------------
+# --- float/ (wrap: layout.lua, public as skyline.float.wrap) --------------------------------
 
 
 def test_wrapped_text_keeps_a_number_with_its_unit(nvim):
