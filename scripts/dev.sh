@@ -2,7 +2,7 @@
 # Set-up and the everyday jobs, on a fresh machine or an existing checkout:
 #   bash scripts/dev.sh demo   # profile the bundled default example on the CPU
 #   bash scripts/dev.sh test   # run the whole test suite
-#   bash scripts/dev.sh lint   # ruff (lint, format), mypy --strict, StyLua (CONTRIBUTING.md)
+#   bash scripts/dev.sh lint   # ruff (lint, format), mypy --strict, StyLua, luacheck (CONTRIBUTING.md)
 # Each creates .venv (Python >= 3.9) on first use and installs what it needs into it.
 set -euo pipefail
 
@@ -32,6 +32,28 @@ setup() {
 
 STYLUA_PACKAGE="@johnnymorganz/stylua@2.5.2"
 LUA_TOOLS="$VENV/lua-tools"
+LUACHECK=${LUACHECK:-luacheck}
+
+# luacheck is no Python or npm package: Debian's lua-check (1.1.0), installed with apt-get when
+# this runs as root (CI), else by hand.
+setup_luacheck() {
+  if command -v "$LUACHECK" >/dev/null 2>&1; then
+    return
+  fi
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "skyline: installing luacheck (apt-get install lua-check)" >&2
+    local install=(apt-get install -y -qq --no-install-recommends lua-check)
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${install[@]}"; } >/dev/null; then
+      echo "skyline: apt-get could not install lua-check" >&2
+    fi
+  fi
+  if ! command -v "$LUACHECK" >/dev/null 2>&1; then
+    echo "skyline: lint needs luacheck: 'sudo apt-get install lua-check' (Debian, Ubuntu)," \
+      "'luarocks install luacheck' or 'brew install luacheck', or LUACHECK=/path/to/luacheck" \
+      "(CONTRIBUTING.md)" >&2
+    exit 1
+  fi
+}
 
 setup_lint() {
   setup
@@ -50,6 +72,7 @@ setup_lint() {
     echo "skyline: installing $STYLUA_PACKAGE" >&2
     npm install --silent --no-audit --no-fund --prefix "$LUA_TOOLS" "$STYLUA_PACKAGE" >&2
   fi
+  setup_luacheck
 }
 
 # Runs every check, even after one fails, so that one run lists everything to fix.
@@ -59,11 +82,14 @@ lint() {
   "$VENV/bin/ruff" format --check . || failed+=("ruff format --check")
   "$VENV/bin/mypy" || failed+=("mypy")
   node scripts/stylua.mjs --check --tools "$LUA_TOOLS" || failed+=("stylua --check")
+  local luacheck=("$LUACHECK" --quiet)
+  [ -t 1 ] || luacheck+=(--no-color) # no escape codes in CI's log
+  "${luacheck[@]}" . || failed+=("luacheck")
   if [ ${#failed[@]} -gt 0 ]; then
     echo "skyline: lint failed: ${failed[*]}" >&2
     return 1
   fi
-  echo "skyline: lint passed (ruff, ruff format, mypy, stylua)" >&2
+  echo "skyline: lint passed (ruff, ruff format, mypy, stylua, luacheck)" >&2
 }
 
 case "${1:-}" in

@@ -1,9 +1,13 @@
 """The plugin's pure Lua modules, unit by unit, in a real headless Neovim: number formatting, the
-batch_size literal locator, the models' formula, option validation and the file-to-buffer line
-mapping. Every expected value is written here, worked out by hand, never computed by the code
-under test."""
+batch_size literal locator, the models' formula, option validation, the file-to-buffer line
+mapping and a section of the float. Every expected value is written here, worked out by hand,
+never computed by the code under test."""
+
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 # Calls require(module)[name] with each argument list of `cases` inside Neovim; each result comes
 # back as [first, second] (nil as None: a Lua list with a hole would not survive the trip).
@@ -245,7 +249,7 @@ def test_the_models_formula(nvim):
     assert nvim.exec_lua("return require('skyline.models').predict(nil, 8)") is None
 
 
-# --- render.lua -----------------------------------------------------------------------------
+# --- virtual_text.lua -----------------------------------------------------------------------
 
 
 def record(forward: float, backward: float, step: float = 0.0, memory: int = 0) -> dict:
@@ -262,7 +266,7 @@ def test_a_line_shows_the_phases_that_did_work(nvim):
         [record(0.004, 0.0), totals, "self"],  # ran, if briefly: shown as it rounds
         [record(0.0, 0.0), totals, "self"],
     ]
-    texts = [result[0] for result in call_each(nvim, "skyline.render", "annotation", cases)]
+    texts = [result[0] for result in call_each(nvim, "skyline.virtual_text", "annotation", cases)]
     assert texts == [
         "fwd 0.40 + bwd 0.81 ms · 12.1% · 1.0 MiB",
         "fwd 1.31 ms · 13.1%",
@@ -273,7 +277,7 @@ def test_a_line_shows_the_phases_that_did_work(nvim):
     ]
 
 
-# --- float.lua ------------------------------------------------------------------------------
+# --- float/ (wrap: layout.lua, public as skyline.float.wrap) --------------------------------
 
 
 def test_wrapped_text_keeps_a_number_with_its_unit(nvim):
@@ -292,6 +296,30 @@ def test_wrapped_text_keeps_a_number_with_its_unit(nvim):
         ["8.8 apples", "pie"],
         ["a b", "  c"],
     ]
+
+
+def test_a_float_section_draws_from_the_context_it_is_given(nvim):
+    # In an editor that has profiled nothing: the section reads its context, never the state.
+    lines = nvim.exec_lua("""
+        local sheet = require('skyline.float.layout').new(30)
+        local document = { compilation = { graphs = 2, seconds = 1.5 }, attribution = { mode = 'eager_replay' } }
+        require('skyline.float.compilation').render(sheet, { document = document, width = 30 })
+        return sheet.lines
+    """)
+    beneath = " " * 14  # the label's width: 16 cells of text a line in 30
+    assert lines == [
+        "Compiled      torch.compile: 2",
+        beneath + "graph(s) in",
+        beneath + "1.5 s, not in",  # a number keeps its unit
+        beneath + "the iteration's",
+        beneath + "time",
+        beneath + "per-line times",
+        beneath + "from an eager",
+        beneath + "run of the",
+        beneath + "iteration",
+    ]
+    sections = [path for path in (REPO / "lua" / "skyline" / "float").glob("*.lua") if path.name != "init.lua"]
+    assert sections and not [path.name for path in sections if "skyline.state" in path.read_text()]
 
 
 # --- config.lua -----------------------------------------------------------------------------

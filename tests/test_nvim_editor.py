@@ -22,9 +22,20 @@ import pytest
 from conftest import run_skyline
 from nvim_helpers import EXAMPLE, annotations, as_lua_receives, assert_no_traceback, state, wait_for, wait_for_message
 
-ENTRY_LITERAL_ROW = 11  # examples/default/entry_point.py: `def skyline_input_provider(batch_size=128):`
-MODEL_CALL_ROW = 21  # `        loss = model(features, labels)`
-STEP_ROW = 23  # `        optimizer.step()`
+
+def example_row(name: str, text: str) -> int:
+    """The 0-based row of the one line of examples/default/`name` that holds `text`: found by its
+    text, so that an edit of the example moves no test."""
+    rows = [i for i, line in enumerate((EXAMPLE / name).read_text().splitlines()) if text in line]
+    assert len(rows) == 1, f"{name} should hold {text!r} on one line, not on rows {rows}"
+    return rows[0]
+
+
+ENTRY_LITERAL_ROW = example_row("entry_point.py", "def skyline_input_provider(batch_size=")
+MODEL_CALL_ROW = example_row("entry_point.py", "loss = model(features, labels)")
+STEP_ROW = example_row("entry_point.py", "optimizer.step()")
+BODY = "hidden = self.body(features)"
+BODY_ROW = example_row("model.py", BODY)  # a line of model.py with costs of its own
 NO_REPROFILE = "require('skyline').setup({reprofile_delay_ms = 600000, profile_on_save = false})"
 
 
@@ -69,13 +80,16 @@ def show(nvim, doc: dict) -> None:
     nvim.exec_lua("require('skyline.profile').show(...)", as_lua_receives(doc))
 
 
-LABEL = 14  # the float's section labels' width: the lines beneath a label start with as many spaces
+def label_width(nvim) -> int:
+    """The float's section labels' width: the lines beneath a label start with as many spaces."""
+    return nvim.exec_lua("return require('skyline.float.layout').LABEL")
 
 
-def beneath(lines: list[str], start: int) -> str:
+def beneath(nvim, lines: list[str], start: int) -> str:
     """The text beneath the label of the section that starts at `start`, as one line: the float
     wraps it to its width."""
-    following = itertools.takewhile(lambda line: line.startswith(" " * LABEL), lines[start + 1 :])
+    indent = " " * label_width(nvim)
+    following = itertools.takewhile(lambda line: line.startswith(indent), lines[start + 1 :])
     return " ".join(line.strip() for line in following)
 
 
@@ -142,14 +156,14 @@ def test_the_float_fits_the_window_and_always_shows_file_and_line(editor, projec
         assert "torch.compile: 12 graph(s) in 123.4 s, not in the iteration's time" in text
         memory = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
         peak = re.fullmatch(
-            r"peak reached in .*, at (\S+) \(native_batch_norm_backward, backward\)", beneath(lines, memory)
+            r"peak reached in .*, at (\S+) \(native_batch_norm_backward, backward\)", beneath(nvim, lines, memory)
         )
-        assert peak, beneath(lines, memory)
+        assert peak, beneath(nvim, lines, memory)
         assert peak[1] == deep + "model.py:19" or ("…" in peak[1] and peak[1].endswith("/model.py:19")), peak[1]
         tree = lines[next(i for i, line in enumerate(lines) if line.startswith("Operations")) + 1 :]
         places = [re.search(r"\S*model\.py:\d+", row).group() for row in tree if "model.py" in row]
         assert places and all(p == deep + p.split("/")[-1] or "…" in p for p in places), places
-        assert any(row.strip().startswith("body") and "model.py:19" in row for row in tree), tree
+        assert any(row.strip().startswith("body") and f"model.py:{BODY_ROW + 1}" in row for row in tree), tree
     assert_no_traceback(nvim)
 
 
@@ -289,7 +303,7 @@ def test_accumulated_micro_batches_show_beside_the_throughput(editor, project, r
     doc["iteration"]["micro_batches"] = 4
     show(nvim, doc)
     lines, _ = float_lines(nvim)
-    throughput = f"{lines[0].rstrip()} {beneath(lines, 0)}"  # wrapped to the float's width
+    throughput = f"{lines[0].rstrip()} {beneath(nvim, lines, 0)}"  # wrapped to the float's width
     assert "measured at batch size 128 × 4 micro-batches per optimizer step" in throughput, lines
     assert_no_traceback(nvim)
 
@@ -312,7 +326,7 @@ def test_a_compiled_model_says_what_was_compiled_and_where_the_lines_come_from(e
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Compiled"))
-    section = f"{lines[start].split(None, 1)[1].rstrip()} {beneath(lines, start)}"  # wrapped to the float's width
+    section = f"{lines[start].split(None, 1)[1].rstrip()} {beneath(nvim, lines, start)}"  # wrapped to the float's width
     assert section == (
         "torch.compile: 3 graph(s) in 2.4 s, not in the iteration's time "
         "per-line times from an eager run of the iteration"
@@ -335,10 +349,10 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
     assert "10.9 MiB of 16.0 GiB (cpu, Test CPU)" in lines[start]
-    assert beneath(lines, start) == "peak reached in the optimizer step, at train.py:7 (_foreach_add_)"
+    assert beneath(nvim, lines, start) == "peak reached in the optimizer step, at train.py:7 (_foreach_add_)"
     expected = [("weights", "2.0 MiB"), ("gradients", "1.0 MiB"), ("optimizer", "4.0 MiB")]
     expected += [("activations", "3.0 MiB"), ("untracked", "512 B")]
-    parts = [line for line in lines[start + 1 :] if not line.startswith(" " * LABEL)]
+    parts = [line for line in lines[start + 1 :] if not line.startswith(" " * label_width(nvim))]
     for line, (part, size) in zip(parts, expected):
         assert line.strip().startswith(part) and line.rstrip().endswith(" " + size), line
         assert "░" in line  # a bar against the capacity
@@ -348,7 +362,7 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
-    assert beneath(lines, start).endswith(" the allocator reserved 16.0 MiB")
+    assert beneath(nvim, lines, start).endswith(" the allocator reserved 16.0 MiB")
     untracked = next(i for i, line in enumerate(lines) if line.strip().startswith("untracked"))
     assert lines[untracked + 1].strip() == "256 B of it cuBLAS workspaces"
 
@@ -367,7 +381,7 @@ def test_the_memory_peak_is_named_by_the_passes_that_ran(editor, project, real_d
         show(nvim, doc)
         lines, _ = float_lines(nvim)
         start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
-        assert beneath(lines, start) == f"peak reached in {named}, at train.py:5 (addmm)"
+        assert beneath(nvim, lines, start) == f"peak reached in {named}, at train.py:5 (addmm)"
     assert_no_traceback(nvim)
     assert_no_traceback(nvim)
 
@@ -390,7 +404,7 @@ def test_the_other_tensors_alive_at_the_peak_are_named_beneath_it(editor, projec
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
-    assert beneath(lines, start) == (
+    assert beneath(nvim, lines, start) == (
         "peak reached in the forward and backward pass, at train.py:7 (_log_softmax_backward_data, backward) "
         "other tensors alive there from train.py:7: 4.0 MiB made in backward; from model.py:19: 2.0 MiB of "
         "forward outputs"
@@ -403,7 +417,7 @@ def test_lines_whose_tensors_are_kept_for_good_get_a_warning_over_their_statemen
     growth = {
         "bytes_per_iteration": 3 * 2**20,
         "lines": [
-            {"path": "model.py", "line": 19, "bytes": 2 * 2**20},  # `hidden = self.body(features)`
+            {"path": "model.py", "line": BODY_ROW + 1, "bytes": 2 * 2**20},
             {"path": "entry_point.py", "line": MODEL_CALL_ROW + 1, "bytes": 2**20},
             {"path": None, "line": None, "bytes": 512},  # no line of the project: nowhere to show it
         ],
@@ -412,12 +426,13 @@ def test_lines_whose_tensors_are_kept_for_good_get_a_warning_over_their_statemen
     get = "return vim.diagnostic.get(vim.fn.bufadd(...), {namespace = require('skyline.diagnostics').ns})"
     model = nvim.exec_lua(get, str(project / "model.py"))
     entry = nvim.exec_lua(get, str(project / "entry_point.py"))
-    assert [(d["lnum"], d["severity"]) for d in model] == [(18, 2)]  # vim.diagnostic.severity.WARN
+    assert [(d["lnum"], d["severity"]) for d in model] == [(BODY_ROW, 2)]  # vim.diagnostic.severity.WARN
     assert model[0]["message"] == (
         "tensors made here stay alive after every iteration: 2.0 MiB of the 3.0 MiB by which memory grows each "
         "iteration (keep no tensors across iterations: `loss.item()`, `output.detach()`)"
     )
-    assert (model[0]["col"], model[0]["end_col"]) == (8, len("        hidden = self.body(features)"))
+    statement = (project / "model.py").read_text().splitlines()[BODY_ROW]  # over the statement, not its indent
+    assert (model[0]["col"], model[0]["end_col"]) == (statement.index(BODY), len(statement))
     assert [(d["lnum"], d["message"].split(":")[1].strip()) for d in entry] == [
         (
             MODEL_CALL_ROW,
@@ -474,11 +489,11 @@ def test_an_edited_line_loses_its_costs_and_the_rest_are_dimmed(editor, project,
     show(nvim, fixed_document(real_document, project))
     buf = nvim.current.buffer
     before = annotations(nvim, buf)
-    assert 18 in before and len(before) > 2  # `hidden = self.body(features)` and others
-    buf[18] = "        hidden = self.body(features) * 2"
-    wait_for(lambda: 18 not in annotations(nvim, buf), "the edited line's costs to go", timeout=10)
+    assert BODY_ROW in before and len(before) > 2
+    buf[BODY_ROW] = buf[BODY_ROW] + " * 2"
+    wait_for(lambda: BODY_ROW not in annotations(nvim, buf), "the edited line's costs to go", timeout=10)
     after = annotations(nvim, buf)
-    assert set(after) == set(before) - {18}
+    assert set(after) == set(before) - {BODY_ROW}
     assert {group for _, group in after.values()} == {"SkylineStale"}
     assert state(nvim)["stale"] is True
 
@@ -520,12 +535,13 @@ def test_batch_keys_work_in_every_project_file_and_repeat_with_dot(editor, proje
     nvim.command(f"edit {project}/model.py")
     model = nvim.current.buffer
     window = nvim.current.window
-    nvim.api.win_set_cursor(window, [19, 4])
+    cursor = (BODY_ROW + 1, 4)  # anywhere in model.py
+    nvim.api.win_set_cursor(window, cursor)
 
     nvim.input("\\+")
     wait_for(lambda: "batch_size=256" in entry_literal(nvim, project), "the literal to become 256", timeout=10)
     assert nvim.current.buffer == model and nvim.current.window == window
-    assert tuple(window.cursor) == (19, 4)
+    assert tuple(window.cursor) == cursor
     assert not nvim.api.buf_get_option(model, "modified")
     assert state(nvim)["batch_size"] == 256
 
@@ -535,7 +551,7 @@ def test_batch_keys_work_in_every_project_file_and_repeat_with_dot(editor, proje
     wait_for(lambda: "batch_size=2048" in entry_literal(nvim, project), "2. to double it twice", timeout=10)
     nvim.input("\\-")
     wait_for(lambda: "batch_size=1024" in entry_literal(nvim, project), "the key to halve it", timeout=10)
-    assert tuple(window.cursor) == (19, 4)
+    assert tuple(window.cursor) == cursor
 
     nvim.command(f"buffer {project}/entry_point.py")
     nvim.input("u")  # one undo step per press

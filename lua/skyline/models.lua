@@ -46,9 +46,22 @@ function M.time_predictable(time)
     )
 end
 
+--- The figures at one batch size, as `predict` and `at` give them.
+---@class skyline.Figures
+---@field batch_size integer
+---@field run_time_ms number? nil where the run-time line predicts nothing
+---@field samples_per_second number? nil with `run_time_ms`
+---@field peak_memory_bytes number
+---@field fits boolean
+---@field extrapolated boolean outside `models.trusted_range`
+---@field measured boolean? `at`: the document measured this batch size (its other fields are the measurement's)
+
 --- The prediction at batch size `b`: {batch_size, run_time_ms, samples_per_second,
 --- peak_memory_bytes, fits, extrapolated}, or nil when the document has no models. No time and
 --- no throughput (nil) where the run-time line is not positive, or predicts nothing at all.
+---@param models skyline.Models?
+---@param b integer
+---@return skyline.Figures?
 function M.predict(models, b)
   if not models then
     return nil
@@ -84,6 +97,9 @@ end
 --- The figures at batch size `b` as every part of the editor shows them: where the document
 --- measured `b` (`models.samples`), that measurement, marked `measured` (it ran: it fits);
 --- elsewhere the prediction. Nil when the document has no models.
+---@param models skyline.Models?
+---@param b integer
+---@return skyline.Figures?
 function M.at(models, b)
   if not models then
     return nil

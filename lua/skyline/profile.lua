@@ -12,7 +12,7 @@ local diagnostics = require('skyline.diagnostics')
 local engine = require('skyline.engine')
 local models = require('skyline.models')
 local project = require('skyline.project')
-local render = require('skyline.render')
+local virtual_text = require('skyline.virtual_text')
 local state = require('skyline.state')
 local util = require('skyline.util')
 
@@ -76,13 +76,13 @@ function M.draw_buffer(buf)
   for _, record in ipairs(document.lines or {}) do
     if record.path == relative then
       local row = M.row_of(buf, record.line)
-      local text, group = render.annotation(record, totals, costs)
+      local text, group = virtual_text.annotation(record, totals, costs)
       if row and text then
         table.insert(items, { row = row, text = text, group = group })
       end
     end
   end
-  render.draw(buf, items, buffer_stale(buf, path))
+  virtual_text.draw(buf, items, buffer_stale(buf, path))
 end
 
 local function draw_all()
@@ -241,7 +241,7 @@ local last_failure = nil
 local function fail(message, kind, rows)
   state.running, state.progress = false, nil
   state.error = message
-  render.mark_all_stale(rows or {})
+  virtual_text.mark_all_stale(rows or {})
   if message ~= last_failure then
     last_failure = message
     util.error_line(message)
@@ -373,13 +373,13 @@ end
 
 --- Hides the costs drawn in `buf`, or shows them again (they follow later results as ever).
 function M.toggle_buffer(buf)
-  vim.b[buf].skyline_hidden = not render.hidden(buf)
-  if render.hidden(buf) then
-    vim.api.nvim_buf_clear_namespace(buf, render.ns, 0, -1)
+  vim.b[buf].skyline_hidden = not virtual_text.hidden(buf)
+  if virtual_text.hidden(buf) then
+    vim.api.nvim_buf_clear_namespace(buf, virtual_text.ns, 0, -1)
   else
     M.draw_buffer(buf)
   end
-  util.notify(render.hidden(buf) and 'costs hidden in this buffer' or 'costs shown in this buffer')
+  util.notify(virtual_text.hidden(buf) and 'costs hidden in this buffer' or 'costs shown in this buffer')
 end
 
 --- Removes every annotation, diagnostic and hint; results (and profiling on save) are
@@ -390,7 +390,7 @@ function M.clear()
   end
   forget_anchors(state.request)
   state.request = nil
-  render.clear_all()
+  virtual_text.clear_all()
   diagnostics.clear()
   require('skyline.batch').clear_hint()
   require('skyline.float').close()

@@ -31,7 +31,7 @@ end
 --- Whether what is shown no longer describes the code: an annotated buffer changed since its
 --- request, or the batch size was changed since the measurement.
 function M.is_stale()
-  if require('skyline.render').any_stale() then
+  if require('skyline.virtual_text').any_stale() then
     return true
   end
   return M.document ~= nil and M.batch_size ~= M.document.batch_size
