@@ -18,6 +18,7 @@ from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
 from skyline_engine.predict.batch_models import CLOSE_FIT_RESIDUAL, POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
+from skyline_engine.render.terminal import NOTABLE_OTHER_TENSOR
 from skyline_engine.service import protocol
 from skyline_engine.service.params import MAX_BATCH_SIZE
 from skyline_engine.service.tokens import default_token_path
@@ -66,6 +67,7 @@ def test_shared_vocabulary(nvim):
     )
     for name in names + tables:
         assert lua[name] == getattr(vocabulary, name), name
+    assert nvim.exec_lua("return require('skyline.constants').NOTABLE_OTHER_TENSOR") == NOTABLE_OTHER_TENSOR
 
 
 @pytest.mark.parametrize("state_home", ["/tmp/skyline-parity-state", "", None])

@@ -41,6 +41,10 @@ M.TENSOR_KIND_LABELS = {
   [M.OPTIMIZER] = 'made in the step',
 }
 
+-- The other tensors alive at the memory peak that the float names, as the terminal report does
+-- (skyline_engine.render.terminal): those holding at least this share of the peak.
+M.NOTABLE_OTHER_TENSOR = 0.05
+
 --- Where `skyline serve --listen` writes its token unless told otherwise:
 --- $XDG_STATE_HOME/skyline/token, else ~/.local/state/skyline/token.
 function M.default_token_path()

@@ -8,7 +8,6 @@ local M = {}
 
 -- The other tensors alive at the memory peak (the document's `peak_memory_operation.other_tensors`)
 -- worth naming, as the terminal report names them: those holding at least this share of the peak.
-local NOTABLE_TENANT = 0.05
 
 -- The phase that reached the peak, as the float names it: an iteration whose recording has no
 -- backward work (inference, evaluation) has a forward pass, not a forward and backward one.
@@ -25,19 +24,19 @@ end
 ---@param document skyline.AnalysisDocument
 ---@param at skyline.PeakMemoryOperation
 ---@return string?
-local function peak_tenants(document, at, width)
-  local least = NOTABLE_TENANT * document.iteration.peak_memory_bytes
+local function other_tensors(document, at, width)
+  local least = constants.NOTABLE_OTHER_TENSOR * document.iteration.peak_memory_bytes
   local kinds, places = {}, {} -- a line's tensors together, in the document's order (largest first)
-  for _, tenant in ipairs(at.other_tensors or {}) do
-    if tenant.bytes >= least then
-      local place = layout.shorten_place(tenant.path, tenant.line, width - layout.LABEL)
+  for _, tensor in ipairs(at.other_tensors or {}) do
+    if tensor.bytes >= least then
+      local place = layout.shorten_place(tensor.path, tensor.line, width - layout.LABEL)
       if not kinds[place] then
         kinds[place] = {}
         table.insert(places, place)
       end
       table.insert(
         kinds[place],
-        format.bytes(tenant.bytes) .. ' ' .. (constants.TENSOR_KIND_LABELS[tenant.phase] or tenant.phase)
+        format.bytes(tensor.bytes) .. ' ' .. (constants.TENSOR_KIND_LABELS[tensor.phase] or tensor.phase)
       )
     end
   end
@@ -88,9 +87,9 @@ local function add_where(sheet, context)
     where = string.format(', at %s (%s%s)', place, at.operation, at.phase == 'backward' and ', backward' or '')
   end
   sheet:add_beneath('peak reached in ' .. phase .. where, 'SkylineFloatMuted')
-  local tenants = at and at.path and peak_tenants(document, at, context.width)
-  if tenants then
-    sheet:add_beneath(tenants, 'SkylineFloatMuted')
+  local others = at and at.path and other_tensors(document, at, context.width)
+  if others then
+    sheet:add_beneath(others, 'SkylineFloatMuted')
   end
 end
 
