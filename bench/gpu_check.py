@@ -44,10 +44,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from skyline_engine.measure.openmp import settle_openmp  # noqa: E402
-
-settle_openmp(os.environ)
-
 try:
     import torch
 except ImportError as exc:  # the machine's python3 without torch: not the GPU machine

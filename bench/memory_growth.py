@@ -15,11 +15,6 @@ import statistics
 import time
 from pathlib import Path
 
-from skyline_engine.measure.openmp import settle_openmp
-
-# As the command line does, before torch is loaded: both sides measure what users get.
-settle_openmp(os.environ)
-
 import torch
 from sections import write_section
 

@@ -17,16 +17,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import platform
 import statistics
 import sys
 from pathlib import Path
-
-from skyline_engine.measure.openmp import settle_openmp
-
-# As the command line does, before torch is loaded: both sides measure what users get.
-settle_openmp(os.environ)
 
 from sections import write_section
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -37,7 +31,7 @@ from skyline_engine.measure.timing import TimingBudget
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.md"
 sys.path.insert(0, str(REPO / "tests"))
-from annotated_model import PROJECT, iteration_and_inputs, marker_lines  # tests/, put on the path above
+from annotated_model import PROJECT, iteration_and_inputs, marker_lines  # noqa: E402 - tests/, on the path above
 
 PROFILED_ITERATIONS = 5
 

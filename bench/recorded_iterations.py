@@ -2,11 +2,11 @@
 time (the engine's) against the mean of the three (the engine's before), side by side on the
 very same recorded iterations, so the machine's drift between runs cannot favour either.
 
-Each round is a fresh process set up as the engine's (`skyline profile`, the service's workers:
-OpenMP's spin shortened, measure/openmp.py), as an analysis is: the model is built and warmed up, one iteration
-is recorded (the first the recorder's code runs), the batch size is timed, two more are recorded
-(attribute/recording.py), and then, as the reference, 21 more, of which the first is dropped and
-the others' mean taken per line (a recorder long warm, averaged over many iterations). Then:
+Each round is a fresh process in the user's environment, as an analysis is (measure/runtime.py): the
+model is built and warmed up, one iteration is recorded (the first the recorder's code runs), the
+batch size is timed, two more are recorded (attribute/recording.py), and then, as the reference, 21
+more, of which the first is dropped and the others' mean taken per line (a recorder long warm,
+averaged over many iterations). Then:
 
 - each way's per-line shares of the recorded time against the reference's: their total
   variation distance (half the sum of the absolute differences; 0 is the same shares);
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -32,15 +31,10 @@ from pathlib import Path
 
 from sections import write_section
 
-from skyline_engine.measure.openmp import settle_openmp
-
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.md"
 EXAMPLES = ("default", "cnn", "transformer")
 REFERENCE_ITERATIONS = 21
-# Each round's process is set up as the engine's: OpenMP's short spin (measure/openmp.py).
-ENGINE_ENVIRONMENT = dict(os.environ)
-settle_openmp(ENGINE_ENVIRONMENT)
 NOTABLE = 1.25  # 1 / the engine's NOTABLE_SCALING
 
 
@@ -125,7 +119,6 @@ def main() -> None:
                 text=True,
                 check=True,
                 cwd=REPO,
-                env=ENGINE_ENVIRONMENT,
             )
             results[example].append(json.loads(out.stdout.splitlines()[-1]))
             print(example, results[example][-1], file=sys.stderr)

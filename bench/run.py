@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-from skyline_engine.measure.openmp import settle_openmp
-
-# As the command line does, before torch is loaded: the bench measures what users get.
-settle_openmp(os.environ)
 
 import torch
 

@@ -23,6 +23,7 @@
 ---@field distributed skyline.Distributed? data-parallel training; nil for one process
 ---@field compilation skyline.Compilation? what torch.compile compiled; nil when nothing was
 ---@field memory_growth skyline.MemoryGrowth? memory each iteration keeps for good
+---@field runtime_changes string[] what the engine changed in the process's runtime (--settle-runtime)
 ---@field lines skyline.SourceLine[] the per-line breakdown, by path then line
 ---@field operations skyline.OperationNode the module and operation tree (root: `iteration`)
 ---@field weights skyline.Weight[]

@@ -16,6 +16,7 @@ from skyline_engine.measure.compilation import Compilation
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.measure.runtime import runtime_note
 from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
 
 
@@ -37,12 +38,14 @@ def build_document(
     compilation: Compilation | None = None,
     models_withheld: str | None = None,
     memory_growth: MemoryGrowth | None = None,
+    runtime_changes: list[str] | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
     `breakdown_time_ms` when given (data-parallel training: the iteration less its exposed
     communication), else to the iteration's time; the warnings start with what to know about the
-    breakdown as fitted."""
+    breakdown as fitted, and end with what the engine changed in the runtime (`runtime_changes`,
+    measure/runtime.py)."""
     measured = {s.batch_size: s for s in samples}
     fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
     predictions = []
@@ -58,7 +61,11 @@ def build_document(
         iteration=measured[batch_size],
         breakdown=fitted,
         batch_size_location=batch_size_location,
-        warnings=[*breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda"), *warnings],
+        warnings=[
+            *breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda"),
+            *warnings,
+            *([note] if (note := runtime_note(runtime_changes or [])) else []),
+        ],
         samples=sorted(samples, key=lambda s: s.batch_size),
         models=models,
         predictions=predictions,
@@ -67,4 +74,5 @@ def build_document(
         compilation=compilation,
         models_withheld=models_withheld,
         memory_growth=memory_growth,
+        runtime_changes=list(runtime_changes or []),
     )

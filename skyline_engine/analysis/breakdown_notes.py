@@ -41,8 +41,8 @@ def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False) -> list[str]:
 
 
 # On a quiet machine too (the default example, 1.1 to 1.4 times in fresh processes): between
-# operations the recorder's own work lets OpenMP's threads stop spinning (measure/openmp.py
-# shortens their spin) and the caches cool, and the next operation pays to wake them.
+# operations the recorder's own work lets OpenMP's threads stop spinning (measure/runtime.py
+# can shorten their spin) and the caches cool, and the next operation pays to wake them.
 _CPU_SLOWDOWN = (
     "between them the recorder's own work lets the CPU's threads idle and its caches cool (a busy machine adds more)"
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +54,7 @@ from skyline_engine.measure.distributed import (
 )
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile, cublas_workspace_bytes
+from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.timing import TimingBudget, TimingStats
 from skyline_engine.predict import scaling
 
@@ -155,6 +157,7 @@ class _RankAnalysis:
             breakdown_time_ms=max(1e-9, sample.run_time_ms - sum(per_line.values())),
             models_withheld=NO_BATCH_SIZE_MODELS,
             memory_growth=growth,
+            runtime_changes=runtime_changes(os.environ, runner.malloc_pinned),
         )
 
     def _data_parallel(

@@ -15,7 +15,7 @@ documents needs only their shape. The measurement types are named for the type c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 import skyline_engine
@@ -387,6 +387,7 @@ class DocumentDict(BreakdownDict):
     distributed: DistributedDict | None
     compilation: CompilationDict | None
     memory_growth: MemoryGrowthDict | None
+    runtime_changes: list[str]
 
 
 # --- the typed parts, and where they meet the shape -------------------------------------------
@@ -426,6 +427,8 @@ class AnalysisDocument:
     compilation: Compilation | None = None  # what torch.compile compiled, apart from the iteration
     models_withheld: str | None = None  # why a complete document has no models
     memory_growth: MemoryGrowth | None = None  # tensor memory each iteration keeps for good (a leak)
+    # What the engine changed in the measured process's runtime (--settle-runtime; measure/runtime.py).
+    runtime_changes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> DocumentDict:
         location, distributed = self.batch_size_location, self.distributed
@@ -447,6 +450,7 @@ class AnalysisDocument:
             "distributed": cast("DistributedDict", distributed.to_dict()) if distributed else None,
             "compilation": cast("CompilationDict", compilation.to_dict()) if compilation else None,
             "memory_growth": cast("MemoryGrowthDict", growth.to_dict()) if growth else None,
+            "runtime_changes": list(self.runtime_changes),
             **cast("BreakdownDict", self.breakdown.to_dict()),
         }
 

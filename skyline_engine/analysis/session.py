@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_d
 from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit, cublas_workspace_bytes
+from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
@@ -160,7 +162,10 @@ class _Analysis:
         differing = self.runner.work_at(self.batch_size).warning(recorded) if self.runner is not None else None
         if differing is not None:
             parts["warnings"] = [differing, *parts["warnings"]]
-        return self._build_document(compilation=compilation, memory_growth=self.growth, **parts)
+        changes = runtime_changes(os.environ, self.runner is not None and self.runner.malloc_pinned)
+        return self._build_document(
+            compilation=compilation, memory_growth=self.growth, runtime_changes=changes, **parts
+        )
 
     def run(self) -> AnalysisDocument:
         self.progress("building the model", 0.0)

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
 from skyline_engine import __version__
 from skyline_engine.analysis.document import DocumentDict  # its shape alone: no torch
-from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
+from skyline_engine.cli.arguments import DEVICE_HELP, SETTLE_RUNTIME_HELP, parse_size, positive_float, positive_int
 from skyline_engine.cli.progress import Progress
 from skyline_engine.entry.project_root import default_project_root
 from skyline_engine.errors import SkylineError
-from skyline_engine.measure.openmp import settle_openmp
+from skyline_engine.measure.runtime import settle_runtime
 
 if TYPE_CHECKING:  # torch is imported only once an analysis starts (a second or two)
     from skyline_engine.analysis.session import AnalysisRequest
@@ -31,9 +31,10 @@ Output = tuple[Optional[str], str, Callable[[str, DocumentDict], None]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    settle_openmp(os.environ)  # before torch is imported (measure/openmp.py)
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "settle_runtime", False):
+        settle_runtime(os.environ)  # before torch is imported (measure/runtime.py)
     try:
         code: int = args.run(args)  # the command's `_run_…` function, set by `set_defaults`
         return code
@@ -157,6 +158,7 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--settle-runtime", action="store_true", help=SETTLE_RUNTIME_HELP)
 
 
 def _run_profile(args: argparse.Namespace) -> int:

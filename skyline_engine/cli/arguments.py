@@ -7,6 +7,10 @@ import re
 from typing import Callable
 
 DEVICE_HELP = "auto (default: CUDA when available), cpu, cuda or cuda:N"
+SETTLE_RUNTIME_HELP = (
+    "measure with OpenMP's spin shortened (GOMP_SPINCOUNT=10000) and glibc's malloc thresholds pinned: steadier "
+    "times on a busy machine, but not your training's (the report says so); default: your program as it runs"
+)
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(iB|B)?|B)?\s*$", re.IGNORECASE)
 

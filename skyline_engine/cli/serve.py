@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyline_engine.cli.arguments import DEVICE_HELP, parse_size, positive_float, positive_int
+from skyline_engine.cli.arguments import DEVICE_HELP, SETTLE_RUNTIME_HELP, parse_size, positive_float, positive_int
 from skyline_engine.errors import SkylineError
 from skyline_engine.service.config import BudgetOverrides, ServiceConfig
 
@@ -111,6 +111,7 @@ def add_serve_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         action="store_true",
         help=f"short timings ({QUICK_MIN_RUN_S}-{QUICK_MAX_RUN_S} s): fast, less precise",
     )
+    serve.add_argument("--settle-runtime", action="store_true", help=SETTLE_RUNTIME_HELP)
     serve.add_argument("--verbose", action="store_true", help="log more on stderr")
     serve.set_defaults(run=run_serve)
 
@@ -154,6 +155,7 @@ def build_config(args: argparse.Namespace) -> ServiceConfig:
         budget=BudgetOverrides(min_run_s=min_run_s, max_run_s=max_run_s),
         max_frame_bytes=args.max_frame_bytes,
         handshake_timeout_s=args.handshake_timeout,
+        settle_runtime=args.settle_runtime,
     )
 
 

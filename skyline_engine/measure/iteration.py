@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from skyline_engine.measure.memory import (
     release_cached_memory,
 )
 from skyline_engine.measure.optimizer_state import StepsSeen, counting_steps
+from skyline_engine.measure.runtime import asked_to_settle
 from skyline_engine.measure.timing import (
     Clock,
     InterleavedTiming,
@@ -194,7 +196,8 @@ class IterationRunner:
         self.device = device
         self.budget = budget
         self.clock: Clock = clock_for(device)
-        pin_malloc_thresholds()  # before the model's memory is allocated
+        # Before the model's memory is allocated, where the runtime is to be settled (measure/runtime.py).
+        self.malloc_pinned = asked_to_settle(os.environ) and pin_malloc_thresholds()
         quiet_about_global_hooks()
         with self._default_device():
             self.model = entry.call(MODEL_PROVIDER, entry.model_provider)

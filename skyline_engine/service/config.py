@@ -33,6 +33,8 @@ class ServiceConfig:
     # suits CPU analyses (CUDA reserves large address ranges).
     worker_memory_limit_bytes: int | None = None
     budget: BudgetOverrides = field(default_factory=BudgetOverrides)
+    # Workers measure with OpenMP's spin shortened and malloc's thresholds pinned (measure/runtime.py).
+    settle_runtime: bool = False
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # A TCP client must complete `initialize` within this time, or it is disconnected.
     handshake_timeout_s: float = 10.0

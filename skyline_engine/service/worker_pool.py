@@ -39,7 +39,7 @@ from typing import IO, Any, Callable, Protocol
 import msgpack
 
 import skyline_engine
-from skyline_engine.measure.openmp import settle_openmp
+from skyline_engine.measure.runtime import settle_runtime
 from skyline_engine.service import failures, processes
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.failures import Failure
@@ -63,14 +63,16 @@ STACK_DUMP_GRACE_S = 1.0
 EXIT_GRACE_S = 10.0
 
 
-def _worker_environment() -> dict[str, str]:
+def _worker_environment(settle: bool = False) -> dict[str, str]:
     # The worker must import this very engine, wherever it is installed (or not installed: a
     # checkout run with `python -m skyline_engine`); its working folder is the user's project.
+    # Its runtime is the user's, unless the service was asked to settle it (`settle`).
     env = dict(os.environ)
     package_parent = str(Path(skyline_engine.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"  # the log, and the crash tail, must be complete
-    settle_openmp(env)  # measure/openmp.py
+    if settle:
+        settle_runtime(env)  # measure/runtime.py
     return env
 
 
@@ -87,7 +89,7 @@ class WorkerProcess:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=str(config.project_root),
-                env=_worker_environment(),
+                env=_worker_environment(config.settle_runtime),
                 # Its own process group: stopping the worker also stops what the user's code started
                 # in it (processes.py finds those that left it).
                 start_new_session=True,
