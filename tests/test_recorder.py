@@ -22,7 +22,7 @@ from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recorder import OperationRecord, Recording
-from skyline_engine.attribute.recording import RECORDING_BUDGET_MS, IterationRecording
+from skyline_engine.attribute.recording import RECORDING_LIMIT_MS, IterationRecording, recorded_iterations
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.memory import MemoryProfile
@@ -192,8 +192,8 @@ def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
         iteration_recording = IterationRecording(creation, runner.model, device)
         memory, _ = iteration_recording.record_first(run, runner.clock, runner.live_tensors)
         if iterations > 1:
-            # min(MAX_RECORDED_ITERATIONS, RECORDING_BUDGET_MS // run_time_ms) - 1 more.
-            iteration_recording.record_more(run, run_time_ms=RECORDING_BUDGET_MS // iterations)
+            # As many as fit RECORDING_LIMIT_MS, where that is fewer than the minimum (recorded_iterations).
+            iteration_recording.record_more(run, run_time_ms=RECORDING_LIMIT_MS // iterations)
     recording = iteration_recording.recorder.recording
     assert len(recording.iteration_starts) == iterations
     return Recorded(recording, iteration_recording.micro_batches(BATCH_SIZE), memory, iteration_recording)
@@ -453,3 +453,17 @@ def test_iterations_that_ran_different_operations_keep_their_mean(tmp_path):
     sometimes = marked(iterations[0], tmp_path, "SOMETIMES")[0].context[1]
     (line,) = [entry for entry in breakdown.lines if entry.line == sometimes]
     assert line.forward_ms == pytest.approx((5.0 + 2.0) / 3)  # run twice in three iterations
+
+
+@pytest.mark.parametrize(
+    "run_time_ms, iterations",
+    [
+        (0.5, 5),  # fast: up to the most, within the budget for fast ones
+        (50.0, 4),
+        (700.0, 3),  # slow: the minimum all the same (it was one)
+        (4_000.0, 2),  # only two fit the limit
+        (20_000.0, 1),
+    ],
+)
+def test_slow_iterations_are_recorded_at_least_three_times(run_time_ms, iterations):
+    assert recorded_iterations(run_time_ms) == iterations

@@ -25,9 +25,15 @@ from skyline_engine.measure.timing import Clock
 
 Run = Callable[[], None]
 
-# The breakdown averages a few recorded iterations of fast models, up to this much time.
+# The breakdown combines at least MIN_RECORDED_ITERATIONS recorded iterations (each operation's
+# median over them, attribute/breakdown.py), slow ones too, within RECORDING_LIMIT_MS of iteration
+# time; fast ones up to MAX_RECORDED_ITERATIONS within RECORDING_BUDGET_MS. From one recorded
+# iteration, the shares of a 140 ms iteration's lines swung by up to 19 points between back-to-back
+# analyses on a busy machine (a small GPT's loss line: 28, 11, 8, 9 %).
+MIN_RECORDED_ITERATIONS = 3
+MAX_RECORDED_ITERATIONS = 5
 RECORDING_BUDGET_MS = 200.0
-MAX_RECORDED_ITERATIONS = 3
+RECORDING_LIMIT_MS = 10_000.0
 
 
 class IterationRecording:
@@ -76,8 +82,9 @@ class IterationRecording:
         return memory_growth(retention, self._first_names, self.recorder.recording.operations)
 
     def record_more(self, run: Run, run_time_ms: float) -> None:
-        """Fast models: average the breakdown over a few more iterations, within RECORDING_BUDGET_MS."""
-        more = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // max(run_time_ms, 1e-3))) - 1
+        """More recorded iterations after the first, for the breakdown to combine: as many as
+        `recorded_iterations` says for iterations of `run_time_ms`."""
+        more = recorded_iterations(run_time_ms) - 1
         if more <= 0:
             return
         with eager_replay(), self.recorder:
@@ -137,6 +144,15 @@ class IterationRecording:
             held=self._held,
             other_tensors=self._other_tensors,
         )
+
+
+def recorded_iterations(run_time_ms: float) -> int:
+    """How many recorded iterations the breakdown combines, for iterations of `run_time_ms`: at
+    least MIN_RECORDED_ITERATIONS where they fit RECORDING_LIMIT_MS (one where not even two do),
+    more for fast ones, up to MAX_RECORDED_ITERATIONS within RECORDING_BUDGET_MS."""
+    run_time_ms = max(run_time_ms, 1e-3)
+    fast = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // run_time_ms))
+    return max(1, min(max(MIN_RECORDED_ITERATIONS, fast), int(RECORDING_LIMIT_MS // run_time_ms)))
 
 
 def _index_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> int | None:

@@ -10,13 +10,17 @@ for a shared machine:
   another one: a burst of load, or a change of clock frequency, hits all of them alike instead of
   bending one (measured on the CNN example under two busy processes: R² of the time line 0.99 and
   held-out errors 2-10 % interleaved, against 7-17 % timing one batch size after another).
-- The estimate is the lower quartile of the observations, not their median: interference only
-  adds time, and the median of blocks on a busy machine swings with it (held-out errors 18-27 %
-  with the median of the same interleaved blocks). On a quiet machine the two agree within noise.
 
-Timing stops once every batch size's blocks pin its time down to `target_relative_error` (the
-standard error of their median, from the interquartile range), after a minimum time and number of
-blocks, or at the time limit.
+The estimate is the mean time per iteration over the timed blocks: what a training log reports
+(its total time over its iterations), so a number the user's own training reproduces. The lower
+quartile, used before, read 6-18 % below plain training loops in fresh processes on a quiet
+machine (the examples, a small GPT); a busy machine is met by interleaving, timing again where
+the line bends, and saying so, not by an optimistic quantile.
+
+Timing stops once every batch size has had at least `min_iterations` iterations and its blocks pin
+its mean down to `target_relative_error` (its standard error), after a minimum time and number of
+blocks, or at the time limit; the minimum number of blocks is timed even past the limit, so that a
+slow iteration is never judged from one or two.
 """
 
 from __future__ import annotations
@@ -31,12 +35,6 @@ import numpy as np
 import torch
 
 Run = Callable[[], None]
-
-# The estimate of an iteration's time: this percentile of the observations (see the docstring).
-ESTIMATE_PERCENTILE = 25
-# Standard error of a sample's median, in standard deviations times sqrt(n), for normal noise:
-# sqrt(pi / 2).
-_MEDIAN_ERROR = 1.2533
 
 
 class Clock(Protocol):
@@ -79,23 +77,29 @@ def clock_for(device: torch.device) -> Clock:
     return CudaClock(device) if device.type == "cuda" else CpuClock()
 
 
+# Timed again (`InterleavedTiming.extend`), an estimate is made of the new blocks alone once there
+# are this many of them.
+MIN_WINDOW_BLOCKS = 3
+
+
 @dataclass(frozen=True)
 class TimingBudget:
     """How long to time a batch size.
 
     `warmup_iterations` run before anything is measured (the first creates an optimizer's state;
     on CUDA, at every batch size). Then stop timing when at least `min_run_s` has been spent on at
-    least `min_blocks` blocks of each batch size and each estimate's standard error is within
-    `target_relative_error` of it, or when `max_run_s` is spent (on all the batch sizes timed
-    together: precision beyond the drift between processes buys nothing). (A 0.1 s minimum,
-    down from 0.2 s, kept the held-out time errors of the examples within 4 %, with the malloc
-    thresholds pinned.)
+    least `min_blocks` blocks and `min_iterations` iterations of each batch size and each mean's
+    standard error is within `target_relative_error` of it, or when `max_run_s` is spent (on all
+    the batch sizes timed together: precision beyond the drift between processes buys nothing);
+    but never before `min_blocks` blocks. (A 0.1 s minimum, down from 0.2 s, kept the held-out
+    time errors of the examples within 4 %, with the malloc thresholds pinned.)
     """
 
     warmup_iterations: int = 1
     min_run_s: float = 0.1
     max_run_s: float = 2.0
     min_blocks: int = 3
+    min_iterations: int = 10
     target_relative_error: float = 0.015
     min_block_ms: float = 5.0
     # What one memory-only probe may cost, in predicted iteration seconds (analysis/probing.py).
@@ -104,8 +108,9 @@ class TimingBudget:
 
 @dataclass(frozen=True)
 class TimingStats:
-    """The time of one iteration at one batch size: the estimate (see ESTIMATE_PERCENTILE), the
-    spread of the observations, and how many iterations and blocks were timed."""
+    """The time of one iteration at one batch size: the mean over the timed iterations, the
+    spread of the blocks' times per iteration (interquartile range), and how many iterations and
+    blocks were timed."""
 
     run_time_ms: float
     iqr_ms: float
@@ -132,6 +137,8 @@ class BlockTimes:
         # only sized the blocks.
         self.per_iteration: list[float] = [first_ms] if self.block_size == 1 else []
         self.spent_ms = first_ms
+        # Where the blocks the estimate is made of start (`time_again`).
+        self._window_start = 0
 
     def time_block(self) -> None:
         def block() -> None:
@@ -142,22 +149,38 @@ class BlockTimes:
         self.spent_ms += block_ms
         self.per_iteration.append(block_ms / self.block_size)
 
+    @property
+    def iterations(self) -> int:
+        return len(self.per_iteration) * self.block_size
+
+    def time_again(self) -> None:
+        """From now on the estimate is made of the blocks timed from here (once there are at
+        least MIN_WINDOW_BLOCKS of them): the earlier ones met a burst of load that bent the line."""
+        self._window_start = len(self.per_iteration)
+
+    @property
+    def window(self) -> list[float]:
+        """The blocks' times per iteration that the estimate is made of."""
+        recent = self.per_iteration[self._window_start :]
+        return recent if len(recent) >= MIN_WINDOW_BLOCKS else self.per_iteration
+
     def relative_error(self) -> float:
-        """How well the blocks pin the iteration's time down: the standard error of their median
-        relative to it, 1.2533 σ / √n with σ robustly IQR / 1.349. (The lower quartile has about
-        the same standard error; relative to the median, as before the estimate changed, a
-        right-skewed spread of blocks does not call for several times more of them.)"""
-        values = self.per_iteration
+        """How well the blocks pin the mean iteration's time down: the standard error of their
+        mean relative to it, σ / √n."""
+        values = self.window
         if len(values) < 2:
             return math.inf
-        q1, median, q3 = np.percentile(values, [25, 50, 75])
-        if median <= 0:
+        mean = float(np.mean(values))
+        if mean <= 0:
             return 0.0
-        return float(_MEDIAN_ERROR * (q3 - q1) / 1.349 / np.sqrt(len(values)) / median)
+        return float(np.std(values, ddof=1) / np.sqrt(len(values)) / mean)
 
     def stats(self) -> TimingStats:
-        q1, estimate, q3 = np.percentile(self.per_iteration, [25, ESTIMATE_PERCENTILE, 75])
-        return TimingStats(float(estimate), float(q3 - q1), len(self.per_iteration) * self.block_size, self.block_size)
+        window = self.window
+        q1, q3 = np.percentile(window, [25, 75])
+        # Every block runs `block_size` iterations: the mean of their times per iteration is the
+        # total time over the iterations.
+        return TimingStats(float(np.mean(window)), float(q3 - q1), len(window) * self.block_size, self.block_size)
 
 
 class InterleavedTiming:
@@ -177,12 +200,16 @@ class InterleavedTiming:
         would keep its quieter time while the others take the busier one, and the line through
         them would bend (tests/test_timing.py)."""
         started = time.perf_counter()
-        while time.perf_counter() - started < max_s and not self.precise():
+        while (time.perf_counter() - started < max_s and not self.precise()) or not self.enough_blocks():
             self.round()
 
     def extend(self, max_s: float) -> None:
-        """As many rounds again as so far, or until `max_s` is spent: when the estimates, precise
-        one by one, do not make a straight line together."""
+        """As many rounds again as so far, or until `max_s` is spent, the estimates made of them
+        alone: when the estimates, precise one by one, do not make a straight line together, a
+        burst of load bent it (it hit one batch size's blocks more than the others'), and the
+        means would keep it."""
+        for times in self.times.values():
+            times.time_again()
         started = time.perf_counter()
         for _ in range(self._rounds):
             if time.perf_counter() - started >= max_s:
@@ -200,10 +227,15 @@ class InterleavedTiming:
     def precise(self) -> bool:
         return all(self._precise(t) for t in self.times.values())
 
+    def enough_blocks(self) -> bool:
+        """Whether every batch size has its minimum number of blocks, timed whatever the limit."""
+        return all(len(t.per_iteration) >= self.budget.min_blocks for t in self.times.values())
+
     def _precise(self, times: BlockTimes) -> bool:
         return (
             times.spent_ms >= self.budget.min_run_s * 1000
             and len(times.per_iteration) >= self.budget.min_blocks
+            and times.iterations >= self.budget.min_iterations
             and times.relative_error() <= self.budget.target_relative_error
         )
 

@@ -5,8 +5,8 @@ estimate over many calls, but the per-line breakdown records a few consecutive c
 batch size's peak memory is one call's. A loop that does more on some calls than on others (steps
 every k-th call: gradients accumulated across calls, a GAN's generator stepped every fifth call;
 an evaluation every tenth call) does different work on different calls, so the recorded calls may
-lack that work, the peaks of two batch sizes may come from calls that differ, and the time, the
-lower quartile of blocks of calls (measure/timing.py), leans to the blocks without it. Two counts
+lack that work, the peaks of two batch sizes may come from calls that differ, and the time, over
+blocks of calls that begin anywhere in the cycle (measure/timing.py), leans to where they begin. Two counts
 tell the calls apart at no cost to what is timed: torch's global optimizer step hook counts each
 call's steps, and a forward hook on the model its passes through the model; both in steady state
 only (a GradScaler skips its first steps; measure/iteration.py warms up past them).

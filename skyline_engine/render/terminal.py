@@ -193,7 +193,7 @@ def _compiled(compilation: CompilationDict) -> str:
 def _speed(doc: DocumentDict) -> str:
     it = doc["iteration"]
     if it["repetitions"] > 1:
-        timed = f"lower quartile of {it['repetitions']:,} timed, IQR {format_ms(it['run_time_iqr_ms'])}"
+        timed = f"mean of {it['repetitions']:,} timed, IQR {format_ms(it['run_time_iqr_ms'])}"
     else:
         timed = "one iteration, not yet timed"
     k = it.get("micro_batches", 1)
