@@ -30,6 +30,7 @@ from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
 from skyline_engine.attribute.other_tensors import OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, Recording
+from skyline_engine.measure.memory import tensor_bytes
 from skyline_engine.measure.optimizer_state import state_bytes
 from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
@@ -368,7 +369,7 @@ def build_breakdown(
     scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
     lines = _line_totals(operations, _iteration_of_each(recording))
 
-    weights = _weights([("model", model), *(held or {}).items()], creation)
+    weights = _weights([("model", model), *(held or {}).items()], creation, recording.gradient_bytes)
     optimizer_state = _optimizer_state(creation)
     created = [(w.contexts, w.size_bytes + w.grad_size_bytes) for w in weights]
     created += [(s.contexts, s.size_bytes) for s in optimizer_state]
@@ -552,10 +553,14 @@ def _leaf(root: OperationNode, op: OperationRecord, call_sites: dict[str, list[C
     return node.child(("operation", op.name, op.stack), op.name, op.module, "operation", op.stack)
 
 
-def _weights(modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationSites) -> list[WeightMemory]:
+def _weights(
+    modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationSites, gradients: Mapping[int, int]
+) -> list[WeightMemory]:
     """Each parameter of the named `modules` once (one shared with the model, as torch.compile's
     wrapper's are, under the model's name), named with its module's name as prefix; the first is
-    the model, the others the modules the iteration holds."""
+    the model, the others the modules the iteration holds. A gradient's bytes are the most it held
+    while alive: `gradients` (by the parameter's id, Recording.gradient_bytes), or its `.grad` now
+    (an iteration that ends with `zero_grad(set_to_none=True)` has none left)."""
     entries = []
     seen = set()
     for index, (prefix, module) in enumerate(modules):
@@ -570,8 +575,8 @@ def _weights(modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationS
             entries.append(
                 WeightMemory(
                     name=name,
-                    size_bytes=_bytes(param),
-                    grad_size_bytes=_bytes(grad) if grad is not None else 0,
+                    size_bytes=tensor_bytes(param),
+                    grad_size_bytes=max(tensor_bytes(grad) if grad is not None else 0, gradients.get(id(param), 0)),
                     contexts=contexts,
                 )
             )
@@ -584,9 +589,3 @@ def _optimizer_state(creation: CreationSites) -> list[OptimizerStateMemory]:
         name, size = type(optimizer).__name__, state_bytes(optimizer)
         entries.append(OptimizerStateMemory(name, size, creation.optimizer_stack(optimizer)))
     return entries
-
-
-def _bytes(tensor: torch.Tensor) -> int:
-    if tensor.layout == torch.sparse_coo:  # a sparse Embedding's gradient: its rows, not the table
-        return _bytes(tensor._indices()) + _bytes(tensor._values())
-    return tensor.numel() * tensor.element_size()
