@@ -45,7 +45,7 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
-from skyline_engine.attribute.other_tensors import Lifetimes
+from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, Lifetimes
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.iteration import after_accumulation
@@ -300,6 +300,11 @@ class OperationRecorder(TorchDispatchMode):
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
         self._steps_running = 0
         self._entered_ns = time.perf_counter_ns()
+        if self.lifetimes is not None:  # the gradients alive as it starts: the previous iteration's
+            for parameter in self._parameters:
+                if parameter.grad is not None:
+                    for storage in gradient_storages(parameter.grad):
+                        self.lifetimes.gradient_alive(storage)
         self._hooks = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
@@ -356,7 +361,7 @@ class OperationRecorder(TorchDispatchMode):
             sizes[id(parameter)] = max(sizes.get(id(parameter), 0), tensor_bytes(gradient))
             if self.lifetimes is not None:  # counted with the weights
                 for storage in gradient_storages(gradient):
-                    self.lifetimes.accounted(storage)
+                    self.lifetimes.accounted(storage, GRADIENT)
         if id(parameter) in self._model_parameter_ids and len(self.recording.iteration_starts) == 1:
             self.recording.gradient_accumulations[id(parameter)] += 1
 
@@ -496,7 +501,7 @@ class OperationRecorder(TorchDispatchMode):
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         for storage in tensor_storages([tensor]):
             if self.lifetimes is not None:
-                self.lifetimes.accounted(storage)
+                self.lifetimes.accounted(storage, ACTIVATION)
             producer: OperationRecord | None = self._producer.get(storage)
             if producer is not None and storage not in self._saved:
                 self._saved[storage] = True
