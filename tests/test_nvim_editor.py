@@ -208,7 +208,7 @@ def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(e
     assert updates and all(re.findall(r"(\d+\.\d+) ms", row)[:2] == ["0.00", "0.00"] for row in updates)
     assert all(len(re.findall(r" ms", row)) == 3 for row in updates)  # forward, backward, step
     assert len(times["iteration"]) == 3 and float(times["iteration"][2]) > 0
-    others = [row for row in tree if row not in updates and not row.startswith("iteration")]
+    others = [row for row in tree if row not in updates and row.split()[0] not in ("iteration", "untracked")]
     assert others and all(len(re.findall(r" ms", row)) == 2 for row in others)  # no step: blank
     assert all(nvim.funcs.strdisplaywidth(row) <= width for row in lines)
 
@@ -226,6 +226,55 @@ def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(e
         "forward",
         "backward",
     ]
+    assert_no_traceback(nvim)
+
+
+def test_the_tree_ends_with_the_untracked_time_and_its_rows_add_up_to_the_iteration(editor, project, real_document):
+    # The operations took 34 ms of a 53.24 ms iteration: the model's forward and backward, then
+    # the optimizer's step at the root; the rest passed between operations.
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    assert doc["iteration"]["run_time_ms"] == 53.24
+
+    def node(name, kind, children=(), forward=0.0, backward=0.0, step=0.0, line=STEP_ROW + 1):
+        return {
+            "name": name,
+            "kind": kind,
+            "module": "",
+            "forward_ms": forward,
+            "backward_ms": backward,
+            "step_ms": step,
+            "activation_bytes": 0,
+            "contexts": [{"path": "entry_point.py", "line": line}],
+            "children": list(children),
+        }
+
+    addmm = node("addmm", "operation", forward=20.0, backward=10.0, line=MODEL_CALL_ROW + 1)
+    model = node("model", "module", [addmm], forward=20.0, backward=10.0, line=MODEL_CALL_ROW + 1)
+    step = node("_foreach_add_", "operation", step=4.0)
+    doc["operations"] = node("iteration", "module", [model, step], forward=20.0, backward=10.0, step=4.0)
+    show(nvim, doc)
+    for columns in (80, 160):
+        nvim.options["columns"] = columns
+        nvim.command("doautocmd VimResized")
+        lines, width = float_lines(nvim)
+        start = next(i for i, line in enumerate(lines) if line.startswith("Operations"))
+        tree = [row for row in lines[start + 1 :] if row.strip()]
+        assert [row.split()[0] for row in tree] == ["iteration", "model", "addmm", "_foreach_add_", "untracked"]
+        untracked = tree[-1]
+        assert "between operations" in untracked and untracked.rstrip().endswith(" 19.24 ms"), untracked
+        # The rows beneath the iteration's own, one level down, add up to the iteration.
+        depth = min(len(row) - len(row.lstrip()) for row in tree[1:])
+        parts = [row for row in tree[1:] if len(row) - len(row.lstrip()) == depth]
+        assert [row.split()[0] for row in parts] == ["model", "_foreach_add_", "untracked"]
+        times = [float(ms) for row in parts for ms in re.findall(r"(\d+\.\d+) ms", row)]
+        assert sum(times) == pytest.approx(53.24, abs=0.005 * len(times))
+        assert untracked.startswith(" " * depth + "untracked")
+        assert all(nvim.funcs.strdisplaywidth(row) <= width for row in tree)
+    # At 160 columns the bars stand against the iteration: the untracked 19.24 ms of 53.24 fill
+    # 4 of the 12 cells, the forward pass's 20 ms 5.
+    assert "████░░░░░░░░ 19.24 ms" in untracked
+    assert "█████░░░░░░░ 20.00 ms" in tree[0]
     assert_no_traceback(nvim)
 
 
