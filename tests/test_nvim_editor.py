@@ -208,7 +208,7 @@ def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(e
     assert updates and all(re.findall(r"(\d+\.\d+) ms", row)[:2] == ["0.00", "0.00"] for row in updates)
     assert all(len(re.findall(r" ms", row)) == 3 for row in updates)  # forward, backward, step
     assert len(times["iteration"]) == 3 and float(times["iteration"][2]) > 0
-    others = [row for row in tree if row not in updates and not row.startswith("iteration")]
+    others = [row for row in tree if row not in updates and row.split()[0] not in ("iteration", "untracked")]
     assert others and all(len(re.findall(r" ms", row)) == 2 for row in others)  # no step: blank
     assert all(nvim.funcs.strdisplaywidth(row) <= width for row in lines)
 
@@ -226,6 +226,55 @@ def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(e
         "forward",
         "backward",
     ]
+    assert_no_traceback(nvim)
+
+
+def test_the_tree_ends_with_the_untracked_time_and_its_rows_add_up_to_the_iteration(editor, project, real_document):
+    # The operations took 34 ms of a 53.24 ms iteration: the model's forward and backward, then
+    # the optimizer's step at the root; the rest passed between operations.
+    nvim = editor
+    doc = fixed_document(real_document, project)
+    assert doc["iteration"]["run_time_ms"] == 53.24
+
+    def node(name, kind, children=(), forward=0.0, backward=0.0, step=0.0, line=STEP_ROW + 1):
+        return {
+            "name": name,
+            "kind": kind,
+            "module": "",
+            "forward_ms": forward,
+            "backward_ms": backward,
+            "step_ms": step,
+            "activation_bytes": 0,
+            "contexts": [{"path": "entry_point.py", "line": line}],
+            "children": list(children),
+        }
+
+    addmm = node("addmm", "operation", forward=20.0, backward=10.0, line=MODEL_CALL_ROW + 1)
+    model = node("model", "module", [addmm], forward=20.0, backward=10.0, line=MODEL_CALL_ROW + 1)
+    step = node("_foreach_add_", "operation", step=4.0)
+    doc["operations"] = node("iteration", "module", [model, step], forward=20.0, backward=10.0, step=4.0)
+    show(nvim, doc)
+    for columns in (80, 160):
+        nvim.options["columns"] = columns
+        nvim.command("doautocmd VimResized")
+        lines, width = float_lines(nvim)
+        start = next(i for i, line in enumerate(lines) if line.startswith("Operations"))
+        tree = [row for row in lines[start + 1 :] if row.strip()]
+        assert [row.split()[0] for row in tree] == ["iteration", "model", "addmm", "_foreach_add_", "untracked"]
+        untracked = tree[-1]
+        assert "between operations" in untracked and untracked.rstrip().endswith(" 19.24 ms"), untracked
+        # The rows beneath the iteration's own, one level down, add up to the iteration.
+        depth = min(len(row) - len(row.lstrip()) for row in tree[1:])
+        parts = [row for row in tree[1:] if len(row) - len(row.lstrip()) == depth]
+        assert [row.split()[0] for row in parts] == ["model", "_foreach_add_", "untracked"]
+        times = [float(ms) for row in parts for ms in re.findall(r"(\d+\.\d+) ms", row)]
+        assert sum(times) == pytest.approx(53.24, abs=0.005 * len(times))
+        assert untracked.startswith(" " * depth + "untracked")
+        assert all(nvim.funcs.strdisplaywidth(row) <= width for row in tree)
+    # At 160 columns the bars stand against the iteration: the untracked 19.24 ms of 53.24 fill
+    # 4 of the 12 cells, the forward pass's 20 ms 5.
+    assert "████░░░░░░░░ 19.24 ms" in untracked
+    assert "█████░░░░░░░ 20.00 ms" in tree[0]
     assert_no_traceback(nvim)
 
 
@@ -334,25 +383,34 @@ def test_a_compiled_model_says_what_was_compiled_and_where_the_lines_come_from(e
     assert_no_traceback(nvim)
 
 
+def memory_parts(nvim, lines: list[str]) -> list[str]:
+    """The memory section's rows beneath the lines that follow its label: its parts."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
+    return [line for line in lines[start + 1 :] if not line.startswith(" " * label_width(nvim))][:5]
+
+
 def test_the_memory_section_shows_each_part_against_the_capacity(editor, project, real_document):
+    # What is alive at a peak of 11,429,478 bytes inside the optimizer step: the parts add up to it.
     nvim = editor
     doc = fixed_document(real_document, project)
-    doc["weights"] = [
-        {"name": "model.w", "size_bytes": 2**20, "grad_size_bytes": 2**20, "contexts": []},
-        {"name": "model.b", "size_bytes": 2**20, "grad_size_bytes": 0, "contexts": []},
-    ]
-    doc["optimizer_state"] = [{"name": "Adam", "size_bytes": 4 * 2**20, "contexts": []}]
-    doc["operations"]["activation_bytes"] = 3 * 2**20
-    doc["untracked"]["memory_bytes"] = 512
+    doc["peak_memory_parts"] = {
+        "weights_bytes": 2 * 2**20,
+        "gradients_bytes": 2 * 2**20,
+        "optimizer_state_bytes": 4 * 2**20,
+        "activations_bytes": 0,  # backward freed them before the step
+        "other_bytes": 11429478 - 8 * 2**20,  # 2.9 MiB: the step's temporaries
+    }
+    doc["untracked"]["memory_bytes"] = doc["peak_memory_parts"]["other_bytes"]
     doc["peak_memory_operation"] = {"operation": "_foreach_add_", "phase": "optimizer", "path": "train.py", "line": 7}
     show(nvim, doc)
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
     assert "10.9 MiB of 16.0 GiB (cpu, Test CPU)" in lines[start]
     assert beneath(nvim, lines, start) == "peak reached in the optimizer step, at train.py:7 (_foreach_add_)"
-    expected = [("weights", "2.0 MiB"), ("gradients", "1.0 MiB"), ("optimizer", "4.0 MiB")]
-    expected += [("activations", "3.0 MiB"), ("untracked", "512 B")]
-    parts = [line for line in lines[start + 1 :] if not line.startswith(" " * label_width(nvim))]
+    expected = [("weights", "2.0 MiB"), ("gradients", "2.0 MiB"), ("optimizer", "4.0 MiB")]
+    expected += [("activations", "0 B"), ("other", "2.9 MiB")]
+    parts = memory_parts(nvim, lines)
+    assert len(parts) == len(expected)
     for line, (part, size) in zip(parts, expected):
         assert line.strip().startswith(part) and line.rstrip().endswith(" " + size), line
         assert "░" in line  # a bar against the capacity
@@ -363,8 +421,19 @@ def test_the_memory_section_shows_each_part_against_the_capacity(editor, project
     lines, _ = float_lines(nvim)
     start = next(i for i, line in enumerate(lines) if line.startswith("Memory"))
     assert beneath(nvim, lines, start).endswith(" the allocator reserved 16.0 MiB")
-    untracked = next(i for i, line in enumerate(lines) if line.strip().startswith("untracked"))
-    assert lines[untracked + 1].strip() == "256 B of it cuBLAS workspaces"
+    other = next(i for i, line in enumerate(lines) if line.strip().startswith("other "))
+    assert lines[other + 1].strip() == "256 B of it cuBLAS workspaces"
+    # A document written before the parts: every weight, gradient, state and activation, and the rest.
+    del doc["peak_memory_parts"]
+    doc["weights"] = [{"name": "model.w", "size_bytes": 2**20, "grad_size_bytes": 2**20, "contexts": []}]
+    doc["optimizer_state"] = [{"name": "Adam", "size_bytes": 2 * 2**20, "contexts": []}]
+    doc["operations"]["activation_bytes"] = 3 * 2**20
+    doc["untracked"]["memory_bytes"] = 512
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    shown = [" ".join(line.split()[-2:]) for line in memory_parts(nvim, lines)]
+    assert shown == ["1.0 MiB", "1.0 MiB", "2.0 MiB", "3.0 MiB", "512 B"]
+    assert_no_traceback(nvim)
 
 
 def test_the_memory_peak_is_named_by_the_passes_that_ran(editor, project, real_document):

@@ -168,6 +168,37 @@ def test_the_other_tensors_alive_at_the_peak_are_named_by_line_the_notable_ones(
     assert summary(doc)[2] == "             at model.py:12 (_log_softmax_backward_data, backward)"
 
 
+def test_the_memory_line_says_what_is_alive_at_the_peak_in_parts_that_add_up_to_it():
+    # A peak of 10 MiB inside the optimizer step: weights, gradients, Adam's two moments, no
+    # activations (backward freed them) and the step's temporaries.
+    doc = document(run_time(1 / 64, 0.75))
+    doc["iteration"].update(peak_memory_phase="optimizer", peak_memory_bytes=10 << 20)
+    doc["peak_memory_parts"] = {
+        "weights_bytes": 2 << 20,
+        "gradients_bytes": 2 << 20,
+        "optimizer_state_bytes": 4 << 20,
+        "activations_bytes": 0,
+        "other_bytes": 2 << 20,
+    }
+    said = " " * 13 + "weights 2.0 MiB, gradients 2.0 MiB, optimizer state 4.0 MiB, activations 0 B, "
+    said += "other tensors 2.0 MiB"
+    doc["peak_memory_operation"] = {"operation": "div", "phase": "optimizer", "path": "train.py", "line": 9}
+    lines = summary(doc)
+    assert lines[1].endswith("reached in the optimizer step,")
+    assert lines[2:4] == ["             at train.py:9 (div):", said]
+    # The other tensors worth naming follow the parts.
+    step = {"path": "train.py", "line": 9, "phase": "optimizer", "bytes": 2 << 20}
+    doc["peak_memory_operation"]["other_tensors"] = [step]
+    assert summary(doc)[3:5] == [
+        said + ";",
+        "             other tensors alive there from train.py:9: 2.0 MiB made in the step",
+    ]
+    # A peak before the first operation has no line: the parts follow the phase.
+    doc["peak_memory_operation"] = None
+    lines = summary(doc)
+    assert lines[1].endswith("reached in the optimizer step:") and lines[2] == said
+
+
 def test_an_iteration_without_backward_work_has_a_forward_pass_alone():
     # Inference or evaluation: the phase that starts with the first module call has no backward pass.
     lines = summary(document(run_time(1 / 64, 0.75), backward=False))

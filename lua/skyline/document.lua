@@ -30,6 +30,7 @@
 ---@field optimizer_state skyline.OptimizerState[]
 ---@field untracked skyline.Untracked
 ---@field peak_memory_operation skyline.PeakMemoryOperation? where the recorded iteration's memory peaked
+---@field peak_memory_parts skyline.PeakMemoryParts? what is alive at the peak; absent from older documents
 ---@field attribution skyline.Attribution
 ---@field timeline skyline.TimelineEntry[]? only when asked for (`--trace`)
 
@@ -252,6 +253,14 @@
 ---@field line integer
 ---@field phase string `"forward"`, `"backward"` or `"optimizer"`
 ---@field bytes integer
+
+--- What is alive at the memory peak, in parts that add up to it.
+---@class skyline.PeakMemoryParts
+---@field weights_bytes integer
+---@field gradients_bytes integer alive at the peak
+---@field optimizer_state_bytes integer
+---@field activations_bytes integer alive at the peak
+---@field other_bytes integer the other tensors: `untracked.memory_bytes`
 
 ---@class skyline.Attribution
 ---@field recorded_iterations integer

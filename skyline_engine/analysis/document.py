@@ -233,6 +233,16 @@ class PeakMemoryOperationDict(TypedDict):
     other_tensors: list[OtherTensorDict]
 
 
+class PeakMemoryPartsDict(TypedDict):
+    """`peak_memory_parts` (attribute/breakdown.py, PeakMemoryParts)."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    activations_bytes: int
+    other_bytes: int
+
+
 class AttributionDict(TypedDict):
     """`attribution`."""
 
@@ -366,6 +376,7 @@ class BreakdownDict(_Timeline):
     untracked: UntrackedDict
     attribution: AttributionDict
     peak_memory_operation: PeakMemoryOperationDict | None
+    peak_memory_parts: PeakMemoryPartsDict
 
 
 class DocumentDict(BreakdownDict):

@@ -13,7 +13,9 @@ Definitions (also in docs/analysis-document.md):
   weights and gradients of the modules it created, plus the optimizer state of an optimizer it
   constructed.
 - `untracked` is what the measured iteration holds beyond the attributed parts: time between
-  operations (Python, framework overhead, idle device) and memory not in those categories.
+  operations (Python, framework overhead, idle device) and, of the memory at the peak, what is
+  none of the parts alive then (`peak_memory_parts`: weights, gradients, optimizer state,
+  activations).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import torch
 
 from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
-from skyline_engine.attribute.other_tensors import OtherTensor
+from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, Recording
+from skyline_engine.measure.memory import tensor_bytes
 from skyline_engine.measure.optimizer_state import state_bytes
 from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
@@ -188,6 +191,28 @@ class Untracked:
 
 
 @dataclass(frozen=True)
+class PeakMemoryParts:
+    """What is alive at the memory peak, in parts that add up to it: the weights, the gradients
+    alive then, the optimizer state, the activations alive then (kept for backward, not yet freed
+    by it), and the other tensors (`untracked.memory_bytes`)."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    activations_bytes: int
+    other_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights_bytes": self.weights_bytes,
+            "gradients_bytes": self.gradients_bytes,
+            "optimizer_state_bytes": self.optimizer_state_bytes,
+            "activations_bytes": self.activations_bytes,
+            "other_bytes": self.other_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class OperationSite:
     """A recorded operation and its line (for backward work, the forward line whose node it
     runs): where memory peaked, or where memory kept for good was made."""
@@ -270,6 +295,8 @@ class Breakdown:
     timeline: list[TimelineEntry] | None = None  # only when asked for
     peak_memory_operation: OperationSite | None = None  # None when the peak came before any operation
     other_tensors: list[OtherTensor] = field(default_factory=list)  # the other tensors alive there
+    # What is alive at the peak (build_breakdown sets it; its other_bytes are untracked.memory_bytes).
+    peak_memory_parts: PeakMemoryParts = field(default_factory=lambda: PeakMemoryParts(0, 0, 0, 0, 0))
 
     def to_dict(self) -> dict[str, Any]:
         peak = None
@@ -283,6 +310,7 @@ class Breakdown:
             "untracked": self.untracked.to_dict(),
             "attribution": self.attribution.to_dict(),
             "peak_memory_operation": peak,
+            "peak_memory_parts": self.peak_memory_parts.to_dict(),
         }
         if self.timeline is not None:
             fields["timeline"] = [entry.to_dict() for entry in self.timeline]
@@ -355,12 +383,15 @@ def build_breakdown(
     peak_memory_operation: OperationSite | None = None,
     held: Mapping[str, torch.nn.Module] | None = None,
     other_tensors: list[OtherTensor] | None = None,
+    alive_at_peak: Mapping[str, int] | None = None,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
     iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The
     recording is not consumed: it is broken down more than once (a first result, then the final
     one). `held`: the modules the iteration keeps beside the model, by name, whose weights count
-    too (an EMA copy, a teacher). `other_tensors`: the other tensors alive at `peak_memory_operation`."""
+    too (an EMA copy, a teacher). `other_tensors`: the other tensors alive at `peak_memory_operation`;
+    `alive_at_peak`: the bytes of activations and gradients alive there (Lifetimes.alive_at), None
+    where the peak's operation is not known (then every activation and gradient counts)."""
     iterations = len(recording.iteration_starts)
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording, iterations)
@@ -368,7 +399,7 @@ def build_breakdown(
     scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
     lines = _line_totals(operations, _iteration_of_each(recording))
 
-    weights = _weights([("model", model), *(held or {}).items()], creation)
+    weights = _weights([("model", model), *(held or {}).items()], creation, recording.gradient_bytes)
     optimizer_state = _optimizer_state(creation)
     created = [(w.contexts, w.size_bytes + w.grad_size_bytes) for w in weights]
     created += [(s.contexts, s.size_bytes) for s in optimizer_state]
@@ -377,11 +408,7 @@ def build_breakdown(
             lines.setdefault(contexts[0], _LineTotals()).memory_bytes += size
 
     attributed_ms = sum(op.duration_ms for op in operations if op.context is not None)
-    tracked_memory = round(
-        sum(op.activation_bytes for op in operations)
-        + sum(w.size_bytes + w.grad_size_bytes for w in weights)
-        + sum(s.size_bytes for s in optimizer_state)
-    )
+    parts = _peak_memory_parts(peak_memory_bytes, weights, optimizer_state, operations, alive_at_peak)
     module_calls = Counter(call.context for call in recording.module_calls)
     return Breakdown(
         lines=[
@@ -391,7 +418,7 @@ def build_breakdown(
         operations=_operation_tree(operations, recording),
         weights=weights,
         optimizer_state=optimizer_state,
-        untracked=Untracked(max(0.0, run_time_ms - attributed_ms), max(0, peak_memory_bytes - tracked_memory)),
+        untracked=Untracked(max(0.0, run_time_ms - attributed_ms), parts.other_bytes),
         attribution=Attribution(
             recorded_iterations=iterations,
             operations_ms=sum(op.duration_ms for op in operations),
@@ -404,7 +431,30 @@ def build_breakdown(
         timeline=first_iteration,
         peak_memory_operation=peak_memory_operation,
         other_tensors=list(other_tensors or []),
+        peak_memory_parts=parts,
     )
+
+
+def _peak_memory_parts(
+    peak_memory_bytes: int,
+    weights: list[WeightMemory],
+    optimizer_state: list[OptimizerStateMemory],
+    operations: list[OperationRecord],
+    alive_at_peak: Mapping[str, int] | None,
+) -> PeakMemoryParts:
+    """The peak's parts: weights and optimizer state (alive throughout a steady-state iteration),
+    the gradients and activations alive at the peak, and the rest, the other tensors. Where the
+    peak's operation is not known, every gradient and every activation (which are not all alive at
+    once), and the rest at least 0."""
+    if alive_at_peak is None:
+        gradients = sum(w.grad_size_bytes for w in weights)
+        activations = round(sum(op.activation_bytes for op in operations))
+    else:
+        gradients, activations = alive_at_peak[GRADIENT], alive_at_peak[ACTIVATION]
+    weights_bytes = sum(w.size_bytes for w in weights)
+    state = sum(s.size_bytes for s in optimizer_state)
+    other = max(0, peak_memory_bytes - weights_bytes - gradients - state - activations)
+    return PeakMemoryParts(weights_bytes, gradients, state, activations, other)
 
 
 def _line_totals(operations: list[OperationRecord], iteration_of: list[int]) -> dict[Context, _LineTotals]:
@@ -552,10 +602,14 @@ def _leaf(root: OperationNode, op: OperationRecord, call_sites: dict[str, list[C
     return node.child(("operation", op.name, op.stack), op.name, op.module, "operation", op.stack)
 
 
-def _weights(modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationSites) -> list[WeightMemory]:
+def _weights(
+    modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationSites, gradients: Mapping[int, int]
+) -> list[WeightMemory]:
     """Each parameter of the named `modules` once (one shared with the model, as torch.compile's
     wrapper's are, under the model's name), named with its module's name as prefix; the first is
-    the model, the others the modules the iteration holds."""
+    the model, the others the modules the iteration holds. A gradient's bytes are the most it held
+    while alive: `gradients` (by the parameter's id, Recording.gradient_bytes), or its `.grad` now
+    (an iteration that ends with `zero_grad(set_to_none=True)` has none left)."""
     entries = []
     seen = set()
     for index, (prefix, module) in enumerate(modules):
@@ -570,8 +624,8 @@ def _weights(modules: Sequence[tuple[str, torch.nn.Module]], creation: CreationS
             entries.append(
                 WeightMemory(
                     name=name,
-                    size_bytes=_bytes(param),
-                    grad_size_bytes=_bytes(grad) if grad is not None else 0,
+                    size_bytes=tensor_bytes(param),
+                    grad_size_bytes=max(tensor_bytes(grad) if grad is not None else 0, gradients.get(id(param), 0)),
                     contexts=contexts,
                 )
             )
@@ -584,9 +638,3 @@ def _optimizer_state(creation: CreationSites) -> list[OptimizerStateMemory]:
         name, size = type(optimizer).__name__, state_bytes(optimizer)
         entries.append(OptimizerStateMemory(name, size, creation.optimizer_stack(optimizer)))
     return entries
-
-
-def _bytes(tensor: torch.Tensor) -> int:
-    if tensor.layout == torch.sparse_coo:  # a sparse Embedding's gradient: its rows, not the table
-        return _bytes(tensor._indices()) + _bytes(tensor._values())
-    return tensor.numel() * tensor.element_size()

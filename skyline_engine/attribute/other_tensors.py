@@ -8,7 +8,11 @@ peak of a small GPT-2 (Hugging Face transformers), all made at the line that cal
 memory meter only counts bytes, so `Lifetimes` follows the storages the recorded operations make:
 when each was made (the operation's index among those the meter saw) and when it was freed (how
 many operations the meter had seen by then), so that those alive after the peak's operation can be
-named by their line once the peak is known.
+named by their line once the peak is known. It also tells the activations kept for backward and
+the parameters' gradients apart, and which of them were alive at the peak: the memory's parts at
+that moment (attribute/breakdown.py, PeakMemoryParts). A gradient alive when the recording started
+(the previous iteration's, freed by `zero_grad()`, or kept by `zero_grad(set_to_none=False)`) is
+one of them too, from before the first operation.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ if TYPE_CHECKING:  # the recorder imports this module
 # The document names the largest few: the rest are small beside them.
 MOST_NAMED = 5
 
+# What a storage the recorder knows is, when it is not one of the other tensors.
+ACTIVATION = "activation"  # kept for backward
+GRADIENT = "gradient"  # a parameter's gradient
+# Before the first operation the meter saw: what was alive when the recording started.
+BEFORE_FIRST = -1
+
 
 @dataclass(frozen=True)
 class OtherTensor:
@@ -45,32 +55,53 @@ class OtherTensor:
 
 class Lifetimes:
     """When each storage the recorded operations made was made and freed, counted in operations
-    the memory meter saw (`operations_seen`)."""
+    the memory meter saw (`operations_seen`), and which of them are activations or gradients."""
 
     def __init__(self, operations_seen: Callable[[], int]) -> None:
         self._operations_seen = operations_seen
         self._number = WeakIdKeyDictionary()  # storage -> its index in _made
-        self._made: list[tuple[OperationRecord, int, int]] = []  # (maker, bytes, index of its operation)
+        # (maker, bytes, index of its operation): no maker for a gradient alive when the recording started
+        self._made: list[tuple[OperationRecord | None, int, int]] = []
         self._freed: dict[int, int] = {}  # index in _made -> operations seen when it was freed
-        self._accounted: set[int] = set()  # indices in _made kept for backward or as a gradient
+        self._kinds: dict[int, str] = {}  # index in _made -> ACTIVATION or GRADIENT: not an other tensor
 
     def made(self, storage: torch.UntypedStorage, record: OperationRecord) -> None:
         """`record`'s operation, the latest the meter saw, made `storage`."""
+        self._note(storage, record, self._operations_seen() - 1)
+
+    def gradient_alive(self, storage: torch.UntypedStorage) -> None:
+        """`storage`, a parameter's gradient, is alive as the recording starts."""
+        self._note(storage, None, BEFORE_FIRST)
+        self.accounted(storage, GRADIENT)
+
+    def accounted(self, storage: torch.UntypedStorage, kind: str) -> None:
+        """`storage` is counted elsewhere: an activation kept for backward (ACTIVATION), a
+        parameter's gradient (GRADIENT); what it was first told it is, it stays."""
+        number = self._number.get(storage)
+        if number is not None:
+            self._kinds.setdefault(number, kind)
+
+    def alive_at(self, index: int | None) -> dict[str, int]:
+        """The bytes of activations and of gradients (by ACTIVATION, GRADIENT) alive right after the
+        operation numbered `index` (among those the meter saw); None: before the first."""
+        at = BEFORE_FIRST if index is None else index
+        alive = dict.fromkeys((ACTIVATION, GRADIENT), 0)
+        for number, kind in self._kinds.items():
+            _, size, made_at = self._made[number]
+            if made_at <= at < self._freed.get(number, math.inf):
+                alive[kind] += size
+        return alive
+
+    def _note(self, storage: torch.UntypedStorage, record: OperationRecord | None, made_at: int) -> None:
         size = storage.nbytes()
         # A compiler's tracing tensors hold no memory: on `meta`, or of a size with symbols in it.
         if storage in self._number or storage.device.type == "meta" or not isinstance(size, int):
             return
         number = len(self._made)
         self._number[storage] = number
-        self._made.append((record, size, self._operations_seen() - 1))
+        self._made.append((record, size, made_at))
         # Storage objects live exactly as long as their memory (measure/memory.py).
         weakref.finalize(storage, self._free, number).atexit = False
-
-    def accounted(self, storage: torch.UntypedStorage) -> None:
-        """`storage` is counted elsewhere: an activation kept for backward, a parameter's gradient."""
-        number = self._number.get(storage)
-        if number is not None:
-            self._accounted.add(number)
 
     def other_tensors_at(self, index: int) -> list[OtherTensor]:
         """What was alive right after the operation numbered `index` (among those the meter saw)
@@ -79,7 +110,9 @@ class Lifetimes:
         totals: Counter[tuple[str, int, str]] = Counter()
         for number, (record, size, made_at) in enumerate(self._made):
             freed_at = self._freed.get(number, math.inf)
-            if made_at <= index < freed_at and number not in self._accounted and record.context is not None:
+            if number in self._kinds or record is None or record.context is None:
+                continue
+            if made_at <= index < freed_at:
                 path, line = record.context
                 totals[path, line, record.phase] += size
         return [OtherTensor(path, line, phase, size) for (path, line, phase), size in totals.most_common(MOST_NAMED)]

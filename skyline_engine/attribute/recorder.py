@@ -45,11 +45,11 @@ from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
-from skyline_engine.attribute.other_tensors import Lifetimes
+from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, Lifetimes
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.iteration import after_accumulation
-from skyline_engine.measure.memory import MemoryMeter, is_work, tensor_storages
+from skyline_engine.measure.memory import MemoryMeter, gradient_storages, is_work, tensor_bytes, tensor_storages
 from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
 # A GradScaler's work around the step (unscaling the gradients, checking them for inf and NaN,
@@ -168,6 +168,11 @@ class Recording:
     # of each optimizer (by id): together they tell gradient accumulation.
     model_call_inputs: list[ModelCallInput] = field(default_factory=list)
     gradient_accumulations: Counter[int] = field(default_factory=Counter)
+    # In every recorded iteration: the most bytes each parameter's gradient held once backward
+    # accumulated into it (by the parameter's id), the model's and the held modules'. An iteration
+    # that frees its gradients at its end (`zero_grad(set_to_none=True)` after the step) leaves
+    # no `.grad` to read them from afterwards.
+    gradient_bytes: dict[int, int] = field(default_factory=dict)
     optimizer_steps: Counter[int] = field(default_factory=Counter)
     # On the CPU, in every recorded iteration: the wall time recorded, the part of it inside
     # optimizer steps (a closure they call included), and the operations' time inside them; what
@@ -262,6 +267,10 @@ class OperationRecorder(TorchDispatchMode):
         self.device = device
         self._model_id = id(model) if model is not None else None
         self._model_parameters = [p for p in model.parameters() if p.requires_grad] if model is not None else []
+        self._model_parameter_ids = {id(p) for p in self._model_parameters}
+        # Every parameter that can get a gradient, the held modules' too (a GAN's discriminator).
+        held_parameters = [p for module in held for p in module.parameters() if p.requires_grad]
+        self._parameters = list({id(p): p for p in [*self._model_parameters, *held_parameters]}.values())
         self._updates = UpdateWork.of(model, held)
         # Shown every operation's outputs, outside the timed span: the memory profile of the
         # recorded iteration without a second dispatch mode (which cost the transformer example
@@ -291,12 +300,17 @@ class OperationRecorder(TorchDispatchMode):
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
         self._steps_running = 0
         self._entered_ns = time.perf_counter_ns()
+        if self.lifetimes is not None:  # the gradients alive as it starts: the previous iteration's
+            for parameter in self._parameters:
+                if parameter.grad is not None:
+                    for storage in gradient_storages(parameter.grad):
+                        self.lifetimes.gradient_alive(storage)
         self._hooks = [
             torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
             torch.nn.modules.module.register_module_forward_hook(self._leave_module),
             register_optimizer_step_pre_hook(self._enter_step),
             register_optimizer_step_post_hook(self._leave_step),
-            *(after_accumulation(parameter, self._accumulated) for parameter in self._model_parameters),
+            *(after_accumulation(parameter, self._accumulated) for parameter in self._parameters),
         ]
         self._saved_tensor_hooks = saved_tensors.hooks(self._pack)
         self._saved_tensor_hooks.__enter__()
@@ -341,10 +355,14 @@ class OperationRecorder(TorchDispatchMode):
             self._call_stack.pop()
 
     def _accumulated(self, parameter: torch.Tensor) -> None:
-        if self.lifetimes is not None and parameter.grad is not None:  # counted with the weights
-            for storage in tensor_storages([parameter.grad]):
-                self.lifetimes.accounted(storage)
-        if len(self.recording.iteration_starts) == 1:
+        gradient = parameter.grad
+        if gradient is not None:
+            sizes = self.recording.gradient_bytes
+            sizes[id(parameter)] = max(sizes.get(id(parameter), 0), tensor_bytes(gradient))
+            if self.lifetimes is not None:  # counted with the weights
+                for storage in gradient_storages(gradient):
+                    self.lifetimes.accounted(storage, GRADIENT)
+        if id(parameter) in self._model_parameter_ids and len(self.recording.iteration_starts) == 1:
             self.recording.gradient_accumulations[id(parameter)] += 1
 
     def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -483,7 +501,7 @@ class OperationRecorder(TorchDispatchMode):
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         for storage in tensor_storages([tensor]):
             if self.lifetimes is not None:
-                self.lifetimes.accounted(storage)
+                self.lifetimes.accounted(storage, ACTIVATION)
             producer: OperationRecord | None = self._producer.get(storage)
             if producer is not None and storage not in self._saved:
                 self._saved[storage] = True

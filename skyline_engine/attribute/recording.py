@@ -60,6 +60,9 @@ class IterationRecording:
         self.recorder = self._new_recorder()
         self._peak_memory_operation: OperationSite | None = None
         self._other_tensors: list[OtherTensor] = []
+        # The bytes of activations and gradients alive there (Lifetimes.alive_at); None where the
+        # peak's operation is not known.
+        self._alive_at_peak: dict[str, int] | None = None
         self._first_names: tuple[str, ...] = ()  # the first recorded iteration's operations, as its meter saw them
 
     def record_first(self, run: Run, clock: Clock, live_tensors: LiveTensors) -> tuple[MemoryProfile, float]:
@@ -111,6 +114,8 @@ class IterationRecording:
         index = _index_at_peak(profile, operations)
         self._peak_memory_operation = OperationSite.of(operations[index]) if index is not None else None
         self._other_tensors = lifetimes.other_tensors_at(index) if index is not None else []
+        before_first = profile.start_bytes >= profile.peak_bytes  # the peak is what was alive at the start
+        self._alive_at_peak = lifetimes.alive_at(index) if index is not None or before_first else None
         return profile
 
     def _calls(self, run: Run, count: int) -> None:
@@ -143,6 +148,7 @@ class IterationRecording:
             peak_memory_operation=self._peak_memory_operation,
             held=self._held,
             other_tensors=self._other_tensors,
+            alive_at_peak=self._alive_at_peak,
         )
 
 

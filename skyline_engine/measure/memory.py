@@ -306,6 +306,22 @@ def tensor_storages(values: Iterable[Any]) -> Iterator[torch.UntypedStorage]:
                 continue
 
 
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """The bytes of `tensor`'s elements; of a sparse one (a sparse Embedding's gradient), those of
+    its indices and values, not of the table it stands for."""
+    if tensor.layout == torch.sparse_coo:
+        return tensor_bytes(tensor._indices()) + tensor_bytes(tensor._values())
+    return tensor.numel() * tensor.element_size()
+
+
+def gradient_storages(gradient: torch.Tensor) -> Iterator[torch.UntypedStorage]:
+    """The storages of a gradient: its own, or a sparse one's indices' and values'."""
+    if gradient.layout == torch.sparse_coo:
+        yield from tensor_storages([gradient._indices(), gradient._values()])
+    else:
+        yield from tensor_storages([gradient])
+
+
 def is_work(func: Any) -> bool:
     """Whether a dispatched operation is work: record_function markers (zero_grad, step) are not."""
     return bool(func.namespace != "profiler")

@@ -223,12 +223,31 @@ def _memory(doc: DocumentDict) -> str:
 
 
 def _peak_memory_operation(doc: DocumentDict) -> str:
-    """`, at model.py:12 (addmm)`: where the recorded iteration's memory peaked, if at a line."""
+    """`, at model.py:12 (addmm)`: where the recorded iteration's memory peaked, if at a line; then
+    what is alive there, in parts that add up to the peak, and the other tensors worth naming."""
     peak = doc.get("peak_memory_operation")
+    parts = _peak_memory_parts(doc)
+    held = f":\n{parts}" if parts else ""
     if not peak or peak.get("path") is None:
-        return ""
+        return held
     backward = ", backward" if peak["phase"] == "backward" else ""
-    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){_other_tensors(doc, peak)}"
+    return f",\nat {peak['path']}:{peak['line']} ({peak['operation']}{backward}){held}{_other_tensors(doc, peak)}"
+
+
+def _peak_memory_parts(doc: DocumentDict) -> str:
+    """`weights 16.3 MiB, gradients 16.3 MiB, …`: what is alive at the peak, adding up to it; empty
+    where the document does not know (absent from earlier documents, or all 0)."""
+    parts = doc.get("peak_memory_parts")
+    if not parts or not any(parts.values()):
+        return ""
+    named = (
+        ("weights", parts["weights_bytes"]),
+        ("gradients", parts["gradients_bytes"]),
+        ("optimizer state", parts["optimizer_state_bytes"]),
+        ("activations", parts["activations_bytes"]),
+        ("other tensors", parts["other_bytes"]),
+    )
+    return ", ".join(f"{name} {format_bytes(size)}" for name, size in named)
 
 
 def _other_tensors(doc: DocumentDict, peak: PeakMemoryOperationDict) -> str:

@@ -1,5 +1,6 @@
 -- Memory: the peak against the device's capacity, the phase and line that reach it (and the other
--- tensors alive there), the allocator's reservation on CUDA, and the peak's parts.
+-- tensors alive there), the allocator's reservation on CUDA, and the peak's parts (what is alive
+-- there, adding up to it).
 local constants = require('skyline.constants')
 local format = require('skyline.format')
 local layout = require('skyline.float.layout')
@@ -101,19 +102,36 @@ local function sum(list, field)
   return total
 end
 
+-- The peak's parts: what is alive at the peak, adding up to it (`peak_memory_parts`); in a document
+-- written before it, every weight, gradient, state and activation, and the rest.
+---@param document skyline.AnalysisDocument
+---@return table[] {label, bytes} each
+local function parts_of(document)
+  local at = document.peak_memory_parts
+  if at then
+    return {
+      { 'weights', at.weights_bytes },
+      { 'gradients', at.gradients_bytes },
+      { 'optimizer', at.optimizer_state_bytes },
+      { 'activations', at.activations_bytes },
+      { 'other', at.other_bytes },
+    }
+  end
+  return {
+    { 'weights', sum(document.weights, 'size_bytes') },
+    { 'gradients', sum(document.weights, 'grad_size_bytes') },
+    { 'optimizer', sum(document.optimizer_state, 'size_bytes') },
+    { 'activations', document.operations and document.operations.activation_bytes or 0 },
+    { 'other', document.untracked and document.untracked.memory_bytes or 0 },
+  }
+end
+
 -- The peak's parts, each a bar against the capacity.
 ---@param sheet skyline.float.Sheet
 ---@param document skyline.AnalysisDocument
 local function add_parts(sheet, document)
   local capacity = document.device.memory_capacity_bytes
-  local parts = {
-    { 'weights', sum(document.weights, 'size_bytes') },
-    { 'gradients', sum(document.weights, 'grad_size_bytes') },
-    { 'optimizer', sum(document.optimizer_state, 'size_bytes') },
-    { 'activations', document.operations and document.operations.activation_bytes or 0 },
-    { 'untracked', document.untracked and document.untracked.memory_bytes or 0 },
-  }
-  for _, part in ipairs(parts) do
+  for _, part in ipairs(parts_of(document)) do
     sheet:add({
       layout.label('  ' .. part[1], 'SkylineFloatMuted'),
       { format.bar(part[2] / capacity, 2 * layout.BAR), 'SkylineFloatMemory' },
@@ -133,7 +151,7 @@ function M.render(sheet, context)
     sheet:add({ layout.label(''), { 'the allocator reserved ' .. format.bytes(reserved), 'SkylineFloatMuted' } })
   end
   add_parts(sheet, document)
-  -- CUDA: the untracked memory holds cuBLAS's workspaces, which no tensor holds (absent from earlier documents).
+  -- CUDA: the other memory holds cuBLAS's workspaces, which no tensor holds (absent from earlier documents).
   local workspaces = document.untracked and document.untracked.workspace_bytes
   if type(workspaces) == 'number' and workspaces > 0 then
     sheet:add({ layout.label(''), { format.bytes(workspaces) .. ' of it cuBLAS workspaces', 'SkylineFloatMuted' } })

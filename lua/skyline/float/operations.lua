@@ -1,6 +1,7 @@
 -- The operation tree: modules and operations depth first, each with its place (path:line, which
 -- <CR> jumps to) and, for each phase (forward, backward, and the update's where the iteration
--- has one), a bar against the iteration and a time.
+-- has one), a bar against the iteration and a time; then `untracked`, the iteration's time no
+-- operation took, so that the tree's rows add up to the iteration.
 local format = require('skyline.format')
 local layout = require('skyline.float.layout')
 local project = require('skyline.project')
@@ -15,6 +16,9 @@ local NAME_WIDTH = { min = 16, max = 40 }
 local PLACE_WIDTH = { min = 14, max = 60 }
 local TIME_WIDTH = 11
 local MIN_TREE_BAR = 4 -- narrower, a bar says little: the tree shows its times alone
+-- The last row: the iteration's time that no operation took, and what it is, in the place column.
+local UNTRACKED = 'untracked'
+local BETWEEN = 'between operations'
 
 ---@class skyline.float.TreeRow
 ---@field node skyline.OperationNode
@@ -130,16 +134,19 @@ end
 ---@field phase integer a phase's cells, its bar and time
 ---@field total number the iteration's time, the bars' whole
 
--- The tree's columns for `width` cells.
+-- The operations' time: the tree's phases, added up.
+---@param root skyline.OperationNode
+local function operations_ms(root)
+  return (root.forward_ms or 0) + (root.backward_ms or 0) + (root.step_ms or 0)
+end
+
+-- The tree's columns for `width` cells, its bars against `iteration_ms`.
 ---@param rows skyline.float.TreeRow[]
 ---@param phases skyline.float.Phase[]
 ---@param root skyline.OperationNode
 ---@return skyline.float.TreeColumns
-local function columns_for(rows, phases, root, width)
-  local total = 0
-  for _, phase in ipairs(phases) do
-    total = total + (root[phase.field] or 0)
-  end
+local function columns_for(rows, phases, root, width, iteration_ms)
+  local total = math.max(operations_ms(root), iteration_ms)
   local bar, files = bar_width(rows, width, phases)
   local column = bar > 0 and bar + TIME_WIDTH or TIME_WIDTH - 1
   local name, place, step = tree_columns(rows, width, #phases * column, files)
@@ -170,6 +177,23 @@ local function row_pieces(row, columns, phases)
   return pieces
 end
 
+-- The untracked row, a part of the iteration beside its modules and operations: the time no
+-- recorded operation took (Python between operations, an idle device), in the first phase's
+-- column with a muted bar: it belongs to no phase.
+---@param columns skyline.float.TreeColumns
+---@return skyline.float.Piece[]
+local function untracked_pieces(untracked_ms, columns)
+  local pieces = {
+    { layout.cell(string.rep(' ', columns.step) .. UNTRACKED, columns.name) },
+    { layout.cell(BETWEEN, columns.place), 'SkylineFloatMuted' },
+  }
+  if columns.bar > 0 then
+    table.insert(pieces, { format.bar(untracked_ms / columns.total, columns.bar) .. ' ', 'SkylineFloatMuted' })
+  end
+  table.insert(pieces, { format.ms(untracked_ms) })
+  return pieces
+end
+
 ---@param sheet skyline.float.Sheet
 ---@param context skyline.float.Context
 function M.render(sheet, context)
@@ -179,7 +203,8 @@ function M.render(sheet, context)
   end
   local phases = tree_phases(root)
   local rows = tree_rows(root)
-  local columns = columns_for(rows, phases, root, context.width)
+  local iteration_ms = context.document.iteration.run_time_ms or 0
+  local columns = columns_for(rows, phases, root, context.width, iteration_ms)
   sheet:add({})
   local header = layout.pad('Operations', columns.name + columns.place)
   for i, phase in ipairs(phases) do
@@ -193,6 +218,7 @@ function M.render(sheet, context)
       line = place.line,
     })
   end
+  sheet:add(untracked_pieces(math.max(0, iteration_ms - operations_ms(root)), columns))
 end
 
 return M
