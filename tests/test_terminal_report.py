@@ -108,8 +108,7 @@ def test_the_first_lines_say_how_fast_how_much_memory_and_the_knee():
     knee = doc["models"]["throughput_knee_batch_size"]
     assert knee in (432, 433)  # 9 × 0.75 × 64, give or take the fit's last bit
     assert summary(doc) == [
-        "Speed        46,545 samples/s at batch size 128: 2.75 ms per iteration (mean of 20 timed, "
-        "IQR 0.10 ms)",
+        "Speed        46,545 samples/s at batch size 128: 2.75 ms per iteration (mean of 20 timed, IQR 0.10 ms)",
         "Memory       7.8 MiB peak of 1.0 GiB planned for █░░░░░░░░░░░░░░░░░░░ 0.8%, reached in the forward and "
         "backward pass",
         f"Batch size   use {knee} for 57,6{'00' if knee == 432 else '13'} samples/s (predicted), 24% faster than "
