@@ -10,7 +10,7 @@ Exact and free of timing; the agreement of the times is measured in bench/profil
 from torch.profiler import ProfilerActivity, profile
 
 from annotated_model import PROJECT, iteration_and_inputs, marker_lines
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import analysed
 from skyline_engine.measure.timing import TimingBudget
 
 
@@ -31,8 +31,7 @@ def profiler_operations() -> dict[str, set[str]]:
 
 def engine_operations() -> tuple[dict[int, set[str]], set[str]]:
     """({line: names of the forward operations at it}, names of every operation recorded)."""
-    budget = TimingBudget(min_run_s=0.01)
-    document = analyze(AnalysisRequest("entry_point.py", PROJECT, device="cpu", budget=budget, predict=False)).to_dict()
+    document = analysed(PROJECT, budget=TimingBudget(min_run_s=0.01), predict=False)
 
     def leaves(node):
         if node["kind"] == "operation":

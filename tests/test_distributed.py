@@ -18,6 +18,7 @@ import pytest
 import torch.distributed
 
 from conftest import REPO, run_skyline
+from engine_helpers import marked_line
 from skyline_engine.render.terminal import render_report
 
 PROJECT = REPO / "tests" / "projects" / "data_parallel"
@@ -138,7 +139,7 @@ def test_calls_that_differ_are_measured_in_whole_cycles_on_every_rank(tmp_path):
     (warning,) = [w for w in doc["warnings"] if w.startswith("Your iteration does not do the same work")]
     assert "ran the model twice (one call in 5)" in warning and "whole cycles of 5 calls" in warning
     assert doc["attribution"]["recorded_iterations"] == 5
-    marker = next(n for n, text in enumerate((PROJECT / entry).read_text().splitlines(), 1) if "# EVALUATE" in text)
+    marker = marked_line(PROJECT / entry, "# EVALUATE")
     evaluation = next(e for e in doc["lines"] if (e["path"], e["line"]) == (entry, marker))
     assert evaluation["inclusive"]["forward_ms"] > 0
     # Each rank's peak is the evaluation's: the 512 × 1024 and 512 × 512 activations of its
@@ -204,9 +205,7 @@ def test_parameters_that_get_no_gradient_are_named_with_the_wrapping_that_accept
     # DDP's own message asks for find_unused_parameters=True, which Skyline's wrapping does not
     # take, and numbers the parameters; the advice names them and how to wrap the model instead.
     result = profile_failing_ranks("unused_parameters.py", tmp_path)
-    failing = next(
-        n for n, text in enumerate((PROJECT / "unused_parameters.py").read_text().splitlines(), 1) if "# FAILS" in text
-    )
+    failing = marked_line(PROJECT / "unused_parameters.py", "# FAILS")
     first = result.stderr.splitlines()[0]
     assert first.startswith(f"skyline: error: unused_parameters.py:{failing}: rank ")
     said = " ".join(result.stderr.split())

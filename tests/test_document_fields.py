@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 
+from engine_helpers import QUICK, analysed
 from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "analysis-document.md"
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 
 Fields = set[tuple[str, str]]  # (where, field): "" is the top level
 
@@ -70,17 +69,17 @@ def documents() -> list[dict[str, Any]]:
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
     assert complete["models"] is not None and complete["timeline"] and complete["optimizer_state"]
     branching = REPO / "tests" / "projects" / "branching"
-    probed = analyze(AnalysisRequest("entry_point.py", branching, device="cpu", budget=QUICK)).to_dict()
+    probed = analysed(branching)
     assert probed["models"]["memory_samples"]
     data_parallel = REPO / "tests" / "projects" / "data_parallel"
-    ranks = analyze(AnalysisRequest("entry_point.py", data_parallel, device="cpu", budget=QUICK, world_size=2))
-    assert ranks.to_dict()["distributed"]["buckets"]
+    ranks = analysed(data_parallel, world_size=2)
+    assert ranks["distributed"]["buckets"]
     training_loops = REPO / "tests" / "projects" / "training_loops"
-    compiled = analyze(AnalysisRequest("compiled.py", training_loops, device="cpu", budget=QUICK, predict=False))
-    assert compiled.to_dict()["compilation"]["batch_sizes"]
-    leaks = analyze(AnalysisRequest("keeps_graphs.py", training_loops, device="cpu", budget=QUICK, predict=False))
-    assert leaks.to_dict()["memory_growth"]["lines"]
-    return [complete, partials[0], probed, ranks.to_dict(), compiled.to_dict(), leaks.to_dict()]
+    compiled = analysed(training_loops, "compiled.py", predict=False)
+    assert compiled["compilation"]["batch_sizes"]
+    leaks = analysed(training_loops, "keeps_graphs.py", predict=False)
+    assert leaks["memory_growth"]["lines"]
+    return [complete, partials[0], probed, ranks, compiled, leaks]
 
 
 def test_every_field_written_is_described(documents):

@@ -14,22 +14,16 @@ import pytest
 import torch
 import torch.nn as nn
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import SERVE_QUICK, analysed
 from skyline_engine.attribute.memory_growth import GROWING_MEMORY, MemoryGrowth
 from skyline_engine.measure.retention import measure_retention
-from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.render.terminal import render_report
 
 PROJECT = Path(__file__).parent / "projects" / "training_loops"
-QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 FLOAT32 = 4
 BATCH = 32  # the projects' default batch size
 HIDDEN = 256  # tests/projects/training_loops/model.py
 CLASSES = 10
-
-
-def analysed(entry: str, predict: bool = True) -> dict:
-    return analyze(AnalysisRequest(entry, PROJECT, device="cpu", budget=QUICK, predict=predict)).to_dict()
 
 
 def mlp_and_adam():
@@ -198,7 +192,7 @@ def test_a_leak_beside_memory_kept_for_a_while_is_measured_alone():
 
 @pytest.fixture(scope="module")
 def keeps_graphs():
-    return analysed("keeps_graphs.py")
+    return analysed(PROJECT, "keeps_graphs.py", budget=SERVE_QUICK)
 
 
 def test_an_analysis_names_the_lines_whose_memory_is_kept(keeps_graphs):
@@ -224,7 +218,7 @@ def test_peaks_that_grow_with_each_iteration_withhold_the_models(keeps_graphs):
 
 
 def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
-    doc = analysed("keeps_losses.py")
+    doc = analysed(PROJECT, "keeps_losses.py", budget=SERVE_QUICK)
     # The loss itself, a float32 scalar, made by the loss function at model.py:14.
     assert doc["memory_growth"] == {
         "bytes_per_iteration": FLOAT32,
@@ -236,7 +230,7 @@ def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
 
 @pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py", "gan.py"])
 def test_training_loops_that_keep_nothing_have_no_memory_growth(entry):
-    doc = analysed(entry, predict=False)
+    doc = analysed(PROJECT, entry, budget=SERVE_QUICK, predict=False)
     assert doc["memory_growth"] is None
     assert not any(w.startswith("Tensor memory grows") for w in doc["warnings"])
 

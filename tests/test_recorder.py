@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from service_client import marked_line
+from engine_helpers import marked_line
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites

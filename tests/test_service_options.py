@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import skyline_engine
-from service_client import ServiceProcess, copy_project, marked_line
+from engine_helpers import marked_line
+from service_client import ServiceProcess, copy_project
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,11 +12,11 @@ import signal
 import pytest
 
 import skyline_engine
+from engine_helpers import marked_line
 from service_client import (
     ServiceProcess,
     copy_project,
     deeply_nested,
-    marked_line,
     process_gone,
     request_with_deep_params,
 )
