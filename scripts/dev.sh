@@ -2,6 +2,7 @@
 # Set-up and the everyday jobs, on a fresh machine or an existing checkout:
 #   bash scripts/dev.sh demo   # profile the bundled default example on the CPU
 #   bash scripts/dev.sh test   # run the whole test suite
+#   bash scripts/dev.sh test --fast   # only the tests not marked slow (tests/conftest.py says which)
 #   bash scripts/dev.sh lint   # ruff (lint, format), mypy --strict, StyLua (CONTRIBUTING.md)
 # Each creates .venv (Python >= 3.9) on first use and installs what it needs into it.
 set -euo pipefail
@@ -74,8 +75,16 @@ case "${1:-}" in
     ;;
   test)
     shift
+    args=()
+    for arg in "$@"; do
+      if [ "$arg" = "--fast" ]; then
+        args+=(-m "not slow")
+      else
+        args+=("$arg")
+      fi
+    done
     setup
-    exec "$VENV/bin/python" -m pytest "$@"
+    exec "$VENV/bin/python" -m pytest ${args[@]+"${args[@]}"}
     ;;
   lint)
     shift
@@ -83,7 +92,7 @@ case "${1:-}" in
     lint
     ;;
   *)
-    echo "usage: bash scripts/dev.sh demo|test|lint [arguments]" >&2
+    echo "usage: bash scripts/dev.sh demo|test [--fast]|lint [arguments]" >&2
     exit 2
     ;;
 esac

@@ -3,8 +3,8 @@ point on the CPU (`analysed`), and the line of a source that a marker comment po
 (`marked_line`).
 
 A real analysis times the iteration at the user's batch size, and with `predict` at others too:
-seconds each even with these budgets. The budgets are for speed only; no test asserts on how long
-anything took.
+seconds each even with these budgets, so a test that runs one is marked `slow` (tests/conftest.py).
+The budgets are for speed only; no test asserts on how long anything took.
 """
 
 from __future__ import annotations

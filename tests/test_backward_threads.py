@@ -80,6 +80,7 @@ def backward_lines(document: dict) -> dict:
     return {entry["line"]: entry["backward_ms"] for entry in document["lines"] if entry["backward_ms"] > 0}
 
 
+@pytest.mark.slow
 def test_backward_on_another_thread_lands_on_the_same_lines(documents):
     same, other = documents
     expected = {marked_line(ENTRY, "# FIRST"), marked_line(ENTRY, "# SECOND"), marked_line(ENTRY, "# BACKWARD_CALL")}
@@ -87,6 +88,7 @@ def test_backward_on_another_thread_lands_on_the_same_lines(documents):
     assert set(backward_lines(other)) == expected
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_belongs_to_the_line_that_called_backward(documents):
     """AccumulateGrad nodes have no forward operation: their work is read from the stack of the
     thread that called backward, not from the thread that ran it."""

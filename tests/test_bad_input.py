@@ -27,6 +27,8 @@ import torch
 import skyline_engine
 from engine_helpers import HERE, marked_line
 
+pytestmark = pytest.mark.slow  # the CLI in a subprocess, each test
+
 ERROR_PREFIX = "skyline: error: "
 FRAMES_HEADING = "Your code's frames, innermost last:\n"
 ENGINE_DIR = os.path.dirname(os.path.realpath(skyline_engine.__file__))

@@ -35,6 +35,7 @@ def line(document, path, marker, project):
     return found[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path, marker",
     [
@@ -57,6 +58,7 @@ def own_ms(entry):
     return entry["forward_ms"] + entry["backward_ms"] + entry["step_ms"]
 
 
+@pytest.mark.slow
 def test_each_backward_node_runs_at_the_forward_line_that_created_it(project):
     # Exact: the operation that defines each node's gradient, by name and count, at its line. The
     # backward of the loss belongs to the loss's line, not to `loss.backward()` (where the last
@@ -83,6 +85,7 @@ def test_each_backward_node_runs_at_the_forward_line_that_created_it(project):
     assert backward[("detach", *at("entry_point.py", "BACKWARD_CALL"))] == 12
 
 
+@pytest.mark.slow
 def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     entry = line(document, "entry_point.py", "STEP", project)
     assert entry["step_ms"] > 0
@@ -107,6 +110,7 @@ def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     assert document["operations"]["step_ms"] == pytest.approx(entry["step_ms"])
 
 
+@pytest.mark.slow
 def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     for entry in document["lines"]:
         assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0 and entry["step_ms"] >= 0
@@ -119,6 +123,7 @@ def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     assert total == pytest.approx(document["iteration"]["run_time_ms"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_lines_and_untracked_add_up_to_the_iteration_as_timed_last(project):
     """With predictions, the user's batch size is timed again beside the others after it was
     broken down (on a busy machine the two times differ by tens of percent): the lines still add
@@ -132,6 +137,7 @@ def test_lines_and_untracked_add_up_to_the_iteration_as_timed_last(project):
     assert doc["attribution"]["user_lines_fraction"] <= 1 + 1e-9
 
 
+@pytest.mark.slow
 def test_a_callers_inclusive_time_is_the_own_time_of_the_lines_beneath_it(document, project):
     # `h = scaled_tanh(h)` runs nothing itself; everything beneath it runs at the helper's line.
     caller = line(document, "model.py", "HELPER_CALL", project)
@@ -143,6 +149,7 @@ def test_a_callers_inclusive_time_is_the_own_time_of_the_lines_beneath_it(docume
         assert helper["inclusive"][phase] == pytest.approx(helper[phase], rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_the_entry_points_model_call_holds_the_models_lines(document, project):
     call = line(document, "entry_point.py", "MODEL_CALL", project)
     assert (call["forward_ms"], call["backward_ms"], call["step_ms"]) == (0, 0, 0)
@@ -159,6 +166,7 @@ def test_the_entry_points_model_call_holds_the_models_lines(document, project):
     assert outside == {marked_line(project / "entry_point.py", "# BACKWARD_CALL")}
 
 
+@pytest.mark.slow
 def test_recursion_counts_each_operation_once_per_line(document, project):
     recursion = line(document, "helpers.py", "RECURSION", project)
     caller = line(document, "model.py", "RECURSION_CALL", project)
@@ -170,6 +178,7 @@ def test_recursion_counts_each_operation_once_per_line(document, project):
         assert caller["inclusive"][phase] == pytest.approx(recursion[phase], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_every_lines_inclusive_time_is_that_of_the_operations_beneath_it(document):
     """The operation tree's leaves carry each operation's whole stack: the inclusive time of a line
     is the time of the leaves whose stack passes through it."""
@@ -183,11 +192,13 @@ def test_every_lines_inclusive_time_is_that_of_the_operations_beneath_it(documen
         assert inclusive >= own_ms(entry) * (1 - 1e-9)
 
 
+@pytest.mark.slow
 def test_lines_are_ordered_by_path_then_line(document):
     places = [(e["path"], e["line"]) for e in document["lines"]]
     assert places == sorted(set(places))
 
 
+@pytest.mark.slow
 def test_weights_memory_is_the_parameters_bytes_at_the_line_that_created_them(document, project):
     weights = {w["name"]: w for w in document["weights"]}
     inp = weights["model.inp.weight"]
@@ -204,6 +215,7 @@ def test_weights_memory_is_the_parameters_bytes_at_the_line_that_created_them(do
     assert line(document, "model.py", "INPUT_LAYER", project)["memory_bytes"] == 2 * (32 * 128 + 128) * 4
 
 
+@pytest.mark.slow
 def test_optimizer_state_belongs_to_the_optimizers_construction_line(document, project):
     (state,) = document["optimizer_state"]
     parameters = sum(w["size_bytes"] for w in document["weights"])
@@ -215,6 +227,7 @@ def test_optimizer_state_belongs_to_the_optimizers_construction_line(document, p
     }
 
 
+@pytest.mark.slow
 def test_activations_kept_for_backward_are_attributed_to_their_operations(document, project):
     batch, width = 64, 128
     loop = line(document, "model.py", "LOOP", project)
@@ -222,6 +235,7 @@ def test_activations_kept_for_backward_are_attributed_to_their_operations(docume
     assert loop["memory_bytes"] >= 3 * batch * width * 4
 
 
+@pytest.mark.slow
 def test_module_tree_groups_operations_by_module_in_execution_order(document):
     root = document["operations"]
     (model,) = [c for c in root["children"] if c["module"] == "model"]
@@ -242,6 +256,7 @@ def leaves(node):
         yield from leaves(child)
 
 
+@pytest.mark.slow
 def test_no_operation_is_counted_twice(document):
     tree_ms = sum(n["forward_ms"] + n["backward_ms"] + n["step_ms"] for n in leaves(document["operations"]))
     assert tree_ms == pytest.approx(document["attribution"]["operations_ms"], rel=1e-6)
@@ -249,6 +264,7 @@ def test_no_operation_is_counted_twice(document):
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(tmp_path):
     (tmp_path / "training.py").write_text(
         "import torch\n\n\ndef make_optimizer(model):\n    return torch.optim.Adam(model.parameters())  # OPTIMIZER\n"
@@ -269,6 +285,7 @@ def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(t
     assert state["contexts"][0] == {"path": "training.py", "line": marked_line(tmp_path / "training.py", "# OPTIMIZER")}
 
 
+@pytest.mark.slow
 def test_a_parameter_saved_through_a_view_is_no_activation(tmp_path):
     """Each Linear saves `t(weight)`, a view of its weight, for the input's gradient: the weight is
     no activation of `t` (it was a third of it, over three recorded iterations). The line's memory
@@ -295,6 +312,7 @@ def test_a_parameter_saved_through_a_view_is_no_activation(tmp_path):
     assert doc["operations"]["activation_bytes"] == relu_output + squared_output
 
 
+@pytest.mark.slow
 def test_activations_are_counted_once_per_tensor_at_the_line_that_made_it():
     """tests/projects/activations: exp's output (batch × 256 float32) is saved by exp and twice by
     the product that squares it; the product's own output is saved by nothing (a sum needs only

@@ -6,6 +6,8 @@ import pytest
 
 from engine_helpers import analysed, marked_line
 
+pytestmark = pytest.mark.slow  # an analysis each
+
 MODEL = """
 import threading
 

@@ -7,11 +7,14 @@ profiler also shows what they call inside, such as `aten::linear` and `aten::as_
 Exact and free of timing; the agreement of the times is measured in bench/profiler_agreement.py.
 """
 
+import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from annotated_model import PROJECT, iteration_and_inputs, marker_lines
 from engine_helpers import analysed
 from skyline_engine.measure.timing import TimingBudget
+
+pytestmark = pytest.mark.slow  # an analysis
 
 
 def profiler_operations() -> dict[str, set[str]]:

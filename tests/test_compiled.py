@@ -15,6 +15,8 @@ import pytest
 from engine_helpers import SERVE_QUICK, analysed
 from skyline_engine.render.terminal import render_report
 
+pytestmark = pytest.mark.slow  # analyses of a compiled model
+
 PROJECT = Path(__file__).parent / "projects" / "training_loops"
 
 

@@ -82,18 +82,21 @@ def documents() -> list[dict[str, Any]]:
     return [complete, partials[0], probed, ranks, compiled, leaks]
 
 
+@pytest.mark.slow
 def test_every_field_written_is_described(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
     for document in documents:
         assert sorted(written_fields(document) - described) == []
 
 
+@pytest.mark.slow
 def test_every_field_described_is_written(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
     written = set().union(*(written_fields(document) for document in documents))
     assert sorted(described - written) == []
 
 
+@pytest.mark.slow
 def test_the_check_sees_an_undocumented_field_anywhere(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
     changed = copy.deepcopy(documents[0])

@@ -15,6 +15,7 @@ from skyline_engine.measure.iteration import IterationRunner
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.slow,  # analyses on the GPU
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
 ]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 
+import pytest
 import torch
 
 from engine_helpers import analysed, marked_line
@@ -137,6 +138,7 @@ def skyline_iteration_provider(model):
 """
 
 
+@pytest.mark.slow
 def test_a_bare_copys_weights_stand_where_it_is_assigned_a_partials_argument_nowhere(tmp_path):
     # `shadow` is assigned once, from a call: its weights stand there. The copy passed to the
     # partial is held as `args[0]`, a name no assignment makes: not at `args = dict(...)`.

@@ -48,6 +48,7 @@ def analysis(tmp_path, inputs: str) -> dict:
     return analysed(tmp_path, source=ENTRY.format(inputs=inputs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "inputs",
     ["(torch.randn(16, 8),)", "(torch.randn(16, 8), {'mask': torch.ones(16, 8), 'scale': 2})"],
@@ -70,6 +71,7 @@ def test_inputs_that_ignore_the_batch_size_get_no_predictions(tmp_path, inputs):
     assert "largest that fits" not in report
 
 
+@pytest.mark.slow
 def test_inputs_that_follow_the_batch_size_are_predicted(tmp_path):
     """The control: the same entry point with `batch_size` as the batch dimension."""
     doc = analysis(tmp_path, "(torch.randn(batch_size, 8),)")
@@ -120,6 +122,7 @@ def test_a_structure_of_tensors_reads_every_shape():
     assert [tuple(s) for s in shapes if isinstance(s, torch.Size)] == [(2, 3), (2,)]
 
 
+@pytest.mark.slow
 def test_the_breakdown_asked_for_alone_says_so(tmp_path):
     (tmp_path / "entry_point.py").write_text(ENTRY.format(inputs="(torch.randn(batch_size, 8),)"), encoding="utf-8")
     doc = analysed(tmp_path, predict=False)
@@ -127,6 +130,7 @@ def test_the_breakdown_asked_for_alone_says_so(tmp_path):
     assert "breakdown alone" in doc["models_withheld"]
 
 
+@pytest.mark.slow
 def test_an_input_emptied_at_a_larger_batch_size_is_a_batch_size_the_code_does_not_support(tmp_path):
     # 16 // batch_size micro-batches: none above 16, the user's. Probes there trained on nothing,
     # and their peaks (no forward pass) bent the memory model down: a negative slope, 16 % off.
@@ -149,6 +153,7 @@ def test_an_input_empty_at_every_batch_size_is_the_users_own():
     assert seen.emptied(32) == Emptied(32, torch.Size([0, 4]), 8, torch.Size([8, 4]))
 
 
+@pytest.mark.slow
 def test_the_users_batch_size_measured_first_may_be_the_empty_one(tmp_path):
     # The user at 32 with 16 // batch_size micro-batches: none. The iteration trained on nothing,
     # and its "throughput" counted 32 samples it never saw; the half, 16, makes one.

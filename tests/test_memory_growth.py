@@ -38,6 +38,7 @@ def steady(run, model, warm_up=4):
     return measure_retention(run, model, torch.device("cpu"))
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_a_graph_kept_alive_is_kept_memory_at_the_operations_that_made_it():
     model, optimizer, x, y = mlp_and_adam()
     kept = []
@@ -57,6 +58,7 @@ def test_a_graph_kept_alive_is_kept_memory_at_the_operations_that_made_it():
     assert retention.bytes_per_iteration == sum(by_name.values())
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_detached_outputs_kept_in_a_list_are_kept_memory():
     model, optimizer, x, y = mlp_and_adam()
     history = []
@@ -73,6 +75,7 @@ def test_detached_outputs_kept_in_a_list_are_kept_memory():
     assert [retention.operation_names[i] for i in retention.kept_bytes] == ["addmm.default"]
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_loops_that_replace_what_they_keep_keep_nothing():
     model, optimizer, x, y = mlp_and_adam()
     step = [0]
@@ -156,6 +159,7 @@ def test_loops_that_replace_what_they_keep_keep_nothing():
     assert steady(builds_a_graph_it_never_backwards, model).kept_bytes == {}
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_a_leak_beside_memory_kept_for_a_while_is_measured_alone():
     # Each loop leaks its output (BATCH × CLASSES floats an iteration) and keeps more for a while:
     # a hidden activation through the next iteration, or gradients accumulated over four. Memory
@@ -195,6 +199,7 @@ def keeps_graphs():
     return analysed(PROJECT, "keeps_graphs.py", budget=SERVE_QUICK)
 
 
+@pytest.mark.slow
 def test_an_analysis_names_the_lines_whose_memory_is_kept(keeps_graphs):
     doc = keeps_graphs
     growth = doc["memory_growth"]
@@ -207,6 +212,7 @@ def test_an_analysis_names_the_lines_whose_memory_is_kept(keeps_graphs):
     assert "append `loss.item()`" in warning
 
 
+@pytest.mark.slow
 def test_peaks_that_grow_with_each_iteration_withhold_the_models(keeps_graphs):
     doc = keeps_graphs
     assert doc["models"] is None and doc["predictions"] == []
@@ -217,6 +223,7 @@ def test_peaks_that_grow_with_each_iteration_withhold_the_models(keeps_graphs):
     assert "Batch size   none to recommend: peak memory grows with every iteration (see the warnings)" in summary
 
 
+@pytest.mark.slow
 def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
     doc = analysed(PROJECT, "keeps_losses.py", budget=SERVE_QUICK)
     # The loss itself, a float32 scalar, made by the loss function at model.py:14.
@@ -228,6 +235,7 @@ def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
     assert doc["models"] is not None and doc["models_withheld"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py", "gan.py"])
 def test_training_loops_that_keep_nothing_have_no_memory_growth(entry):
     doc = analysed(PROJECT, entry, budget=SERVE_QUICK, predict=False)

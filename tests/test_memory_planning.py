@@ -23,6 +23,8 @@ from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.predict.linear import fit_line
 from skyline_engine.vocabulary import FORWARD_BACKWARD, OPTIMIZER
 
+pytestmark = pytest.mark.slow  # analyses and the CLI
+
 PROJECT = Path(__file__).parent / "projects" / "optimizer_dominated"
 # Whether a memory-only probe is affordable depends on the iteration's time, which a busy machine
 # stretches (CI once found none affordable): these budgets leave a wide margin for the probes the

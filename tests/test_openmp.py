@@ -36,6 +36,7 @@ def skyline_iteration_provider(model):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "environment, seen",
     [({}, "10000"), ({"GOMP_SPINCOUNT": "123"}, "123"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "unset")],

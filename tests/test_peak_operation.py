@@ -9,6 +9,8 @@ import pytest
 
 from engine_helpers import analysed, marked_line
 
+pytestmark = pytest.mark.slow  # an analysis each
+
 HEAD = """\
 import torch
 import torch.nn as nn

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run_skyline
 from engine_helpers import analysed, marked_line
+
+pytestmark = pytest.mark.slow  # analyses and the CLI
 
 LOGITS_BYTES = 64 * 4096 * 4
 

@@ -62,6 +62,7 @@ def write_entry(folder, default_batch_size, fits_up_to):
     return entry
 
 
+@pytest.mark.slow
 def test_a_probe_that_runs_out_of_memory_narrows_the_range(tmp_path):
     write_entry(tmp_path, default_batch_size=32, fits_up_to=40)
     doc = analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
@@ -73,6 +74,7 @@ def test_a_probe_that_runs_out_of_memory_narrows_the_range(tmp_path):
     assert doc["batch_size"] == 32
 
 
+@pytest.mark.slow
 def test_when_nothing_larger_fits_smaller_batch_sizes_are_measured(tmp_path):
     write_entry(tmp_path, default_batch_size=32, fits_up_to=32)
     doc = analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
@@ -81,6 +83,7 @@ def test_when_nothing_larger_fits_smaller_batch_sizes_are_measured(tmp_path):
     assert doc["models"]["peak_memory_bytes"]["r2"] is not None
 
 
+@pytest.mark.slow
 def test_the_users_batch_size_running_out_of_memory_is_an_error_at_its_line(tmp_path):
     entry = write_entry(tmp_path, default_batch_size=64, fits_up_to=40)
     line = marked_line(entry, "batch_size=64")
@@ -91,12 +94,14 @@ def test_the_users_batch_size_running_out_of_memory_is_an_error_at_its_line(tmp_
     assert "batch size 64 does not fit" in error.message
 
 
+@pytest.mark.slow
 def test_batch_size_one_still_gets_three_probes(tmp_path):
     write_entry(tmp_path, default_batch_size=1, fits_up_to=1000)
     doc = analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
     assert [s["batch_size"] for s in doc["models"]["samples"]] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_the_out_of_memory_error_keeps_no_tensor_of_the_failed_iteration(tmp_path):
     """The error reporting an out-of-memory must not keep the failed iteration's tensors alive:
     on CUDA, releasing cached memory while it propagates would free nothing, and the next, smaller

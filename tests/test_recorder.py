@@ -29,6 +29,8 @@ from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
 
+pytestmark = pytest.mark.slow  # the engine's iteration runner, each test
+
 ENTRY = "entry.py"  # in each test's own project folder
 BATCH_SIZE = 12
 PROVIDERS = """

@@ -23,6 +23,7 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_run_time_report_answers_skylines_queries(project):
     result = run_skyline("time", "entry_point.py", "-o", "time.sqlite", "--device", "cpu", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -51,6 +52,7 @@ def test_run_time_report_answers_skylines_queries(project):
     assert ("model.py", marked_line(project / "model.py", "# HELPER_CALL")) in outer
 
 
+@pytest.mark.slow
 def test_memory_report_answers_skylines_queries(project):
     result = run_skyline("memory", "entry_point.py", "-o", "memory.sqlite", "--device", "cpu", "--quiet", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -83,6 +85,7 @@ def test_memory_report_answers_skylines_queries(project):
     assert peak >= sum(size + grad for size, grad, _, _ in weights.values())
 
 
+@pytest.mark.slow
 def test_the_reports_warnings_go_to_stderr_beside_the_file(tmp_path):
     # A leak changes what a memory report means, and its schema has no place to say so.
     root = tmp_path / "training_loops"
@@ -95,6 +98,7 @@ def test_the_reports_warnings_go_to_stderr_beside_the_file(tmp_path):
     assert "! Tensor memory grows by" in said and "made at model.py:12 (64.0 KiB)" in said, said
 
 
+@pytest.mark.slow
 def test_trace_is_a_chrome_trace_of_one_iteration(project):
     result = run_skyline(
         "profile",
@@ -143,6 +147,7 @@ def all_contexts(document):
         yield {"path": line["path"], "line": line["line"]}
 
 
+@pytest.mark.slow
 def test_report_output_path_is_checked_before_the_analysis(project):
     result = run_skyline("time", "entry_point.py", "-o", "missing/time.sqlite", "--device", "cpu", cwd=project)
     assert result.returncode == 1

@@ -136,6 +136,7 @@ def test_the_default_rewritten_is_that_of_the_definition_that_ran(tmp_path, prov
     assert defaults(path) == after
 
 
+@pytest.mark.slow
 def test_the_analysis_locates_the_default_of_the_definition_that_ran(tmp_path):
     """The editor's batch-size keys edit where the document's `batch_size_location` says."""
     path = write_entry(tmp_path, IF_ELSE)
@@ -209,6 +210,7 @@ for number in range(count):
 APPENDED_LINES = 1000
 
 
+@pytest.mark.slow
 def test_lines_appended_while_rewrites_run_are_never_lost(tmp_path):
     path = write_entry(tmp_path, INPUT_PROVIDER)
     appender = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(APPENDED_LINES)])

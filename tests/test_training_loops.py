@@ -14,6 +14,8 @@ import torch
 from engine_helpers import SERVE_QUICK, analysed, marked_line
 from skyline_engine.render.terminal import render_report
 
+pytestmark = pytest.mark.slow  # an analysis each
+
 PROJECT = Path(__file__).parent / "projects" / "training_loops"
 FLOAT32 = 4
 # tests/projects/training_loops/model.py: Linear(64, 256), Linear(256, 256), Linear(256, 10).

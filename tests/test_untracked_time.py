@@ -9,6 +9,8 @@ import pytest
 
 from engine_helpers import analysed
 
+pytestmark = pytest.mark.slow  # an analysis each
+
 ENTRY = """\
 import time
 

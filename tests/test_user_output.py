@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import sys
 
+import pytest
+
 from engine_helpers import analysed
 from skyline_engine.entry.user_output import SHOWN_LINES, first_lines_of_user_output
 
@@ -46,6 +48,7 @@ def output_notes(document: dict) -> list[str]:
     return [w for w in document["warnings"] if "Your code printed" in w]
 
 
+@pytest.mark.slow
 def test_a_printing_iteration_shows_its_first_lines_and_counts_the_rest(tmp_path, capsys):
     document = analysed_reporting(tmp_path, 'print("loss", float(loss.detach())); print("to stderr", file=sys.stderr)')
     out, err = capsys.readouterr()
@@ -62,6 +65,7 @@ def test_a_printing_iteration_shows_its_first_lines_and_counts_the_rest(tmp_path
     assert capsys.readouterr().out == "after\n"
 
 
+@pytest.mark.slow
 def test_a_quiet_iteration_gets_no_note(tmp_path, capsys):
     document = analysed_reporting(tmp_path, "pass")
     assert capsys.readouterr().out == "building the model\n"

@@ -10,6 +10,8 @@ import pytest
 
 from engine_helpers import analysed, marked_line
 
+pytestmark = pytest.mark.slow  # an analysis
+
 TOKENS, BATCH = 12, 4
 
 ENTRY = f"""\
