@@ -20,8 +20,10 @@ setup() {
   if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
     return
   fi
-  # pyproject asks for torch>=2.1; install the CPU build 2.13.0 first when no torch is importable,
-  # so that the range does not pull a multi-GB CUDA build onto a laptop or CI machine.
+  # pyproject asks for torch>=2.1; when no torch is importable, pin 2.13.0 first, so that the range
+  # does not pick whatever is newest. pip takes the build PyPI has for the platform, which on Linux
+  # includes CUDA (several GB); install torch into $VENV yourself first to choose another, such as
+  # a CPU build (README.md, "Set-up and the two commands").
   if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
     echo "skyline: installing torch 2.13.0" >&2
     "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
