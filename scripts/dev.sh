@@ -2,6 +2,7 @@
 # Set-up and the everyday jobs, on a fresh machine or an existing checkout:
 #   bash scripts/dev.sh demo   # profile the bundled default example on the CPU
 #   bash scripts/dev.sh test   # run the whole test suite
+#   bash scripts/dev.sh test --fast   # only the tests not marked slow (tests/conftest.py says which)
 #   bash scripts/dev.sh lint   # ruff (lint, format), mypy --strict, StyLua, luacheck (CONTRIBUTING.md)
 # Each creates .venv (Python >= 3.9) on first use and installs what it needs into it.
 set -euo pipefail
@@ -19,8 +20,10 @@ setup() {
   if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
     return
   fi
-  # pyproject asks for torch>=2.1; install the CPU build 2.13.0 first when no torch is importable,
-  # so that the range does not pull a multi-GB CUDA build onto a laptop or CI machine.
+  # pyproject asks for torch>=2.1; when no torch is importable, pin 2.13.0 first, so that the range
+  # does not pick whatever is newest. pip takes the build PyPI has for the platform, which on Linux
+  # includes CUDA (several GB); install torch into $VENV yourself first to choose another, such as
+  # a CPU build (README.md, "Set-up and the two commands").
   if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
     echo "skyline: installing torch 2.13.0" >&2
     "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
@@ -100,8 +103,16 @@ case "${1:-}" in
     ;;
   test)
     shift
+    args=()
+    for arg in "$@"; do
+      if [ "$arg" = "--fast" ]; then
+        args+=(-m "not slow")
+      else
+        args+=("$arg")
+      fi
+    done
     setup
-    exec "$VENV/bin/python" -m pytest "$@"
+    exec "$VENV/bin/python" -m pytest ${args[@]+"${args[@]}"}
     ;;
   lint)
     shift
@@ -109,7 +120,7 @@ case "${1:-}" in
     lint
     ;;
   *)
-    echo "usage: bash scripts/dev.sh demo|test|lint [arguments]" >&2
+    echo "usage: bash scripts/dev.sh demo|test [--fast]|lint [arguments]" >&2
     exit 2
     ;;
 esac

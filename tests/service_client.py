@@ -264,13 +264,6 @@ def copy_project(destination: Path) -> Path:
     return root
 
 
-def marked_line(path: Path, marker: str = "# <- HERE") -> int:
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if marker in line:
-            return number
-    raise AssertionError(f"no {marker!r} in {path}")
-
-
 def children_of(pid: int) -> list[int]:
     """Process ids whose parent is `pid` (Linux /proc)."""
     found = []

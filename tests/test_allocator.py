@@ -9,6 +9,8 @@ import pytest
 
 from skyline_engine.measure.allocator import _glibc
 
+pytestmark = pytest.mark.slow  # a subprocess with glibc's malloc settled
+
 SCRIPT = r"""
 import ctypes
 import torch

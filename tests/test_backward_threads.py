@@ -8,12 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import analysed, marked_line
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.entry.user_frames import ProjectFiles
-from skyline_engine.measure.timing import TimingBudget
-
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 
 ENTRY = """\
 import torch
@@ -64,34 +61,34 @@ def test_the_stack_walk_tolerates_any_depth(tmp_path):
     assert seen == [(((), None), (None, None))]
 
 
-def analysed(root: Path, backward: str) -> dict:
+def analysed_backward(root: Path, backward: str) -> dict:
     root.mkdir()
-    (root / "entry.py").write_text(ENTRY.replace("BACKWARD", backward), encoding="utf-8")
-    return analyze(AnalysisRequest("entry.py", root, device="cpu", budget=QUICK, predict=False)).to_dict()
-
-
-def line_of(marker: str) -> int:
-    return next(n for n, text in enumerate(ENTRY.splitlines(), 1) if text.endswith(f"# {marker}"))
+    return analysed(root, "entry.py", source=ENTRY.replace("BACKWARD", backward), predict=False)
 
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory):
     """The same model with backward on the iteration's thread, and on a thread of its own."""
     base = tmp_path_factory.mktemp("threads")
-    return analysed(base / "same", "torch.autograd.backward"), analysed(base / "other", "backward_in_a_bare_thread")
+    return (
+        analysed_backward(base / "same", "torch.autograd.backward"),
+        analysed_backward(base / "other", "backward_in_a_bare_thread"),
+    )
 
 
 def backward_lines(document: dict) -> dict:
     return {entry["line"]: entry["backward_ms"] for entry in document["lines"] if entry["backward_ms"] > 0}
 
 
+@pytest.mark.slow
 def test_backward_on_another_thread_lands_on_the_same_lines(documents):
     same, other = documents
-    expected = {line_of("FIRST"), line_of("SECOND"), line_of("BACKWARD_CALL")}
+    expected = {marked_line(ENTRY, "# FIRST"), marked_line(ENTRY, "# SECOND"), marked_line(ENTRY, "# BACKWARD_CALL")}
     assert set(backward_lines(same)) == expected
     assert set(backward_lines(other)) == expected
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_belongs_to_the_line_that_called_backward(documents):
     """AccumulateGrad nodes have no forward operation: their work is read from the stack of the
     thread that called backward, not from the thread that ran it."""
@@ -100,4 +97,7 @@ def test_gradient_accumulation_belongs_to_the_line_that_called_backward(document
             node for node in document["operations"]["children"] if node["name"] == "torch::autograd::AccumulateGrad"
         ]
         assert accumulate, "no gradient accumulation was recorded"
-        assert all(node["contexts"][0] == {"path": "entry.py", "line": line_of("BACKWARD_CALL")} for node in accumulate)
+        assert all(
+            node["contexts"][0] == {"path": "entry.py", "line": marked_line(ENTRY, "# BACKWARD_CALL")}
+            for node in accumulate
+        )

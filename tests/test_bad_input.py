@@ -25,10 +25,12 @@ import pytest
 import torch
 
 import skyline_engine
+from engine_helpers import HERE, marked_line
+
+pytestmark = pytest.mark.slow  # the CLI in a subprocess, each test
 
 ERROR_PREFIX = "skyline: error: "
 FRAMES_HEADING = "Your code's frames, innermost last:\n"
-MARKER = "# <- HERE"
 ENGINE_DIR = os.path.dirname(os.path.realpath(skyline_engine.__file__))
 RUN_TIMEOUT_S = 240
 
@@ -103,13 +105,6 @@ def entry_source(
 
 def valid_files() -> dict[str, str]:
     return {"entry_point.py": entry_source(), "model.py": model_source()}
-
-
-def line_of(text: str, marker: str = MARKER) -> int:
-    """The 1-based number of the one line of `text` that contains `marker`."""
-    found = [number for number, line in enumerate(text.split("\n"), start=1) if marker in line]
-    assert len(found) == 1, f"{marker!r} should mark exactly one line, found {found}"
-    return found[0]
 
 
 def write_project(root: Path, files: dict[str, str | bytes]) -> Path:
@@ -187,7 +182,7 @@ class Case:
     files: dict[str, str | bytes]
     says: tuple[str, ...]
     path: str | None = "entry_point.py"  # where the error must point (relative to the root)
-    marker: str | None = MARKER  # the text marking the error's line in `path`; None: no line
+    marker: str | None = HERE  # the text marking the error's line in `path`; None: no line
 
     def expected_line(self) -> int | None:
         if self.marker is None:
@@ -195,7 +190,7 @@ class Case:
         text = self.files[self.path]
         if isinstance(text, bytes):
             text = text.decode("latin-1")
-        return line_of(text, self.marker)
+        return marked_line(text, self.marker)
 
 
 def with_entry(**parts: str | None) -> dict[str, str]:
@@ -402,8 +397,8 @@ def test_exception_at_import_names_the_helper_not_the_engine(tmp_path):
     files = {**with_entry(imports=IMPORTS + "\nimport helper  # <- HERE\n"), "helper.py": HELPER_RAISES}
     project = write_project(tmp_path, files)
     result = run_skyline(project)
-    paragraph = assert_error(result, "helper.py", line_of(files["helper.py"]), ["helper could not find"])
-    assert f"  entry_point.py:{line_of(files['entry_point.py'])} in <module>" in paragraph
+    paragraph = assert_error(result, "helper.py", marked_line(files["helper.py"]), ["helper could not find"])
+    assert f"  entry_point.py:{marked_line(files['entry_point.py'])} in <module>" in paragraph
     assert ENGINE_DIR not in paragraph and "skyline_engine" not in paragraph
 
 
@@ -436,7 +431,7 @@ def test_a_relative_path_not_found_says_where_it_was_looked_for_and_where_it_lie
         f"`data.txt` is relative, so it was looked for in the working directory, {cwd}",
         advice.format(root=root, cwd=cwd),
     ]
-    assert_error(result, "train/entry_point.py", line_of(entry), says)
+    assert_error(result, "train/entry_point.py", marked_line(entry), says)
 
 
 @pytest.mark.parametrize("extra_args", [[], ["--set-batch-size", "4"]], ids=["profile", "set-batch-size"])
@@ -493,7 +488,7 @@ def test_entry_point_read_as_python_reads_it(tmp_path, header, encoding, input_p
     assert document["batch_size"] == 4
     # The optimizer's line is found by parsing the entry point as well.
     (optimizer,) = document["optimizer_state"]
-    assert optimizer["contexts"] == [{"path": "entry_point.py", "line": line_of(rewritten)}]
+    assert optimizer["contexts"] == [{"path": "entry_point.py", "line": marked_line(rewritten)}]
 
 
 def test_set_batch_size_on_a_syntax_error_leaves_the_file_alone(tmp_path):

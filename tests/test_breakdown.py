@@ -6,20 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import STEADY, analysed, marked_line
 from skyline_engine.attribute import recording
-from skyline_engine.measure.timing import TimingBudget
 
 PROJECT = Path(__file__).parent / "projects" / "breakdown"
-QUICK = TimingBudget(min_run_s=0.1, max_run_s=0.5)
-
-
-def marker_line(path: Path, marker: str) -> int:
-    """The line of `path` that ends with the comment `# MARKER`."""
-    for number, text in enumerate(path.read_text().splitlines(), 1):
-        if text.rstrip().endswith(f"# {marker}"):
-            return number
-    raise AssertionError(f"no {marker} in {path}")
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +25,17 @@ def document(project) -> dict:
     # time budget depends on the load (one, with two other test runs on the cores).
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(recording, "RECORDING_BUDGET_MS", 1e9)
-        request = AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False)
-        return analyze(request).to_dict()
+        return analysed(project, budget=STEADY, predict=False)
 
 
 def line(document, path, marker, project):
-    number = marker_line(project / path, marker)
+    number = marked_line(project / path, f"# {marker}")
     found = [entry for entry in document["lines"] if entry["path"] == path and entry["line"] == number]
     assert found, f"{path}:{number} ({marker}) is not in the breakdown"
     return found[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path, marker",
     [
@@ -68,17 +58,17 @@ def own_ms(entry):
     return entry["forward_ms"] + entry["backward_ms"] + entry["step_ms"]
 
 
+@pytest.mark.slow
 def test_each_backward_node_runs_at_the_forward_line_that_created_it(project):
     # Exact: the operation that defines each node's gradient, by name and count, at its line. The
     # backward of the loss belongs to the loss's line, not to `loss.backward()` (where the last
     # operation to see the loss's sequence number, the gradient seed, would put it), and the
     # entry point's backward line runs only the parameters' AccumulateGrad (a `detach` each).
-    request = AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False, timeline=True)
-    timeline = analyze(request).to_dict()["timeline"]
+    timeline = analysed(project, budget=STEADY, predict=False, timeline=True)["timeline"]
     backward = Counter((e["name"], e["path"], e["line"]) for e in timeline if e["phase"] == "backward")
 
     def at(path, marker):
-        return path, marker_line(project / path, marker)
+        return path, marked_line(project / path, f"# {marker}")
 
     expected = {
         ("nll_loss_backward", *at("model.py", "LOSS")): 1,
@@ -95,6 +85,7 @@ def test_each_backward_node_runs_at_the_forward_line_that_created_it(project):
     assert backward[("detach", *at("entry_point.py", "BACKWARD_CALL"))] == 12
 
 
+@pytest.mark.slow
 def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     entry = line(document, "entry_point.py", "STEP", project)
     assert entry["step_ms"] > 0
@@ -119,6 +110,7 @@ def test_optimizer_step_is_the_step_of_its_line_not_forward(document, project):
     assert document["operations"]["step_ms"] == pytest.approx(entry["step_ms"])
 
 
+@pytest.mark.slow
 def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     for entry in document["lines"]:
         assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0 and entry["step_ms"] >= 0
@@ -131,11 +123,12 @@ def test_times_are_never_negative_and_add_up_to_the_iteration(document):
     assert total == pytest.approx(document["iteration"]["run_time_ms"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_lines_and_untracked_add_up_to_the_iteration_as_timed_last(project):
     """With predictions, the user's batch size is timed again beside the others after it was
     broken down (on a busy machine the two times differ by tens of percent): the lines still add
     up to the document's iteration, and no line holds more than all of it."""
-    doc = analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK)).to_dict()
+    doc = analysed(project, budget=STEADY)
     run_time = doc["iteration"]["run_time_ms"]
     total = sum(own_ms(e) for e in doc["lines"]) + doc["untracked"]["run_time_ms"]
     assert total == pytest.approx(run_time, rel=1e-9)
@@ -144,6 +137,7 @@ def test_lines_and_untracked_add_up_to_the_iteration_as_timed_last(project):
     assert doc["attribution"]["user_lines_fraction"] <= 1 + 1e-9
 
 
+@pytest.mark.slow
 def test_a_callers_inclusive_time_is_the_own_time_of_the_lines_beneath_it(document, project):
     # `h = scaled_tanh(h)` runs nothing itself; everything beneath it runs at the helper's line.
     caller = line(document, "model.py", "HELPER_CALL", project)
@@ -155,6 +149,7 @@ def test_a_callers_inclusive_time_is_the_own_time_of_the_lines_beneath_it(docume
         assert helper["inclusive"][phase] == pytest.approx(helper[phase], rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_the_entry_points_model_call_holds_the_models_lines(document, project):
     call = line(document, "entry_point.py", "MODEL_CALL", project)
     assert (call["forward_ms"], call["backward_ms"], call["step_ms"]) == (0, 0, 0)
@@ -168,9 +163,10 @@ def test_the_entry_points_model_call_holds_the_models_lines(document, project):
     outside = {
         e["line"] for e in document["lines"] if e["path"] == "entry_point.py" and e["forward_ms"] + e["backward_ms"]
     }
-    assert outside == {marker_line(project / "entry_point.py", "BACKWARD_CALL")}
+    assert outside == {marked_line(project / "entry_point.py", "# BACKWARD_CALL")}
 
 
+@pytest.mark.slow
 def test_recursion_counts_each_operation_once_per_line(document, project):
     recursion = line(document, "helpers.py", "RECURSION", project)
     caller = line(document, "model.py", "RECURSION_CALL", project)
@@ -182,6 +178,7 @@ def test_recursion_counts_each_operation_once_per_line(document, project):
         assert caller["inclusive"][phase] == pytest.approx(recursion[phase], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_every_lines_inclusive_time_is_that_of_the_operations_beneath_it(document):
     """The operation tree's leaves carry each operation's whole stack: the inclusive time of a line
     is the time of the leaves whose stack passes through it."""
@@ -195,11 +192,13 @@ def test_every_lines_inclusive_time_is_that_of_the_operations_beneath_it(documen
         assert inclusive >= own_ms(entry) * (1 - 1e-9)
 
 
+@pytest.mark.slow
 def test_lines_are_ordered_by_path_then_line(document):
     places = [(e["path"], e["line"]) for e in document["lines"]]
     assert places == sorted(set(places))
 
 
+@pytest.mark.slow
 def test_weights_memory_is_the_parameters_bytes_at_the_line_that_created_them(document, project):
     weights = {w["name"]: w for w in document["weights"]}
     inp = weights["model.inp.weight"]
@@ -207,15 +206,16 @@ def test_weights_memory_is_the_parameters_bytes_at_the_line_that_created_them(do
     assert inp["grad_size_bytes"] == 32 * 128 * 4
     assert (inp["contexts"][0]["path"], inp["contexts"][0]["line"]) == (
         "model.py",
-        marker_line(project / "model.py", "INPUT_LAYER"),
+        marked_line(project / "model.py", "# INPUT_LAYER"),
     )
     layer = weights["model.layers.2.weight"]
     assert layer["size_bytes"] == 128 * 128 * 4
-    assert layer["contexts"][0]["line"] == marker_line(project / "model.py", "LAYERS")
+    assert layer["contexts"][0]["line"] == marked_line(project / "model.py", "# LAYERS")
     # The line that created the module carries its weights and gradients in its memory.
     assert line(document, "model.py", "INPUT_LAYER", project)["memory_bytes"] == 2 * (32 * 128 + 128) * 4
 
 
+@pytest.mark.slow
 def test_optimizer_state_belongs_to_the_optimizers_construction_line(document, project):
     (state,) = document["optimizer_state"]
     parameters = sum(w["size_bytes"] for w in document["weights"])
@@ -223,10 +223,11 @@ def test_optimizer_state_belongs_to_the_optimizers_construction_line(document, p
     assert state["size_bytes"] == parameters  # one momentum buffer per parameter
     assert state["contexts"][0] == {
         "path": "entry_point.py",
-        "line": marker_line(project / "entry_point.py", "OPTIMIZER"),
+        "line": marked_line(project / "entry_point.py", "# OPTIMIZER"),
     }
 
 
+@pytest.mark.slow
 def test_activations_kept_for_backward_are_attributed_to_their_operations(document, project):
     batch, width = 64, 128
     loop = line(document, "model.py", "LOOP", project)
@@ -234,6 +235,7 @@ def test_activations_kept_for_backward_are_attributed_to_their_operations(docume
     assert loop["memory_bytes"] >= 3 * batch * width * 4
 
 
+@pytest.mark.slow
 def test_module_tree_groups_operations_by_module_in_execution_order(document):
     root = document["operations"]
     (model,) = [c for c in root["children"] if c["module"] == "model"]
@@ -254,6 +256,7 @@ def leaves(node):
         yield from leaves(child)
 
 
+@pytest.mark.slow
 def test_no_operation_is_counted_twice(document):
     tree_ms = sum(n["forward_ms"] + n["backward_ms"] + n["step_ms"] for n in leaves(document["operations"]))
     assert tree_ms == pytest.approx(document["attribution"]["operations_ms"], rel=1e-6)
@@ -261,6 +264,7 @@ def test_no_operation_is_counted_twice(document):
     assert lines_ms == pytest.approx(document["attribution"]["user_lines_ms"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(tmp_path):
     (tmp_path / "training.py").write_text(
         "import torch\n\n\ndef make_optimizer(model):\n    return torch.optim.Adam(model.parameters())  # OPTIMIZER\n"
@@ -275,12 +279,13 @@ def test_an_optimizer_constructed_in_another_project_file_belongs_to_that_line(t
         "        model(x).sum().backward()\n        optimizer.step()\n\n"
         "    return iteration\n"
     )
-    document = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)).to_dict()
+    document = analysed(tmp_path, budget=STEADY, predict=False)
     (state,) = document["optimizer_state"]
     assert state["name"] == "Adam"
-    assert state["contexts"][0] == {"path": "training.py", "line": marker_line(tmp_path / "training.py", "OPTIMIZER")}
+    assert state["contexts"][0] == {"path": "training.py", "line": marked_line(tmp_path / "training.py", "# OPTIMIZER")}
 
 
+@pytest.mark.slow
 def test_a_parameter_saved_through_a_view_is_no_activation(tmp_path):
     """Each Linear saves `t(weight)`, a view of its weight, for the input's gradient: the weight is
     no activation of `t` (it was a third of it, over three recorded iterations). The line's memory
@@ -299,7 +304,7 @@ def test_a_parameter_saved_through_a_view_is_no_activation(tmp_path):
         "        optimizer.step()\n\n"
         "    return iteration\n"
     )
-    doc = analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)).to_dict()
+    doc = analysed(tmp_path, budget=STEADY, predict=False)
     assert doc["attribution"]["recorded_iterations"] == recording.MAX_RECORDED_ITERATIONS  # where it showed
     model_line = line(doc, "entry_point.py", "MODEL", tmp_path)
     relu_output, squared_output = batch_size * hidden * 4, batch_size * 4 * 4  # pow saves its input
@@ -307,17 +312,18 @@ def test_a_parameter_saved_through_a_view_is_no_activation(tmp_path):
     assert doc["operations"]["activation_bytes"] == relu_output + squared_output
 
 
+@pytest.mark.slow
 def test_activations_are_counted_once_per_tensor_at_the_line_that_made_it():
     """tests/projects/activations: exp's output (batch × 256 float32) is saved by exp and twice by
     the product that squares it; the product's own output is saved by nothing (a sum needs only
     its shape), nor are the input and the parameter made by a line of the iteration."""
     project = Path(__file__).parent / "projects" / "activations"
     batch_size = 64
-    doc = analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False)).to_dict()
+    doc = analysed(project, budget=STEADY, predict=False)
     memory = {e["line"]: e["memory_bytes"] for e in doc["lines"] if e["path"] == "entry_point.py"}
     model = project / "entry_point.py"
-    assert memory[marker_line(model, "EXP")] == batch_size * 256 * 4
-    assert memory[marker_line(model, "SQUARE")] == 0
+    assert memory[marked_line(model, "# EXP")] == batch_size * 256 * 4
+    assert memory[marked_line(model, "# SQUARE")] == 0
     assert doc["operations"]["activation_bytes"] == batch_size * 256 * 4
 
 

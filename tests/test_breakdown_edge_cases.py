@@ -4,10 +4,9 @@ import textwrap
 
 import pytest
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import analysed, marked_line
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+pytestmark = pytest.mark.slow  # an analysis each
 
 MODEL = """
 import threading
@@ -122,15 +121,10 @@ def skyline_iteration_provider(model):
 }
 
 
-def marker(text, name):
-    return next(n for n, line in enumerate(text.splitlines(), 1) if line.rstrip().endswith(f"# {name}"))
-
-
 @pytest.mark.parametrize("case", sorted(ITERATIONS))
 def test_breakdown_is_consistent(tmp_path, case):
     source = textwrap.dedent(MODEL) + textwrap.dedent(ITERATIONS[case])
-    (tmp_path / "entry.py").write_text(source)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK, predict=False)).to_dict()
+    doc = analysed(tmp_path, "entry.py", source=source, predict=False)
     lines = {(e["path"], e["line"]): e for e in doc["lines"]}
     for entry in doc["lines"]:
         assert entry["forward_ms"] >= 0 and entry["backward_ms"] >= 0
@@ -140,20 +134,20 @@ def test_breakdown_is_consistent(tmp_path, case):
     )
     # Exact: operations are scaled down when they exceed the iteration; untracked is the rest.
     assert total == pytest.approx(doc["iteration"]["run_time_ms"], rel=1e-9)
-    forward = lines[("entry.py", marker(source, "FORWARD"))]
+    forward = lines[("entry.py", marked_line(source, "# FORWARD"))]
     assert forward["forward_ms"] > 0
     if case == "no_backward":
         assert all(e["backward_ms"] == 0 for e in doc["lines"])
         return
     assert forward["backward_ms"] > 0
-    call = lines[("entry.py", marker(source, "CALL"))]
+    call = lines[("entry.py", marked_line(source, "# CALL"))]
     assert call["forward_ms"] > 0
     if case == "outside_tensor":
         assert call["backward_ms"] == 0  # `scale` and `x` need no gradient
     if case == "lbfgs_closure":
         # The step's own updates are its step time; the closure it calls runs the model forward,
         # with gradients: forward work, whose backward still finds the lines that created it.
-        step = lines[("entry.py", marker(source, "STEP"))]
+        step = lines[("entry.py", marked_line(source, "# STEP"))]
         assert step["step_ms"] > 0 and step["forward_ms"] == 0
         assert step["inclusive"]["forward_ms"] >= (call["forward_ms"] + forward["forward_ms"]) * (1 - 1e-9)
         assert step["inclusive"]["backward_ms"] >= forward["backward_ms"] * (1 - 1e-9) > 0

@@ -7,11 +7,14 @@ profiler also shows what they call inside, such as `aten::linear` and `aten::as_
 Exact and free of timing; the agreement of the times is measured in bench/profiler_agreement.py.
 """
 
+import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from annotated_model import PROJECT, iteration_and_inputs, marker_lines
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import analysed
 from skyline_engine.measure.timing import TimingBudget
+
+pytestmark = pytest.mark.slow  # an analysis
 
 
 def profiler_operations() -> dict[str, set[str]]:
@@ -31,8 +34,7 @@ def profiler_operations() -> dict[str, set[str]]:
 
 def engine_operations() -> tuple[dict[int, set[str]], set[str]]:
     """({line: names of the forward operations at it}, names of every operation recorded)."""
-    budget = TimingBudget(min_run_s=0.01)
-    document = analyze(AnalysisRequest("entry_point.py", PROJECT, device="cpu", budget=budget, predict=False)).to_dict()
+    document = analysed(PROJECT, budget=TimingBudget(min_run_s=0.01), predict=False)
 
     def leaves(node):
         if node["kind"] == "operation":

@@ -12,22 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import SERVE_QUICK, analysed
 from skyline_engine.render.terminal import render_report
 
+pytestmark = pytest.mark.slow  # analyses of a compiled model
+
 PROJECT = Path(__file__).parent / "projects" / "training_loops"
-QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    return analyze(AnalysisRequest("compiled.py", PROJECT, device="cpu", budget=QUICK)).to_dict()
+    return analysed(PROJECT, "compiled.py", budget=SERVE_QUICK)
 
 
 @pytest.fixture(scope="module")
 def eager():
-    return analyze(AnalysisRequest("eager.py", PROJECT, device="cpu", budget=QUICK)).to_dict()
+    return analysed(PROJECT, "eager.py", budget=SERVE_QUICK)
 
 
 def test_memory_counts_only_real_tensors(compiled, eager):

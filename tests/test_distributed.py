@@ -18,6 +18,7 @@ import pytest
 import torch.distributed
 
 from conftest import REPO, run_skyline
+from engine_helpers import marked_line
 from skyline_engine.render.terminal import render_report
 
 PROJECT = REPO / "tests" / "projects" / "data_parallel"
@@ -33,6 +34,7 @@ def profiled(tmp_path_factory):
     return json.loads(out.read_text()), result.stdout
 
 
+@pytest.mark.slow
 def test_every_rank_is_measured_and_the_slowest_named(profiled):
     doc, _ = profiled
     dp = doc["distributed"]
@@ -48,6 +50,7 @@ def test_every_rank_is_measured_and_the_slowest_named(profiled):
     assert doc["memory_growth"] is None  # the ranks' iterations keep nothing for good
 
 
+@pytest.mark.slow
 def test_buckets_hold_every_gradient_once_with_the_lines_that_made_them(profiled):
     doc, _ = profiled
     buckets = doc["distributed"]["buckets"]
@@ -68,6 +71,7 @@ def test_buckets_hold_every_gradient_once_with_the_lines_that_made_them(profiled
     assert called <= lines and created <= lines
 
 
+@pytest.mark.slow
 def test_the_report_says_a_bucket_that_added_no_time_ran_within_the_earlier_ones(profiled):
     # The measured document, with its second bucket's all-reduce set to what a run where it finished
     # within the first's gives (which one a run gives depends on the scheduler).
@@ -83,6 +87,7 @@ def test_the_report_says_a_bucket_that_added_no_time_ran_within_the_earlier_ones
     assert "all-reduce within the earlier buckets', exposed" in render_report(doc)
 
 
+@pytest.mark.slow
 def test_exposed_communication_is_shared_among_the_lines_that_cause_it(profiled):
     doc, _ = profiled
     exposed = sum(b["exposed_ms"] for b in doc["distributed"]["buckets"])
@@ -92,6 +97,7 @@ def test_exposed_communication_is_shared_among_the_lines_that_cause_it(profiled)
     assert all(line["communication_ms"] is not None for line in doc["lines"])
 
 
+@pytest.mark.slow
 def test_scaling_is_predicted_to_64_ranks_and_marked_beyond_the_measured(profiled):
     doc, report = profiled
     dp = doc["distributed"]
@@ -112,6 +118,7 @@ def test_scaling_is_predicted_to_64_ranks_and_marked_beyond_the_measured(profile
     assert "Data parallel  2 ranks (gloo" in report and "64 ranks" in report
 
 
+@pytest.mark.slow
 def test_a_rank_that_keeps_memory_for_good_says_where(tmp_path):
     out = tmp_path / "analysis.json"
     result = run_skyline("profile", "keeps_graphs.py", "--nproc", "2", "--device", "cpu", "--json", out, cwd=PROJECT)
@@ -126,6 +133,7 @@ def test_a_rank_that_keeps_memory_for_good_says_where(tmp_path):
     assert "Tensor memory grows by" in " ".join(result.stdout.split())
 
 
+@pytest.mark.slow
 def test_calls_that_differ_are_measured_in_whole_cycles_on_every_rank(tmp_path):
     # Every fifth call evaluates the model: call by call, the ranks' peaks and the breakdown left
     # the evaluation out, unwarned (17.5 MiB for 33.2 in a larger trial). The ranks agree on the
@@ -138,7 +146,7 @@ def test_calls_that_differ_are_measured_in_whole_cycles_on_every_rank(tmp_path):
     (warning,) = [w for w in doc["warnings"] if w.startswith("Your iteration does not do the same work")]
     assert "ran the model twice (one call in 5)" in warning and "whole cycles of 5 calls" in warning
     assert doc["attribution"]["recorded_iterations"] == 5
-    marker = next(n for n, text in enumerate((PROJECT / entry).read_text().splitlines(), 1) if "# EVALUATE" in text)
+    marker = marked_line(PROJECT / entry, "# EVALUATE")
     evaluation = next(e for e in doc["lines"] if (e["path"], e["line"]) == (entry, marker))
     assert evaluation["inclusive"]["forward_ms"] > 0
     # Each rank's peak is the evaluation's: the 512 × 1024 and 512 × 512 activations of its
@@ -148,6 +156,7 @@ def test_calls_that_differ_are_measured_in_whole_cycles_on_every_rank(tmp_path):
     assert doc["iteration"]["repetitions"] % 5 == 0
 
 
+@pytest.mark.slow
 def test_a_planned_interconnect_replaces_the_measured_link(tmp_path):
     out = tmp_path / "planned.json"
     result = run_skyline(
@@ -158,6 +167,7 @@ def test_a_planned_interconnect_replaces_the_measured_link(tmp_path):
     assert (link["source"], link["bandwidth_gbps"]) == ("user", pytest.approx(100))
 
 
+@pytest.mark.slow
 def test_under_torchrun_each_process_joins_and_rank_0_reports(tmp_path):
     out = tmp_path / "torchrun.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -185,6 +195,7 @@ def profile_failing_ranks(entry: str, tmp_path: Path, *options: str) -> subproce
     return result
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_named_at_its_line_and_leaves_no_process(tmp_path):
     result = profile_failing_ranks("rank_fails.py", tmp_path)
     first = result.stderr.splitlines()[0]
@@ -192,6 +203,7 @@ def test_a_failing_rank_is_named_at_its_line_and_leaves_no_process(tmp_path):
     assert "Traceback" not in result.stderr  # the launcher's own log is kept quiet
 
 
+@pytest.mark.slow
 def test_an_iteration_that_reaches_into_the_wrapped_model_is_told_why_it_cannot(tmp_path):
     result = profile_failing_ranks("reaches_into_the_model.py", tmp_path)
     first = result.stderr.splitlines()[0]
@@ -200,13 +212,12 @@ def test_an_iteration_that_reaches_into_the_wrapped_model_is_told_why_it_cannot(
     assert "gets the model wrapped in DistributedDataParallel" in first and "call `model(...)`" in first
 
 
+@pytest.mark.slow
 def test_parameters_that_get_no_gradient_are_named_with_the_wrapping_that_accepts_them(tmp_path):
     # DDP's own message asks for find_unused_parameters=True, which Skyline's wrapping does not
     # take, and numbers the parameters; the advice names them and how to wrap the model instead.
     result = profile_failing_ranks("unused_parameters.py", tmp_path)
-    failing = next(
-        n for n, text in enumerate((PROJECT / "unused_parameters.py").read_text().splitlines(), 1) if "# FAILS" in text
-    )
+    failing = marked_line(PROJECT / "unused_parameters.py", "# FAILS")
     first = result.stderr.splitlines()[0]
     assert first.startswith(f"skyline: error: unused_parameters.py:{failing}: rank ")
     said = " ".join(result.stderr.split())
@@ -214,6 +225,7 @@ def test_parameters_that_get_no_gradient_are_named_with_the_wrapping_that_accept
     assert "`DistributedDataParallel(model, find_unused_parameters=True)`" in said
 
 
+@pytest.mark.slow
 def test_a_model_the_provider_wraps_itself_is_kept_as_it_is(tmp_path):
     # The advice above, followed: find_unused_parameters=True is the user's, and the analysis runs.
     out = tmp_path / "analysis.json"
@@ -227,6 +239,7 @@ def test_a_model_the_provider_wraps_itself_is_kept_as_it_is(tmp_path):
     assert sum(b["size_bytes"] for b in doc["distributed"]["buckets"]) == GRADIENT_BYTES + 4 * (512 * 2 + 2)
 
 
+@pytest.mark.slow
 def test_a_hanging_rank_is_named_at_the_line_it_was_running_and_leaves_no_process(tmp_path):
     result = profile_failing_ranks("rank_hangs.py", tmp_path, "--collective-timeout", "3")
     assert result.stderr.splitlines() == [
@@ -235,6 +248,7 @@ def test_a_hanging_rank_is_named_at_the_line_it_was_running_and_leaves_no_proces
     ]
 
 
+@pytest.mark.slow
 def test_a_rank_killed_without_a_word_is_the_one_named(tmp_path):
     # As the kernel's out-of-memory killer ends a rank: the rank that lost its peer is not the cause.
     result = profile_failing_ranks("rank_killed.py", tmp_path)
@@ -269,6 +283,7 @@ def test_the_rank_named_is_the_likeliest_cause(tmp_path, written, named):
     assert _rank_failure(ChildFailedError("rank_main", failures), tmp_path).message.startswith(named)
 
 
+@pytest.mark.slow
 def test_nproc_under_torchrun_is_refused():
     env = dict(os.environ, RANK="0", WORLD_SIZE="1")
     command = [sys.executable, "-m", "skyline_engine", "profile", "entry_point.py", "--nproc", "2"]
@@ -290,6 +305,7 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_refused_at_once():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -300,6 +316,7 @@ def test_a_port_in_use_is_refused_at_once():
     assert f"port {port} is already in use" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.distributed.is_nccl_available(), reason="this torch build has NCCL")
 def test_a_missing_backend_says_so():
     # A CPU build of torch has no NCCL: the ranks say so instead of failing inside the launcher.

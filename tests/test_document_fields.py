@@ -21,14 +21,13 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import pytest
 
+from engine_helpers import QUICK, analysed
 from skyline_engine import vocabulary
 from skyline_engine.analysis.document import DocumentDict
 from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "analysis-document.md"
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 
 Fields = set[tuple[str, str]]  # (where, field): "" is the top level
 
@@ -144,31 +143,34 @@ def documents() -> list[dict[str, Any]]:
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
     assert complete["models"] is not None and complete["timeline"] and complete["optimizer_state"]
     branching = REPO / "tests" / "projects" / "branching"
-    probed = analyze(AnalysisRequest("entry_point.py", branching, device="cpu", budget=QUICK)).to_dict()
+    probed = analysed(branching)
     assert probed["models"]["memory_samples"]
     data_parallel = REPO / "tests" / "projects" / "data_parallel"
-    ranks = analyze(AnalysisRequest("entry_point.py", data_parallel, device="cpu", budget=QUICK, world_size=2))
-    assert ranks.to_dict()["distributed"]["buckets"]
+    ranks = analysed(data_parallel, world_size=2)
+    assert ranks["distributed"]["buckets"]
     training_loops = REPO / "tests" / "projects" / "training_loops"
-    compiled = analyze(AnalysisRequest("compiled.py", training_loops, device="cpu", budget=QUICK, predict=False))
-    assert compiled.to_dict()["compilation"]["batch_sizes"]
-    leaks = analyze(AnalysisRequest("keeps_graphs.py", training_loops, device="cpu", budget=QUICK, predict=False))
-    assert leaks.to_dict()["memory_growth"]["lines"]
-    return [complete, partials[0], probed, ranks.to_dict(), compiled.to_dict(), leaks.to_dict()]
+    compiled = analysed(training_loops, "compiled.py", predict=False)
+    assert compiled["compilation"]["batch_sizes"]
+    leaks = analysed(training_loops, "keeps_graphs.py", predict=False)
+    assert leaks["memory_growth"]["lines"]
+    return [complete, partials[0], probed, ranks, compiled, leaks]
 
 
+@pytest.mark.slow
 def test_every_field_written_is_described(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
     for document in documents:
         assert sorted(written_fields(document) - described) == []
 
 
+@pytest.mark.slow
 def test_every_field_described_is_written(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
     written = set().union(*(written_fields(document) for document in documents))
     assert sorted(described - written) == []
 
 
+@pytest.mark.slow
 def test_the_check_sees_an_undocumented_field_anywhere(documents):
     described = described_fields(DOC.read_text(encoding="utf-8"))
     changed = copy.deepcopy(documents[0])

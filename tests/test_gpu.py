@@ -7,24 +7,24 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_helpers import STEADY, analysed
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure import nvml
 from skyline_engine.measure.iteration import IterationRunner
-from skyline_engine.measure.timing import TimingBudget
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.slow,  # analyses on the GPU
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
 ]
 
 REPO = Path(__file__).resolve().parent.parent
-QUICK = TimingBudget(min_run_s=0.1, max_run_s=0.5)
 
 
 @pytest.fixture(scope="module")
 def document():
-    return analyze(AnalysisRequest("examples/cnn/entry_point.py", REPO, device="cuda", budget=QUICK)).to_dict()
+    return analysed(REPO, "examples/cnn/entry_point.py", device="cuda", budget=STEADY)
 
 
 def test_the_capacity_is_what_this_process_can_use_of_the_gpu(document):
@@ -95,7 +95,7 @@ def test_a_device_other_than_the_current_one_is_the_one_measured():
     one (on a machine with one GPU, index 0 is both, and this checks only that it runs)."""
     index = torch.cuda.device_count() - 1
     torch.cuda.set_device(0)
-    doc = analyze(AnalysisRequest("examples/cnn/entry_point.py", REPO, device=f"cuda:{index}", budget=QUICK))
+    doc = analyze(AnalysisRequest("examples/cnn/entry_point.py", REPO, device=f"cuda:{index}", budget=STEADY))
     assert doc.device.torch_device.index == index
     assert torch.cuda.current_device() == index
     assert doc.iteration.run_time_ms > 0 and doc.iteration.peak_memory_bytes > 0
@@ -106,7 +106,7 @@ def test_the_runner_takes_plain_cuda_as_the_current_device():
     here on the first GPU check, from bench/run.py)."""
     loaded = load_entry_point(REPO / "examples/cnn/entry_point.py", REPO)
     try:
-        with IterationRunner(loaded, torch.device("cuda"), QUICK) as runner:
+        with IterationRunner(loaded, torch.device("cuda"), STEADY) as runner:
             assert runner.device == torch.device("cuda", torch.cuda.current_device())
             assert runner.memory_at(8).peak_bytes > 0
     finally:
@@ -119,7 +119,6 @@ def test_memory_kept_for_good_is_found_on_cuda_and_nothing_in_the_examples(docum
     one is named at the lines that made it."""
     assert document["memory_growth"] is None
     training_loops = REPO / "tests" / "projects" / "training_loops"
-    request = AnalysisRequest("keeps_graphs.py", training_loops, device="cuda", budget=QUICK, predict=False)
-    growth = analyze(request).to_dict()["memory_growth"]
+    growth = analysed(training_loops, "keeps_graphs.py", device="cuda", budget=STEADY, predict=False)["memory_growth"]
     assert growth is not None and growth["lines"][0]["path"] == "model.py", growth
     assert growth["lines"][0]["line"] == 12 and growth["lines"][0]["bytes"] == 2 * 32 * 256 * 4

@@ -8,14 +8,11 @@ from __future__ import annotations
 import copy
 import functools
 
+import pytest
 import torch
 
-from service_client import marked_line
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import analysed, marked_line
 from skyline_engine.measure.held_modules import modules_held_by
-from skyline_engine.measure.timing import TimingBudget
-
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 
 
 def mlp() -> torch.nn.Module:
@@ -141,13 +138,11 @@ def skyline_iteration_provider(model):
 """
 
 
+@pytest.mark.slow
 def test_a_bare_copys_weights_stand_where_it_is_assigned_a_partials_argument_nowhere(tmp_path):
     # `shadow` is assigned once, from a call: its weights stand there. The copy passed to the
     # partial is held as `args[0]`, a name no assignment makes: not at `args = dict(...)`.
-    entry = tmp_path / "entry_point.py"
-    entry.write_text(PARTIAL, encoding="utf-8")
-    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    weights = {w["name"]: w["contexts"] for w in analyze(request).to_dict()["weights"]}
-    shadow = [{"path": "entry_point.py", "line": marked_line(entry, "SHADOW")}]
+    weights = {w["name"]: w["contexts"] for w in analysed(tmp_path, source=PARTIAL, predict=False)["weights"]}
+    shadow = [{"path": "entry_point.py", "line": marked_line(PARTIAL, "# SHADOW")}]
     assert weights["shadow.weight"] == weights["shadow.bias"] == shadow
     assert weights["args[0].weight"] == weights["args[0].bias"] == []

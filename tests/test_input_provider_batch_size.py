@@ -14,13 +14,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import analysed, marked_line
 from skyline_engine.errors import EntryPointError
 from skyline_engine.measure.inputs import Emptied, InputShapesSeen, InputsIgnoreBatchSize, input_shapes
-from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.render.terminal import render_report
-
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 
 ENTRY = """\
 import torch
@@ -48,16 +45,10 @@ def skyline_iteration_provider(model):
 
 
 def analysis(tmp_path, inputs: str) -> dict:
-    source = ENTRY.format(inputs=inputs)
-    (tmp_path / "entry_point.py").write_text(source, encoding="utf-8")
-    return analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
+    return analysed(tmp_path, source=ENTRY.format(inputs=inputs))
 
 
-def provider_line(tmp_path) -> int:
-    lines = (tmp_path / "entry_point.py").read_text(encoding="utf-8").splitlines()
-    return next(number for number, text in enumerate(lines, 1) if "# <- HERE" in text)
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "inputs",
     ["(torch.randn(16, 8),)", "(torch.randn(16, 8), {'mask': torch.ones(16, 8), 'scale': 2})"],
@@ -72,7 +63,7 @@ def test_inputs_that_ignore_the_batch_size_get_no_predictions(tmp_path, inputs):
     assert doc["iteration"]["repetitions"] > 1
     said = [w for w in doc["warnings"] if "skyline_input_provider" in w]
     assert len(said) == 1, doc["warnings"]
-    assert f"entry_point.py:{provider_line(tmp_path)}" in said[0]
+    assert f"entry_point.py:{marked_line(tmp_path / 'entry_point.py')}" in said[0]
     assert "same shapes" in said[0] and "(16, 8)" in said[0] and "nothing is predicted" in said[0]
     assert doc["models_withheld"] == said[0]
     report = render_report(doc)
@@ -80,6 +71,7 @@ def test_inputs_that_ignore_the_batch_size_get_no_predictions(tmp_path, inputs):
     assert "largest that fits" not in report
 
 
+@pytest.mark.slow
 def test_inputs_that_follow_the_batch_size_are_predicted(tmp_path):
     """The control: the same entry point with `batch_size` as the batch dimension."""
     doc = analysis(tmp_path, "(torch.randn(batch_size, 8),)")
@@ -130,21 +122,22 @@ def test_a_structure_of_tensors_reads_every_shape():
     assert [tuple(s) for s in shapes if isinstance(s, torch.Size)] == [(2, 3), (2,)]
 
 
+@pytest.mark.slow
 def test_the_breakdown_asked_for_alone_says_so(tmp_path):
     (tmp_path / "entry_point.py").write_text(ENTRY.format(inputs="(torch.randn(batch_size, 8),)"), encoding="utf-8")
-    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    doc = analyze(request).to_dict()
+    doc = analysed(tmp_path, predict=False)
     assert doc["models"] is None
     assert "breakdown alone" in doc["models_withheld"]
 
 
+@pytest.mark.slow
 def test_an_input_emptied_at_a_larger_batch_size_is_a_batch_size_the_code_does_not_support(tmp_path):
     # 16 // batch_size micro-batches: none above 16, the user's. Probes there trained on nothing,
     # and their peaks (no forward pass) bent the memory model down: a negative slope, 16 % off.
     doc = analysis(tmp_path, "(torch.randn(16 // batch_size, batch_size, 8),)")
     failing = doc["models"]["failing_batch_sizes"]
     assert failing and min(failing) > 16
-    line = f"entry_point.py:{provider_line(tmp_path)}: "
+    line = f"entry_point.py:{marked_line(tmp_path / 'entry_point.py')}: "
     (warning,) = [w for w in doc["warnings"] if w.startswith(line) and "empty input" in w]
     assert f"at batch size {min(failing)} (shape (0, {min(failing)}, 8)" in warning
     assert all(s["peak_memory_bytes"] > 0 for s in doc["models"]["samples"])
@@ -160,6 +153,7 @@ def test_an_input_empty_at_every_batch_size_is_the_users_own():
     assert seen.emptied(32) == Emptied(32, torch.Size([0, 4]), 8, torch.Size([8, 4]))
 
 
+@pytest.mark.slow
 def test_the_users_batch_size_measured_first_may_be_the_empty_one(tmp_path):
     # The user at 32 with 16 // batch_size micro-batches: none. The iteration trained on nothing,
     # and its "throughput" counted 32 samples it never saw; the half, 16, makes one.
@@ -170,7 +164,7 @@ def test_the_users_batch_size_measured_first_may_be_the_empty_one(tmp_path):
         encoding="utf-8",
     )
     with pytest.raises(EntryPointError) as raised:
-        analyze(AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK))
+        analysed(tmp_path)
     error = raised.value
-    assert (error.path, error.line) == ("entry_point.py", provider_line(tmp_path))
+    assert (error.path, error.line) == ("entry_point.py", marked_line(tmp_path / "entry_point.py"))
     assert "made an empty input at batch size 32 (shape (0, 32, 8); at batch size 16: (1, 16, 8))" in error.message

@@ -14,22 +14,16 @@ import pytest
 import torch
 import torch.nn as nn
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import SERVE_QUICK, analysed
 from skyline_engine.attribute.memory_growth import GROWING_MEMORY, MemoryGrowth
 from skyline_engine.measure.retention import measure_retention
-from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.render.terminal import render_report
 
 PROJECT = Path(__file__).parent / "projects" / "training_loops"
-QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 FLOAT32 = 4
 BATCH = 32  # the projects' default batch size
 HIDDEN = 256  # tests/projects/training_loops/model.py
 CLASSES = 10
-
-
-def analysed(entry: str, predict: bool = True) -> dict:
-    return analyze(AnalysisRequest(entry, PROJECT, device="cpu", budget=QUICK, predict=predict)).to_dict()
 
 
 def mlp_and_adam():
@@ -44,6 +38,7 @@ def steady(run, model, warm_up=4):
     return measure_retention(run, model, torch.device("cpu"))
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_a_graph_kept_alive_is_kept_memory_at_the_operations_that_made_it():
     model, optimizer, x, y = mlp_and_adam()
     kept = []
@@ -63,6 +58,7 @@ def test_a_graph_kept_alive_is_kept_memory_at_the_operations_that_made_it():
     assert retention.bytes_per_iteration == sum(by_name.values())
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_detached_outputs_kept_in_a_list_are_kept_memory():
     model, optimizer, x, y = mlp_and_adam()
     history = []
@@ -79,6 +75,7 @@ def test_detached_outputs_kept_in_a_list_are_kept_memory():
     assert [retention.operation_names[i] for i in retention.kept_bytes] == ["addmm.default"]
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_loops_that_replace_what_they_keep_keep_nothing():
     model, optimizer, x, y = mlp_and_adam()
     step = [0]
@@ -162,6 +159,7 @@ def test_loops_that_replace_what_they_keep_keep_nothing():
     assert steady(builds_a_graph_it_never_backwards, model).kept_bytes == {}
 
 
+@pytest.mark.slow  # real training iterations, measured by the engine (measure_retention)
 def test_a_leak_beside_memory_kept_for_a_while_is_measured_alone():
     # Each loop leaks its output (BATCH × CLASSES floats an iteration) and keeps more for a while:
     # a hidden activation through the next iteration, or gradients accumulated over four. Memory
@@ -198,9 +196,10 @@ def test_a_leak_beside_memory_kept_for_a_while_is_measured_alone():
 
 @pytest.fixture(scope="module")
 def keeps_graphs():
-    return analysed("keeps_graphs.py")
+    return analysed(PROJECT, "keeps_graphs.py", budget=SERVE_QUICK)
 
 
+@pytest.mark.slow
 def test_an_analysis_names_the_lines_whose_memory_is_kept(keeps_graphs):
     doc = keeps_graphs
     growth = doc["memory_growth"]
@@ -213,6 +212,7 @@ def test_an_analysis_names_the_lines_whose_memory_is_kept(keeps_graphs):
     assert "append `loss.item()`" in warning
 
 
+@pytest.mark.slow
 def test_peaks_that_grow_with_each_iteration_withhold_the_models(keeps_graphs):
     doc = keeps_graphs
     assert doc["models"] is None and doc["predictions"] == []
@@ -223,8 +223,9 @@ def test_peaks_that_grow_with_each_iteration_withhold_the_models(keeps_graphs):
     assert "Batch size   none to recommend: peak memory grows with every iteration (see the warnings)" in summary
 
 
+@pytest.mark.slow
 def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
-    doc = analysed("keeps_losses.py")
+    doc = analysed(PROJECT, "keeps_losses.py", budget=SERVE_QUICK)
     # The loss itself, a float32 scalar, made by the loss function at model.py:14.
     assert doc["memory_growth"] == {
         "bytes_per_iteration": FLOAT32,
@@ -234,9 +235,10 @@ def test_a_leak_too_small_to_move_the_peaks_is_told_and_the_models_kept():
     assert doc["models"] is not None and doc["models_withheld"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["eager.py", "accumulation.py", "mixed_precision.py", "optimizers.py", "gan.py"])
 def test_training_loops_that_keep_nothing_have_no_memory_growth(entry):
-    doc = analysed(entry, predict=False)
+    doc = analysed(PROJECT, entry, budget=SERVE_QUICK, predict=False)
     assert doc["memory_growth"] is None
     assert not any(w.startswith("Tensor memory grows") for w in doc["warnings"])
 

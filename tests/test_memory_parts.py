@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from engine_helpers import QUICK
 from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+pytestmark = pytest.mark.slow  # real analyses
+
 PROJECTS = Path(__file__).parent / "projects"
 
 ZERO_GRAD_LAST = """\

@@ -17,34 +17,34 @@ import pytest
 import torch
 
 from conftest import run_skyline
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import SERVE_QUICK, analysed
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
-from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict.linear import fit_line
 from skyline_engine.vocabulary import FORWARD_BACKWARD, OPTIMIZER
 
+pytestmark = pytest.mark.slow  # analyses and the CLI
+
 PROJECT = Path(__file__).parent / "projects" / "optimizer_dominated"
-QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 # Whether a memory-only probe is affordable depends on the iteration's time, which a busy machine
 # stretches (CI once found none affordable): these budgets leave a wide margin for the probes the
 # tests expect, and none for one at a batch size of millions.
-PLANNING = dataclasses.replace(QUICK, memory_probe_s=600.0)
-FURTHER = dataclasses.replace(QUICK, memory_probe_s=60.0)
+PLANNING = dataclasses.replace(SERVE_QUICK, memory_probe_s=600.0)
+FURTHER = dataclasses.replace(SERVE_QUICK, memory_probe_s=60.0)
 CAPACITY = 64 << 20
 
 
 @pytest.fixture(scope="module")
 def document():
-    request = AnalysisRequest("entry_point.py", PROJECT, device="cpu", budget=PLANNING, memory_capacity_bytes=CAPACITY)
-    return analyze(request).to_dict()
+    return analysed(PROJECT, budget=PLANNING, memory_capacity_bytes=CAPACITY)
 
 
 def measured_peak(batch_size: int, project: Path = PROJECT) -> int:
     """The real peak of one steady-state iteration at `batch_size`."""
     entry = load_entry_point(project / "entry_point.py", project)
+    cpu = torch.device("cpu")
     try:
-        with IterationRunner(entry, torch.device("cpu"), QUICK) as runner, runner.at_batch_size(batch_size) as run:
+        with IterationRunner(entry, cpu, SERVE_QUICK) as runner, runner.at_batch_size(batch_size) as run:
             runner.warm_up(run)
             return runner.memory(run).peak_bytes
     finally:
@@ -112,7 +112,7 @@ def test_memory_alone_is_measured_further_when_the_operations_differ_between_bat
     do not line up, so memory alone is measured at 4 and 16 times the largest, and the model,
     fitted per phase over all of them, reproduces those peaks."""
     project = Path(__file__).parent / "projects" / "branching"
-    doc = analyze(AnalysisRequest("entry_point.py", project, device="cpu", budget=FURTHER)).to_dict()
+    doc = analysed(project, budget=FURTHER)
     models = doc["models"]
     assert [s["batch_size"] for s in models["samples"]] == [16, 32, 64]
     assert [s["batch_size"] for s in models["memory_samples"]] == [256, 4096]
@@ -131,8 +131,7 @@ def test_memory_that_grows_with_the_batch_size_squared_is_planned_for_exactly():
     512, and a quadratic through the four, checked by the fourth, finds the true limit; time is
     trusted no further than what was timed."""
     project = Path(__file__).parent / "projects" / "contrastive"
-    request = AnalysisRequest("entry_point.py", project, device="cpu", budget=PLANNING, memory_capacity_bytes=CAPACITY)
-    doc = analyze(request).to_dict()
+    doc = analysed(project, budget=PLANNING, memory_capacity_bytes=CAPACITY)
     models = doc["models"]
     assert [s["batch_size"] for s in models["samples"]] == [32, 64, 128]
     assert 512 in [s["batch_size"] for s in models["memory_samples"]]

@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from engine_helpers import marked_line
 from nvim_helpers import (
     annotations,
     assert_no_traceback,
@@ -22,7 +23,7 @@ from nvim_helpers import (
     wait_for,
     wait_for_message,
 )
-from service_client import ENTRY_POINTS, marked_line
+from service_client import ENTRY_POINTS
 
 QUICK = "engine_args = {'--quick'}, device = 'cpu', profile_on_save = false, reprofile_delay_ms = 100"
 

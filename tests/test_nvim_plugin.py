@@ -16,6 +16,8 @@ from nvim_helpers import (
     wait_for_message,
 )
 
+pytestmark = pytest.mark.slow  # Neovim, and the remote plugin's Python in a subprocess
+
 COMMANDS = ["SkylineProfile", "SkylineStop", "SkylineBreakdown", "SkylineBatchSize", "SkylineConnect", "SkylineClear"]
 PLUGS = [
     "<Plug>(skyline-batch-inc)",

@@ -8,14 +8,14 @@ logits and each gradient flowing back through the cross-entropy are 1 MiB of flo
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+import pytest
 
 from conftest import run_skyline
-from service_client import marked_line
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import analysed, marked_line
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+pytestmark = pytest.mark.slow  # analyses and the CLI
+
 LOGITS_BYTES = 64 * 4096 * 4
 
 HEAD = """\
@@ -48,17 +48,12 @@ DROPPED = "        loss = F.cross_entropy(model(x), y)  # LOSS\n"
 HELD = "        logits = model(x)  # LOGITS\n        loss = F.cross_entropy(logits, y)  # LOSS\n"
 
 
-def analysed_source(tmp_path, source: str, name: str) -> tuple[dict, Path]:
-    """The document of the entry point `source`, written as `name`, on the CPU without predictions."""
-    entry = tmp_path / name
-    entry.write_text(source, encoding="utf-8")
-    request = AnalysisRequest(name, tmp_path, device="cpu", budget=QUICK, predict=False)
-    return analyze(request).to_dict(), entry
-
-
-def analysed(tmp_path, body: str, name: str) -> tuple[dict, dict[str, int]]:
-    document, entry = analysed_source(tmp_path, HEAD + body + TAIL, name)
-    return document, {mark: marked_line(entry, mark) for mark in ("LOSS", "LOGITS") if f"# {mark}" in body}
+def analysed_classifier(tmp_path, body: str, name: str) -> tuple[dict, dict[str, int]]:
+    """The document of the classifier's iteration with `body`, written as `name`, without
+    predictions; and the lines its markers are at."""
+    source = HEAD + body + TAIL
+    document = analysed(tmp_path, name, source=source, predict=False)
+    return document, {mark: marked_line(source, f"# {mark}") for mark in ("LOSS", "LOGITS") if f"# {mark}" in body}
 
 
 def test_the_engine_holds_no_output_holding_the_logits_costs_exactly_their_bytes(tmp_path):
@@ -79,7 +74,7 @@ def other_tensors(document: dict) -> dict[tuple[int, str], int]:
 
 
 def test_the_gradients_flowing_back_are_named_at_the_loss_line(tmp_path):
-    document, lines = analysed(tmp_path, DROPPED, "dropped.py")
+    document, lines = analysed_classifier(tmp_path, DROPPED, "dropped.py")
     peak = document["peak_memory_operation"]
     assert (peak["line"], peak["phase"]) == (lines["LOSS"], "backward")  # the cross-entropy's backward
     at_peak = other_tensors(document)
@@ -98,7 +93,7 @@ def test_the_gradients_flowing_back_are_named_at_the_loss_line(tmp_path):
 
 
 def test_logits_the_code_holds_are_named_at_their_line(tmp_path):
-    document, lines = analysed(tmp_path, HELD, "held.py")
+    document, lines = analysed_classifier(tmp_path, HELD, "held.py")
     assert other_tensors(document)[(lines["LOGITS"], "forward")] == LOGITS_BYTES
 
 
@@ -130,8 +125,8 @@ def test_a_step_s_temporaries_are_named_at_the_step_and_gradients_are_not(tmp_pa
     # Single-tensor Adam makes weight-sized temporaries on top of weights, gradients and its
     # state, where backward makes one (the wide layer's weight gradient, which becomes its .grad)
     # and the activations are a thousandth of them.
-    document, entry = analysed_source(tmp_path, ADAM, "adam.py")
-    step = marked_line(entry, "STEP")
+    document = analysed(tmp_path, "adam.py", source=ADAM, predict=False)
+    step = marked_line(ADAM, "# STEP")
     peak = document["peak_memory_operation"]
     assert (peak["line"], peak["phase"]) == (step, "optimizer")
     at_peak = other_tensors(document)
@@ -168,8 +163,8 @@ def skyline_iteration_provider(model):
 def test_a_tensor_freed_just_before_the_peak_s_operation_is_not_there(tmp_path):
     # Without gradients: a and b (512 KiB each), then a freed, then c (1 MiB): the peak is c's
     # operation, where b and c are alive and a no longer is.
-    document, entry = analysed_source(tmp_path, FREED, "freed.py")
-    b, c = (marked_line(entry, mark) for mark in "BC")
+    document = analysed(tmp_path, "freed.py", source=FREED, predict=False)
+    b, c = (marked_line(FREED, f"# {mark}") for mark in "BC")
     assert document["peak_memory_operation"]["line"] == c
     unit = 8 * 16 * 1024 * 4
     assert other_tensors(document) == {(b, "forward"): unit, (c, "forward"): 2 * unit}  # none at line `a`

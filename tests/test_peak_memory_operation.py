@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from service_client import marked_line
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import analysed, marked_line
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+pytestmark = pytest.mark.slow  # an analysis each
 
 HEAD = """\
 import torch
@@ -68,10 +66,8 @@ def skyline_iteration_provider(model):
 @pytest.mark.parametrize("case", CASES)
 def test_the_peak_is_named_at_the_line_that_reached_it(tmp_path, case):
     iteration, phase = CASES[case]
-    entry = tmp_path / "entry_point.py"
-    entry.write_text(HEAD + iteration, encoding="utf-8")
-    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    document = analyze(request).to_dict()
+    source = HEAD + iteration
+    document = analysed(tmp_path, source=source, predict=False)
     peak = document["peak_memory_operation"]
-    assert (peak["path"], peak["line"], peak["phase"]) == ("entry_point.py", marked_line(entry, "PEAK"), phase)
+    assert (peak["path"], peak["line"], peak["phase"]) == ("entry_point.py", marked_line(source, "# PEAK"), phase)
     assert peak["operation"]

@@ -9,17 +9,14 @@ import textwrap
 import pytest
 import torch
 
+from engine_helpers import SERVE_QUICK, analysed, marked_line
 from skyline_engine.analysis.probing import Probing
-from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.errors import OutOfMemory, UserCodeError
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
 from skyline_engine.measure.memory import MemoryProfile
-from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.predict.peak_memory import fit_peak_memory
 from skyline_engine.vocabulary import FORWARD_BACKWARD
-
-QUICK = TimingBudget(warmup_iterations=1, min_run_s=0.02, max_run_s=0.2)
 
 
 def write_entry(folder, default_batch_size, fits_up_to):
@@ -65,9 +62,10 @@ def write_entry(folder, default_batch_size, fits_up_to):
     return entry
 
 
+@pytest.mark.slow
 def test_a_probe_that_runs_out_of_memory_narrows_the_range(tmp_path):
     write_entry(tmp_path, default_batch_size=32, fits_up_to=40)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
+    doc = analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
     measured = [s["batch_size"] for s in doc["models"]["samples"]]
     # 32 (the user's), 16 (half); 64 and then 48 run out of memory; 40 fits.
     assert measured == [16, 32, 40]
@@ -76,30 +74,34 @@ def test_a_probe_that_runs_out_of_memory_narrows_the_range(tmp_path):
     assert doc["batch_size"] == 32
 
 
+@pytest.mark.slow
 def test_when_nothing_larger_fits_smaller_batch_sizes_are_measured(tmp_path):
     write_entry(tmp_path, default_batch_size=32, fits_up_to=32)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
+    doc = analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
     measured = [s["batch_size"] for s in doc["models"]["samples"]]
     assert measured == [8, 16, 32]
     assert doc["models"]["peak_memory_bytes"]["r2"] is not None
 
 
+@pytest.mark.slow
 def test_the_users_batch_size_running_out_of_memory_is_an_error_at_its_line(tmp_path):
     entry = write_entry(tmp_path, default_batch_size=64, fits_up_to=40)
-    line = next(i for i, text in enumerate(entry.read_text().splitlines(), 1) if "batch_size=64" in text)
+    line = marked_line(entry, "batch_size=64")
     with pytest.raises(OutOfMemory) as caught:
-        analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
+        analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
     error = caught.value
     assert (error.path, error.line) == ("entry.py", line)
     assert "batch size 64 does not fit" in error.message
 
 
+@pytest.mark.slow
 def test_batch_size_one_still_gets_three_probes(tmp_path):
     write_entry(tmp_path, default_batch_size=1, fits_up_to=1000)
-    doc = analyze(AnalysisRequest("entry.py", tmp_path, device="cpu", budget=QUICK)).to_dict()
+    doc = analysed(tmp_path, "entry.py", budget=SERVE_QUICK)
     assert [s["batch_size"] for s in doc["models"]["samples"]] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_the_out_of_memory_error_keeps_no_tensor_of_the_failed_iteration(tmp_path):
     """The error reporting an out-of-memory must not keep the failed iteration's tensors alive:
     on CUDA, releasing cached memory while it propagates would free nothing, and the next, smaller
@@ -116,7 +118,7 @@ def test_the_out_of_memory_error_keeps_no_tensor_of_the_failed_iteration(tmp_pat
     )
     loaded = load_entry_point(entry, tmp_path)
     try:
-        with IterationRunner(loaded, torch.device("cpu"), QUICK) as runner:
+        with IterationRunner(loaded, torch.device("cpu"), SERVE_QUICK) as runner:
             with pytest.raises(OutOfMemoryAtBatchSize) as caught, runner.at_batch_size(64) as run:
                 run()
             # While the error is held (as it is while it propagates through the cleanup that

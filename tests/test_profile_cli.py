@@ -27,6 +27,7 @@ def profiled(request, tmp_path_factory):
     return request.param, json.loads(out.read_text()), result
 
 
+@pytest.mark.slow
 def test_document_has_the_documented_fields_with_their_types(profiled):
     name, doc, _ = profiled
     assert doc["schema"] == "skyline.analysis/1"
@@ -65,6 +66,7 @@ def test_document_has_the_documented_fields_with_their_types(profiled):
     assert set(location) >= {"path", "line", "col_start", "col_end", "editable"}
 
 
+@pytest.mark.slow
 def test_measurements_are_real_and_consistent(profiled):
     _, doc, _ = profiled
     it = doc["iteration"]
@@ -78,6 +80,7 @@ def test_measurements_are_real_and_consistent(profiled):
     assert all(s["run_time_ms"] > 0 and s["peak_memory_bytes"] > 0 for s in samples)
 
 
+@pytest.mark.slow
 def test_peak_memory_grows_with_the_batch_size(profiled):
     _, doc, _ = profiled
     samples = sorted(doc["models"]["samples"], key=lambda s: s["batch_size"])
@@ -90,6 +93,7 @@ def peak(memory, batch_size):
     return max(line["slope"] * batch_size + line["bias"] for line in memory["phases"])
 
 
+@pytest.mark.slow
 def test_models_reproduce_the_measured_samples_within_their_stated_fit(profiled):
     _, doc, _ = profiled
     models = doc["models"]
@@ -106,6 +110,7 @@ def test_models_reproduce_the_measured_samples_within_their_stated_fit(profiled)
     assert mem["max_relative_residual"] < 1e-9
 
 
+@pytest.mark.slow
 def test_predictions_follow_the_models_and_respect_capacity(profiled):
     _, doc, _ = profiled
     models = doc["models"]
@@ -134,6 +139,7 @@ def test_predictions_follow_the_models_and_respect_capacity(profiled):
         assert any("did not grow with the batch size" in w for w in doc["warnings"])
 
 
+@pytest.mark.slow
 def test_batch_size_location_points_at_the_default_literal(profiled):
     _, doc, _ = profiled
     location = doc["batch_size_location"]
@@ -142,6 +148,7 @@ def test_batch_size_location_points_at_the_default_literal(profiled):
     assert location["editable"] is True
 
 
+@pytest.mark.slow
 def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
     name, doc, result = profiled
     report = result.stdout
@@ -155,6 +162,7 @@ def test_terminal_report_shows_throughput_memory_and_predictions(profiled):
     assert "measuring batch size" in result.stderr  # progress while it works
 
 
+@pytest.mark.slow
 def test_progress_off_a_terminal_is_plain_lines(profiled):
     _, _, result = profiled
     assert "\r" not in result.stderr and "\x1b" not in result.stderr
@@ -201,6 +209,7 @@ def run_in_terminal(*args, columns=160, timeout=240):
     return code, received.decode()
 
 
+@pytest.mark.slow
 def test_progress_on_a_terminal_is_one_line_rewritten_in_place_and_the_report_fits_it():
     code, output = run_in_terminal("profile", "examples/default/entry_point.py", "--device", "cpu", columns=80)
     assert code == 0, output
@@ -220,6 +229,7 @@ def test_progress_on_a_terminal_is_one_line_rewritten_in_place_and_the_report_fi
     assert "Hottest lines" in report and "Batch-size models" in report
 
 
+@pytest.mark.slow
 def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
     _, doc, result = profiled
     table = result.stdout.split("Batch sizes, measured and predicted\n")[1].split("\n\n")[0]
@@ -237,6 +247,7 @@ def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
         assert abs(value_ms - sample["run_time_ms"]) <= half_digit_ms + 1e-9, (row, sample["run_time_ms"])
 
 
+@pytest.mark.slow
 def test_batch_size_option_profiles_at_that_batch_size(tmp_path):
     out = tmp_path / "a.json"
     result = run_skyline(
@@ -249,6 +260,7 @@ def test_batch_size_option_profiles_at_that_batch_size(tmp_path):
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_set_batch_size_rewrites_only_the_literal_then_profiles(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(EXAMPLES / "default", project)
@@ -265,6 +277,7 @@ def test_set_batch_size_rewrites_only_the_literal_then_profiles(tmp_path):
     assert doc["entry_point"] == "entry_point.py"
 
 
+@pytest.mark.slow
 def test_project_root_option_makes_paths_relative_to_it(tmp_path):
     out = tmp_path / "a.json"
     result = run_skyline(
@@ -295,6 +308,7 @@ def words(text: str) -> list[str]:
     return text.split()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [70, 80, 100, 140])
 def test_the_report_fits_the_width_it_is_given_and_says_the_same(profiled, width):
     from skyline_engine.render.terminal import render_report

@@ -69,6 +69,7 @@ def test_the_markers_are_the_editors():
     assert tuple(re.findall(r"'([^']+)'", default.group(1))) == ROOT_MARKERS
 
 
+@pytest.mark.slow
 def test_profiling_an_entry_point_from_another_folder(tmp_path):
     """Run from elsewhere, the analysis finds the helper beside the entry point, attributes its
     line, and names files relative to the marked root."""
@@ -87,6 +88,7 @@ def test_profiling_an_entry_point_from_another_folder(tmp_path):
     assert "train/helper.py" in files, files
 
 
+@pytest.mark.slow
 def test_an_entry_point_inside_a_package_imports_from_it_as_python_m_would(tmp_path):
     """`python -m train.entry_point` runs a relative import, and an absolute one of the package;
     `python train/entry_point.py` fails both. The analysis runs them, and attributes the lines."""
@@ -105,6 +107,7 @@ def test_an_entry_point_inside_a_package_imports_from_it_as_python_m_would(tmp_p
     assert {"train/entry_point.py", "train/helper.py"} <= files, files
 
 
+@pytest.mark.slow
 def test_a_missing_entry_point_elsewhere_is_said_missing(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     result = run_skyline(

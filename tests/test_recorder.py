@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from service_client import marked_line
+from engine_helpers import marked_line
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
@@ -28,6 +28,8 @@ from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget
 from skyline_engine.vocabulary import BACKWARD, FORWARD, OPTIMIZER
+
+pytestmark = pytest.mark.slow  # the engine's iteration runner, each test
 
 ENTRY = "entry.py"  # in each test's own project folder
 BATCH_SIZE = 12

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_skyline
+from engine_helpers import marked_line
 from skyline_engine.render.files import write_json_atomic
 from skyline_engine.render.sqlite_report import write_memory_report
 
@@ -22,10 +23,7 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
-def marker_line(path: Path, marker: str) -> int:
-    return next(n for n, t in enumerate(path.read_text().splitlines(), 1) if t.rstrip().endswith(f"# {marker}"))
-
-
+@pytest.mark.slow
 def test_run_time_report_answers_skylines_queries(project):
     result = run_skyline("time", "entry_point.py", "-o", "time.sqlite", "--device", "cpu", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -41,19 +39,20 @@ def test_run_time_report_answers_skylines_queries(project):
             "GROUP BY f.file_path, f.line_number"
         )
     }
-    loop = per_line[("model.py", marker_line(project / "model.py", "LOOP"))]
+    loop = per_line[("model.py", marked_line(project / "model.py", "# LOOP"))]
     assert loop[0] > 0 and loop[1] > 0
-    helper = per_line[("helpers.py", marker_line(project / "helpers.py", "HELPER"))]
+    helper = per_line[("helpers.py", marked_line(project / "helpers.py", "# HELPER"))]
     assert helper[0] > 0 and helper[1] > 0
     # Outer frames follow the innermost one: the helper was called from the model's forward.
     outer = db.execute(
         "SELECT f2.file_path, f2.line_number FROM stack_frames f1 JOIN stack_frames f2 "
         "ON f2.entry_id = f1.entry_id AND f2.ordering = 1 WHERE f1.file_path = 'helpers.py' AND f1.line_number = ?",
-        (marker_line(project / "helpers.py", "HELPER"),),
+        (marked_line(project / "helpers.py", "# HELPER"),),
     ).fetchall()
-    assert ("model.py", marker_line(project / "model.py", "HELPER_CALL")) in outer
+    assert ("model.py", marked_line(project / "model.py", "# HELPER_CALL")) in outer
 
 
+@pytest.mark.slow
 def test_memory_report_answers_skylines_queries(project):
     result = run_skyline("memory", "entry_point.py", "-o", "memory.sqlite", "--device", "cpu", "--quiet", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -74,18 +73,19 @@ def test_memory_report_answers_skylines_queries(project):
         32 * 128 * 4,
         32 * 128 * 4,
         "model.py",
-        marker_line(project / "model.py", "INPUT_LAYER"),
+        marked_line(project / "model.py", "# INPUT_LAYER"),
     )
     activations = db.execute(
         "SELECT a.operation_name, a.size_bytes, f.file_path, f.line_number FROM activation_entries a "
         "JOIN stack_correlation c ON c.entry_id = a.id AND c.entry_type = 2 "
         "JOIN stack_frames f ON f.correlation_id = c.correlation_id AND f.ordering = 0"
     ).fetchall()
-    assert any(line == marker_line(project / "model.py", "LOOP") and size > 0 for _, size, _, line in activations)
+    assert any(line == marked_line(project / "model.py", "# LOOP") and size > 0 for _, size, _, line in activations)
     (peak,) = db.execute("SELECT size_bytes FROM misc_sizes WHERE key = 'peak_usage_bytes'").fetchone()
     assert peak >= sum(size + grad for size, grad, _, _ in weights.values())
 
 
+@pytest.mark.slow
 def test_the_reports_warnings_go_to_stderr_beside_the_file(tmp_path):
     # A leak changes what a memory report means, and its schema has no place to say so.
     root = tmp_path / "training_loops"
@@ -98,6 +98,7 @@ def test_the_reports_warnings_go_to_stderr_beside_the_file(tmp_path):
     assert "! Tensor memory grows by" in said and "made at model.py:12 (64.0 KiB)" in said, said
 
 
+@pytest.mark.slow
 def test_trace_is_a_chrome_trace_of_one_iteration(project):
     result = run_skyline(
         "profile",
@@ -115,13 +116,13 @@ def test_trace_is_a_chrome_trace_of_one_iteration(project):
     trace = json.loads((project / "trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["tid"] for e in spans} == {1, 2, 3}  # forward, backward and optimizer tracks
-    step = marker_line(project / "entry_point.py", "STEP")
+    step = marked_line(project / "entry_point.py", "# STEP")
     optimizer = [e for e in spans if e["tid"] == 3]
     assert optimizer and all(
         e["cat"] == "optimizer" and e["name"].endswith(f"entry_point.py:{step}") for e in optimizer
     )
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
-    loop = marker_line(project / "model.py", "LOOP")
+    loop = marked_line(project / "model.py", "# LOOP")
     assert any(e["name"] == f"addmm · model.py:{loop}" for e in spans)
     forward = [e for e in spans if e["tid"] == 1]
     assert forward == sorted(forward, key=lambda e: e["ts"])
@@ -146,6 +147,7 @@ def all_contexts(document):
         yield {"path": line["path"], "line": line["line"]}
 
 
+@pytest.mark.slow
 def test_report_output_path_is_checked_before_the_analysis(project):
     result = run_skyline("time", "entry_point.py", "-o", "missing/time.sqlite", "--device", "cpu", cwd=project)
     assert result.returncode == 1

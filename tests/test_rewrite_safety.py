@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
+from engine_helpers import SERVE_QUICK, analysed
 from skyline_engine.cli import _set_batch_size  # what `skyline profile --set-batch-size N` runs first
 from skyline_engine.entry.rewrite import ATTEMPTS, FileChanged, _write_in_place
 from skyline_engine.errors import SkylineError
-from skyline_engine.measure.timing import TimingBudget
 
 ENTRY = "entry_point.py"
 
@@ -137,11 +136,11 @@ def test_the_default_rewritten_is_that_of_the_definition_that_ran(tmp_path, prov
     assert defaults(path) == after
 
 
+@pytest.mark.slow
 def test_the_analysis_locates_the_default_of_the_definition_that_ran(tmp_path):
     """The editor's batch-size keys edit where the document's `batch_size_location` says."""
     path = write_entry(tmp_path, IF_ELSE)
-    quick = TimingBudget(warmup_iterations=1, min_run_s=0.02, max_run_s=0.2)
-    document = analyze(AnalysisRequest(ENTRY, tmp_path, device="cpu", predict=False, budget=quick)).to_dict()
+    document = analysed(tmp_path, ENTRY, budget=SERVE_QUICK, predict=False)
     location = document["batch_size_location"]
     line = path.read_text().split("\n")[location["line"] - 1]
     assert (location["value"], line.encode()[location["col_start"] : location["col_end"]]) == (8, b"8")
@@ -211,6 +210,7 @@ for number in range(count):
 APPENDED_LINES = 1000
 
 
+@pytest.mark.slow
 def test_lines_appended_while_rewrites_run_are_never_lost(tmp_path):
     path = write_entry(tmp_path, INPUT_PROVIDER)
     appender = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(APPENDED_LINES)])

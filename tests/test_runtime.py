@@ -65,6 +65,7 @@ def profiled(project, *options) -> tuple[str, dict]:
     return (project / "seen.txt").read_text(), json.loads((project / "out.json").read_text())
 
 
+@pytest.mark.slow
 def test_by_default_nothing_is_changed(project):
     seen, document = profiled(project)
     assert seen == "unset"
@@ -72,6 +73,7 @@ def test_by_default_nothing_is_changed(project):
     assert not any("--settle-runtime" in warning for warning in document["warnings"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "environment, seen, changes",
     [

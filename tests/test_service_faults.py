@@ -13,10 +13,11 @@ import signal
 
 import pytest
 
-from service_client import ServiceProcess, copy_project, marked_line, process_gone
+from engine_helpers import marked_line
+from service_client import ServiceProcess, copy_project, process_gone
 from skyline_engine.service.failures import MAX_DETAILS_CHARS
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
 WORKER_MEMORY_LIMIT = "2G"  # torch imports and the tiny model runs well within it (checked below)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +62,7 @@ def test_mutated_frames_get_answers_or_a_close(data, sizes, initialized):
     assert_well_formed(run_stream(data, sizes, token="secret", initialized=initialized))
 
 
+@pytest.mark.slow  # 300 examples, each a dispatcher and its messages: seconds
 @SETTINGS
 @given(st.lists(message_like, min_size=1, max_size=8), st.sampled_from([None, "secret"]), st.booleans())
 def test_any_decoded_object_gets_at_most_one_response_per_request(objects, token, initialized):

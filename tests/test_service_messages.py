@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from service_client import ServiceProcess, copy_project, marked_line
+from engine_helpers import marked_line
+from service_client import ServiceProcess, copy_project
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 import skyline_engine
-from service_client import ServiceProcess, copy_project, marked_line
+from engine_helpers import marked_line
+from service_client import ServiceProcess, copy_project
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
 SLOW = "slow/entry_point.py"
 TINY = "tiny/entry_point.py"

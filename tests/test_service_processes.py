@@ -18,7 +18,7 @@ import pytest
 
 from service_client import WAIT_S, ServiceProcess, copy_project, process_gone
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
 ESCAPES = "escapes/entry_point.py"
 

@@ -12,16 +12,16 @@ import signal
 import pytest
 
 import skyline_engine
+from engine_helpers import marked_line
 from service_client import (
     ServiceProcess,
     copy_project,
     deeply_nested,
-    marked_line,
     process_gone,
     request_with_deep_params,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
 TINY = "tiny/entry_point.py"
 SLOW = "slow/entry_point.py"

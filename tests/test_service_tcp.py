@@ -25,7 +25,7 @@ from service_client import (
     request_with_deep_params,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
 TINY = "tiny/entry_point.py"
 SLOW = "slow/entry_point.py"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import SERVE_QUICK, analysed, marked_line
 from skyline_engine.render.terminal import render_report
 
+pytestmark = pytest.mark.slow  # an analysis each
+
 PROJECT = Path(__file__).parent / "projects" / "training_loops"
-QUICK = TimingBudget(min_run_s=0.02, max_run_s=0.2)
 FLOAT32 = 4
 # tests/projects/training_loops/model.py: Linear(64, 256), Linear(256, 256), Linear(256, 10).
 BODY = (64 * 256 + 256) + (256 * 256 + 256)
@@ -24,9 +24,9 @@ HEAD = 256 * 10 + 10
 ADAM_STEPS = FLOAT32  # each parameter's `step`, a float32 scalar on the CPU
 
 
-def analysed(entry: str, predict: bool = True) -> dict:
-    request = AnalysisRequest(entry, PROJECT, device="cpu", budget=QUICK, predict=predict)
-    return analyze(request).to_dict()
+def analysed_loop(entry: str, predict: bool = True) -> dict:
+    """The document of PROJECT's `entry`, at the budget of `skyline serve --quick`."""
+    return analysed(PROJECT, entry, budget=SERVE_QUICK, predict=predict)
 
 
 def line(doc: dict, path: str, number: int) -> dict:
@@ -35,19 +35,18 @@ def line(doc: dict, path: str, number: int) -> dict:
 
 def marked(path: str, marker: str) -> int:
     """The line of PROJECT/`path` that ends with `# MARKER`."""
-    lines = (PROJECT / path).read_text().splitlines()
-    return next(n for n, text in enumerate(lines, start=1) if text.rstrip().endswith(f"# {marker}"))
+    return marked_line(PROJECT / path, f"# {marker}")
 
 
 @pytest.fixture(scope="module")
 def accumulation():
-    return analysed("accumulation.py")
+    return analysed_loop("accumulation.py")
 
 
 def test_a_scaler_that_skips_its_first_steps_is_measured_in_steady_state():
     # The scaler skips optimizer.step() for about 20 iterations: measured after one warm-up, Adam
     # had no state yet, and the peak was 789,348 bytes instead of 1,893,832.
-    doc = analysed("mixed_precision.py", predict=False)
+    doc = analysed_loop("mixed_precision.py", predict=False)
     state = doc["optimizer_state"]
     assert [(s["name"], s["size_bytes"]) for s in state] == [("Adam", 2 * FLOAT32 * (BODY + HEAD) + 6 * ADAM_STEPS)]
     assert (state[0]["contexts"][0]["path"], state[0]["contexts"][0]["line"]) == ("mixed_precision.py", 19)
@@ -59,7 +58,7 @@ def test_a_scaler_that_skips_its_first_steps_is_measured_in_steady_state():
 
 
 def test_a_loop_that_never_steps_says_so():
-    doc = analysed("never_steps.py", predict=False)
+    doc = analysed_loop("never_steps.py", predict=False)
     assert doc["optimizer_state"] == []
     notes = [w for w in doc["warnings"] if w.startswith("No optimizer stepped")]
     assert notes == [
@@ -72,7 +71,7 @@ def test_a_loop_that_never_steps_says_so():
 
 def test_an_iteration_without_a_backward_pass_is_not_waited_for_an_optimizer():
     # Before: 64 more warm-up iterations, and a warning about a GradScaler to an inference loop.
-    doc = analysed("inference.py", predict=False)
+    doc = analysed_loop("inference.py", predict=False)
     assert doc["optimizer_state"] == []
     assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
     assert doc["iteration"]["run_time_ms"] > 0
@@ -84,7 +83,7 @@ def test_an_iteration_without_a_backward_pass_is_not_waited_for_an_optimizer():
 
 def test_parameters_updated_by_hand_are_not_waited_for_an_optimizer():
     # Before: 64 more warm-up iterations, and a warning about a GradScaler to a loop that has no optimizer.
-    doc = analysed("manual_update.py", predict=False)
+    doc = analysed_loop("manual_update.py", predict=False)
     assert doc["optimizer_state"] == []
     assert not any(w.startswith("No optimizer stepped") for w in doc["warnings"])
     update = line(doc, "manual_update.py", 22)  # p -= 0.01 * p.grad: the update's time, at its line
@@ -93,7 +92,7 @@ def test_parameters_updated_by_hand_are_not_waited_for_an_optimizer():
 
 
 def test_the_update_around_the_step_is_step_time_and_an_evaluation_after_it_forward_time():
-    doc = analysed("clipped.py", predict=False)
+    doc = analysed_loop("clipped.py", predict=False)
     # clip_grad_norm_: the gradients' norms, their norm, the coefficient (computed from the
     # gradients: forward work before), the gradients scaled; then zero_grad's in-place zeroing.
     for number in (23, 25):
@@ -111,7 +110,7 @@ def test_averaged_copies_updated_after_the_step_are_step_time_their_weights_weig
     # The copies' updates read as forward time ("fwd 0.15 ms" on `ema.update_parameters(model)`):
     # they write no parameter of the model, but those of modules the iteration holds.
     # AveragedModel's own bookkeeping (`n_averaged == 0`, its count) stays forward work.
-    doc = analysed("ema.py", predict=False)
+    doc = analysed_loop("ema.py", predict=False)
     averaged = line(doc, "ema.py", marked("ema.py", "EMA_UPDATE"))["inclusive"]
     assert averaged["step_ms"] > 0 and averaged["backward_ms"] == 0
     by_hand = line(doc, "ema.py", marked("ema.py", "SHADOW_UPDATE"))
@@ -132,7 +131,7 @@ def test_averaged_copies_updated_after_the_step_are_step_time_their_weights_weig
 def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():
     # torch.func.grad refuses saved-tensor hooks: the analysis failed at its first recorded
     # iteration with "torch.func.{grad, vjp, jacrev, hessian} don't yet support saved tensor hooks".
-    doc = analysed("functional.py")
+    doc = analysed_loop("functional.py")
     assert doc["models"] is not None and doc["iteration"]["run_time_ms"] > 0
     assert any(w.startswith("torch.func's transforms (grad, vjp, jacrev) refuse") for w in doc["warnings"])
     # The model's lines carry the forward and backward passes grad() runs; the update, its line.
@@ -141,7 +140,7 @@ def test_a_functional_step_with_torch_func_runs_without_saved_tensor_hooks():
     # p -= 0.01 * found[name]: writes the parameters' storage (detached), the update's time
     assert line(doc, "functional.py", 29)["step_ms"] > 0
     # The next analysis in this process runs with hooks again: activations count by line.
-    manual = analysed("manual_update.py", predict=False)
+    manual = analysed_loop("manual_update.py", predict=False)
     assert not any("saved-tensor hooks" in w for w in manual["warnings"])
     assert line(manual, "model.py", 12)["memory_bytes"] > 0
 
@@ -179,7 +178,7 @@ def test_a_fused_optimizer_and_its_scheduler_step_in_the_step_phase(accumulation
 def test_accumulation_to_a_fixed_number_of_samples_counts_each_batch_sizes_micro_batches():
     # 128 samples a step at every batch size: counted with the user's 8 micro-batches, batch size 8
     # (16 of them) read half its throughput and 32 (4 of them) twice its, and the run-time line fell.
-    doc = analysed("samples_per_step.py")
+    doc = analysed_loop("samples_per_step.py")
     models = doc["models"]
     assert {s["batch_size"]: s["micro_batches"] for s in models["samples"]} == {8: 16, 16: 8, 32: 4}
     for sample in models["samples"]:
@@ -199,7 +198,7 @@ def test_a_batch_split_into_chunks_is_one_batch_not_micro_batches():
     # Four chunks at batch size 64, one forward and backward each, one step: counted as four
     # micro-batches of 64 samples, the throughput was four times what it is, and the calls at
     # other batch sizes (two chunks, eight) were told they differ.
-    doc = analysed("chunks.py")
+    doc = analysed_loop("chunks.py")
     it = doc["iteration"]
     assert it["micro_batches"] == 1 and doc["models"]["micro_batches"] == 1
     assert it["samples_per_second"] == pytest.approx(doc["batch_size"] / it["run_time_ms"] * 1000)
@@ -213,7 +212,7 @@ def test_a_batch_split_between_calls_is_one_batch_from_the_first_result_on(entry
     # x.chunk(4) runs the model four times at every batch size, as accumulation does, but on a
     # quarter of the batch each: it was counted as four micro-batches of 64 samples (163,655
     # samples/s for about 41,000), as x.split(16) was without a second batch size (--no-predict).
-    doc = analysed(entry, predict=predict)
+    doc = analysed_loop(entry, predict=predict)
     assert doc["iteration"]["micro_batches"] == 1
     assert doc["iteration"]["samples_per_second"] == pytest.approx(
         doc["batch_size"] / doc["iteration"]["run_time_ms"] * 1000
@@ -222,7 +221,7 @@ def test_a_batch_split_between_calls_is_one_batch_from_the_first_result_on(entry
 
 def test_sharpness_aware_minimization_evaluates_one_batch_twice_and_its_ascent_is_the_update():
     # Its two passes over the same batch read as two micro-batches: twice the throughput.
-    doc = analysed("sharpness_aware.py")
+    doc = analysed_loop("sharpness_aware.py")
     assert doc["iteration"]["micro_batches"] == 1 and doc["models"]["micro_batches"] == 1
     assert doc["models"]["samples_per_step"] is None
     ascent = line(doc, "sharpness_aware.py", marked("sharpness_aware.py", "ASCEND"))
@@ -232,14 +231,14 @@ def test_sharpness_aware_minimization_evaluates_one_batch_twice_and_its_ascent_i
 @pytest.mark.parametrize("entry", ["optimizers.py", "evaluates.py"])
 def test_one_micro_batch_without_accumulation(entry):
     # optimizers.py calls the model once; evaluates.py twice, the second time without gradients.
-    assert analysed(entry, predict=False)["iteration"]["micro_batches"] == 1
+    assert analysed_loop(entry, predict=False)["iteration"]["micro_batches"] == 1
 
 
 def test_lbfgs_is_measured_with_its_history_full_and_its_closure_is_no_micro_batch():
     # Measured after the warm-up's two steps, its history (two vectors of all the parameters per
     # inner iteration, 20 kept) read as a leak of 680 KB an iteration and the batch-size models
     # were withheld; its two closure calls a step read as two micro-batches (twice the throughput).
-    doc = analysed("lbfgs.py")
+    doc = analysed_loop("lbfgs.py")
     assert doc["memory_growth"] is None and doc["models"] is not None
     assert doc["iteration"]["micro_batches"] == 1 and doc["models"]["micro_batches"] == 1
     (state,) = doc["optimizer_state"]
@@ -250,7 +249,7 @@ def test_lbfgs_is_measured_with_its_history_full_and_its_closure_is_no_micro_bat
 
 
 def test_several_optimizers_and_parameter_groups_each_at_their_constructor():
-    doc = analysed("optimizers.py", predict=False)
+    doc = analysed_loop("optimizers.py", predict=False)
     found = [(s["name"], s["size_bytes"], s["contexts"][0]["line"]) for s in doc["optimizer_state"]]
     assert found == [
         ("SGD", FLOAT32 * BODY, 19),  # a momentum buffer for each parameter of both groups
@@ -268,7 +267,7 @@ DISCRIMINATOR = (64 * 64 + 64) + (64 * 1 + 1)
 def test_two_optimizers_of_one_class_each_at_the_constructor_of_the_name_that_steps_it():
     # The discriminator's Adam steps first but is constructed second: each Adam's state is at the
     # line that made the optimizer its code steps, not at the first Adam of the file.
-    doc = analysed("gan.py", predict=False)
+    doc = analysed_loop("gan.py", predict=False)
     source = (PROJECT / "gan.py").read_text().splitlines()
     constructed = {
         name: number
@@ -317,8 +316,7 @@ def test_optimizers_held_by_a_trainer_each_at_the_constructor_of_its_attribute(t
             """
         )
     )
-    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    doc = analyze(request).to_dict()
+    doc = analysed(tmp_path, budget=SERVE_QUICK, predict=False)
     found = {s["size_bytes"]: s["contexts"][0]["line"] for s in doc["optimizer_state"]}
     # A momentum buffer for each parameter: the actor's Linear(8, 32), the critic's Linear(32, 1).
     assert found == {FLOAT32 * (8 * 32 + 32): 7, FLOAT32 * (32 + 1): 6}
@@ -326,7 +324,7 @@ def test_optimizers_held_by_a_trainer_each_at_the_constructor_of_its_attribute(t
 
 def test_an_iteration_under_anomaly_detection_is_told_where_it_is_turned_on():
     # It made an MLP's iteration twice as slow, side by side: the times are the debugging's.
-    doc = analysed("detects_anomalies.py", predict=False)
+    doc = analysed_loop("detects_anomalies.py", predict=False)
     (warning,) = [w for w in doc["warnings"] if w.startswith("Autograd's anomaly detection was on")]
     assert f"(detects_anomalies.py:{marked('detects_anomalies.py', 'ANOMALY')})" in warning
     assert "torch.autograd.set_detect_anomaly(False)" in warning
@@ -337,7 +335,7 @@ DIFFERING_CALLS = "Your iteration does not do the same work on every call"
 
 
 def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ_and_recorded_for_a_cycle():
-    doc = analysed("accumulates_across_calls.py", predict=False)
+    doc = analysed_loop("accumulates_across_calls.py", predict=False)
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "stepped no optimizer and" in warning and "made one optimizer step (one call in 4)" in warning
     assert "measured it in whole cycles of 4 calls" in warning and "make one call one whole cycle" in warning
@@ -348,7 +346,7 @@ def test_an_iteration_that_steps_every_fourth_call_is_told_its_calls_differ_and_
 
 
 def test_a_generator_stepped_every_fifth_call_is_told_recorded_for_a_cycle_and_its_optimizer_state_found():
-    doc = analysed("critic_steps.py", predict=False)
+    doc = analysed_loop("critic_steps.py", predict=False)
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "made one optimizer step and" in warning and "made 2 optimizer steps (one call in 5)" in warning
     assert doc["attribution"]["recorded_iterations"] == 5
@@ -364,7 +362,7 @@ def test_calls_that_differ_in_a_cycle_are_measured_in_whole_cycles():
     # Each batch size's peak is that of one whole cycle starting where a cycle starts, so the
     # per-operation memory model reproduces every measured peak (one call's peaks, with or without
     # the generator's step, had missed it by up to 32 %); each timed block holds whole cycles.
-    doc = analysed("critic_steps.py")
+    doc = analysed_loop("critic_steps.py")
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "Skyline measured it in whole cycles of 5 calls" in warning
     models = doc["models"]
@@ -380,7 +378,7 @@ def test_an_evaluation_every_fifth_call_is_told_and_measured_in_whole_cycles():
     # call, the time left the evaluation out (the lower quartile of blocks leaned to the blocks
     # without it: 2.4 ms for 3.7 ms a call, averaged over a cycle, in a larger trial), and so did
     # the breakdown and the peak.
-    doc = analysed("evaluates_every_few_calls.py", predict=False)
+    doc = analysed_loop("evaluates_every_few_calls.py", predict=False)
     (warning,) = [w for w in doc["warnings"] if w.startswith(DIFFERING_CALLS)]
     assert "ran the model once and" in warning and "ran the model twice (one call in 5)" in warning
     assert "optimizer" not in warning.split(".")[0]
@@ -401,5 +399,5 @@ def test_an_evaluation_every_fifth_call_is_told_and_measured_in_whole_cycles():
 def test_iterations_whose_calls_all_step_alike_are_not_told_they_differ(entry):
     # A GradScaler's first skipped steps are warm-up; accumulation inside one call, two optimizers
     # each call, a model run several times each call: every call does the same work.
-    doc = analysed(entry, predict=False)
+    doc = analysed_loop(entry, predict=False)
     assert not any(w.startswith(DIFFERING_CALLS) for w in doc["warnings"])

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import analysed
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+pytestmark = pytest.mark.slow  # an analysis each
 
 ENTRY = """\
 import time
@@ -62,9 +61,7 @@ def skyline_iteration_provider(model):
 )
 def test_the_time_between_operations_is_told_inside_steps_or_outside(tmp_path, in_step, work, outside, inside):
     entry = ENTRY.format(in_step=in_step, work=work, outside=outside)
-    (tmp_path / "entry_point.py").write_text(entry, encoding="utf-8")
-    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    document = analyze(request).to_dict()
+    document = analysed(tmp_path, source=entry, predict=False)
     fraction = document["attribution"]["untracked_in_steps_fraction"]
     assert (fraction >= 0.5) is inside, fraction
     if work:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import io
 import sys
 
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.entry.user_output import SHOWN_LINES, first_lines_of_user_output
-from skyline_engine.measure.timing import TimingBudget
+import pytest
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+from engine_helpers import analysed
+from skyline_engine.entry.user_output import SHOWN_LINES, first_lines_of_user_output
 
 ENTRY = """\
 import sys
@@ -41,18 +40,17 @@ def skyline_iteration_provider(model):
 """
 
 
-def analysed(tmp_path, report: str) -> dict:
-    (tmp_path / "entry_point.py").write_text(ENTRY.format(report=report), encoding="utf-8")
-    request = AnalysisRequest("entry_point.py", tmp_path, device="cpu", budget=QUICK, predict=False)
-    return analyze(request).to_dict()
+def analysed_reporting(tmp_path, report: str) -> dict:
+    return analysed(tmp_path, source=ENTRY.format(report=report), predict=False)
 
 
 def output_notes(document: dict) -> list[str]:
     return [w for w in document["warnings"] if "Your code printed" in w]
 
 
+@pytest.mark.slow
 def test_a_printing_iteration_shows_its_first_lines_and_counts_the_rest(tmp_path, capsys):
-    document = analysed(tmp_path, 'print("loss", float(loss.detach())); print("to stderr", file=sys.stderr)')
+    document = analysed_reporting(tmp_path, 'print("loss", float(loss.detach())); print("to stderr", file=sys.stderr)')
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == "building the model"
     assert len(out.splitlines()) == SHOWN_LINES
@@ -67,8 +65,9 @@ def test_a_printing_iteration_shows_its_first_lines_and_counts_the_rest(tmp_path
     assert capsys.readouterr().out == "after\n"
 
 
+@pytest.mark.slow
 def test_a_quiet_iteration_gets_no_note(tmp_path, capsys):
-    document = analysed(tmp_path, "pass")
+    document = analysed_reporting(tmp_path, "pass")
     assert capsys.readouterr().out == "building the model\n"
     assert output_notes(document) == []
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from service_client import marked_line
-from skyline_engine.analysis.session import AnalysisRequest, analyze
-from skyline_engine.measure.timing import TimingBudget
+from engine_helpers import analysed, marked_line
 
-QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
+pytestmark = pytest.mark.slow  # an analysis
+
 TOKENS, BATCH = 12, 4
 
 ENTRY = f"""\
@@ -68,46 +67,39 @@ def skyline_iteration_provider(model):
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
-    project = tmp_path_factory.mktemp("weights")
-    (project / "entry_point.py").write_text(ENTRY, encoding="utf-8")
-    request = AnalysisRequest("entry_point.py", project, device="cpu", budget=QUICK, predict=False)
-    return project / "entry_point.py", analyze(request).to_dict()
+def document(tmp_path_factory):
+    return analysed(tmp_path_factory.mktemp("weights"), source=ENTRY, predict=False)
 
 
 def weights_at(document, line):
     return [w for w in document["weights"] if w["contexts"] and w["contexts"][0]["line"] == line]
 
 
-def test_every_weight_has_a_line(analysed):
-    _, document = analysed
+def test_every_weight_has_a_line(document):
     assert [w["name"] for w in document["weights"] if not w["contexts"]] == []
 
 
-def test_a_cloned_layers_weights_belong_to_the_line_that_made_the_clones(analysed):
-    entry, document = analysed
-    encoder = weights_at(document, marked_line(entry, "ENCODER"))
+def test_a_cloned_layers_weights_belong_to_the_line_that_made_the_clones(document):
+    encoder = weights_at(document, marked_line(ENTRY, "# ENCODER"))
     assert {w["name"].split(".")[3] for w in encoder} == {"0", "1"}  # model.encoder.layers.<i>
     assert all(w["name"].startswith("model.encoder.layers.") for w in encoder)
     # A helper of the project that makes the copies is their line, as for any weight it creates;
     # the line that called it comes next.
-    blocks = weights_at(document, marked_line(entry, "CLONES"))
+    blocks = weights_at(document, marked_line(ENTRY, "# CLONES"))
     assert sorted(w["name"] for w in blocks) == [f"model.blocks.{i}.{p}" for i in range(3) for p in ("bias", "weight")]
-    assert all(w["contexts"][1]["line"] == marked_line(entry, "BLOCKS") for w in blocks)
-    line = next(row for row in document["lines"] if row["line"] == marked_line(entry, "ENCODER"))
+    assert all(w["contexts"][1]["line"] == marked_line(ENTRY, "# BLOCKS") for w in blocks)
+    line = next(row for row in document["lines"] if row["line"] == marked_line(ENTRY, "# ENCODER"))
     assert line["memory_bytes"] == sum(w["size_bytes"] + w["grad_size_bytes"] for w in encoder)
 
 
-def test_a_tied_weight_keeps_the_line_that_made_it(analysed):
-    entry, document = analysed
-    names = [w["name"] for w in weights_at(document, marked_line(entry, "HEAD"))]
+def test_a_tied_weight_keeps_the_line_that_made_it(document):
+    names = [w["name"] for w in weights_at(document, marked_line(ENTRY, "# HEAD"))]
     assert "model.head.weight" in names and "model.head.bias" in names
-    assert [w["name"] for w in weights_at(document, marked_line(entry, "TIED"))] == ["model.head2.bias"]
+    assert [w["name"] for w in weights_at(document, marked_line(ENTRY, "# TIED"))] == ["model.head2.bias"]
 
 
-def test_a_sparse_gradient_counts_its_rows(analysed):
-    entry, document = analysed
-    (embed,) = weights_at(document, marked_line(entry, "EMBED"))
+def test_a_sparse_gradient_counts_its_rows(document):
+    (embed,) = weights_at(document, marked_line(ENTRY, "# EMBED"))
     assert embed["size_bytes"] == 1000 * 32 * 4
     # The rows of the batch's tokens (coalesced at most once each) with their indices, not the table.
     rows = BATCH * TOKENS
