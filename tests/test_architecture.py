@@ -145,6 +145,7 @@ def test_the_halves_stay_apart(folder, forbidden):
 HEAVY = "import sys, {module}; print(*sorted({{m.split('.')[0] for m in sys.modules}} & {{'torch', 'numpy'}}))"
 
 
+@pytest.mark.slow  # a fresh interpreter each
 @pytest.mark.parametrize(
     "module, heavy",
     [

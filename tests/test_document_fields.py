@@ -193,12 +193,14 @@ def test_the_declared_shape_is_the_documented_one():
 
 
 @needs_310
+@pytest.mark.slow  # real analyses
 def test_every_document_written_has_the_declared_shape(documents):
     for document in documents:
         assert mismatches(document, DocumentDict) == []
 
 
 @needs_310
+@pytest.mark.slow  # real analyses
 def test_the_shape_check_sees_a_value_that_breaks_it(documents):
     changed = copy.deepcopy(documents[0])
     changed["device"]["extra"] = 1
