@@ -3,19 +3,27 @@ analysis/session.py): never slower than the user's batch size, never within the 
 always measured, or none and why; and the trusted range cut where a probe past the timed batch
 sizes finds the run-time line bending.
 
-The rule is tested on fixed models and measurements.
+The rule is tested on fixed models and measurements; the confirming step in real analyses of a
+tiny entry point (real torch, real iterations) whose clock is injected, so that each batch size's
+time is the one written here; and once with real timing, for what must hold whatever the load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from skyline_engine.measure.iteration import Sample
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure import iteration as iteration_module
+from skyline_engine.measure.iteration import IterationRunner, Sample
 from skyline_engine.measure.memory import MemoryProfile
-from skyline_engine.measure.timing import TimingStats
+from skyline_engine.measure.timing import TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.recommendation import (
     NOISE_FLOOR,
@@ -28,6 +36,9 @@ from skyline_engine.predict.recommendation import (
 )
 from skyline_engine.vocabulary import FORWARD_BACKWARD
 
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "tests" / "service_entry_points" / "tiny"
+QUICK = TimingBudget(min_run_s=0.05, max_run_s=0.3)
 GiB = 1 << 30
 
 
@@ -213,3 +224,128 @@ def test_a_probe_below_the_line_ends_the_trusted_range_at_the_largest_timed():
         "the largest measured: throughput at 1,024 fell below the run-time line (see the warnings), so nothing past "
         "256 is predicted"
     )
+
+
+class InjectedTimes:
+    """A clock that reads each block's time from `ms` (batch size → milliseconds an iteration)
+    summed over the iterations it ran, which run for real: the analysis sees these times."""
+
+    def __init__(self, ms: Callable[[int], float]) -> None:
+        self.ms = ms
+        self.ran: list[int] = []
+
+    def time_ms(self, run_block: Callable[[], None]) -> float:
+        self.ran.clear()
+        run_block()
+        return sum(self.ms(b) for b in self.ran)
+
+
+@contextlib.contextmanager
+def injected_times(ms: Callable[[int], float]) -> Iterator[None]:
+    """Every analysis meanwhile times its iterations with `InjectedTimes(ms)`."""
+    clock = InjectedTimes(ms)
+    calls = IterationRunner._call_iteration
+
+    def call(runner: IterationRunner, inputs, batch_size: int) -> None:
+        clock.ran.append(batch_size)
+        calls(runner, inputs, batch_size)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(IterationRunner, "_call_iteration", call)
+        patch.setattr(iteration_module, "clock_for", lambda device: clock)
+        yield
+
+
+def straight(b: int) -> float:
+    """0.01 ms a sample + 1 ms: the knee at 900, rounded up to 128 doubled: 1,024."""
+    return 0.01 * b + 1.0
+
+
+def bending(b: int) -> float:
+    """As `straight` up to 256, then half as slow again."""
+    return straight(b) * (1.5 if b > 256 else 1.0)
+
+
+def tiny_analysis(ms: Callable[[int], float]) -> dict:
+    with injected_times(ms):
+        return analyze(AnalysisRequest("entry_point.py", TINY, batch_size=128, device="cpu", budget=QUICK)).to_dict()
+
+
+@pytest.fixture(scope="module")
+def straight_document() -> dict:
+    return tiny_analysis(straight)
+
+
+def test_a_real_analysis_recommends_the_batch_size_it_timed_beside_yours(straight_document):
+    models = straight_document["models"]
+    assert [s["batch_size"] for s in models["samples"]] == [64, 128, 256]
+    assert models["throughput_knee_batch_size"] in (900, 901)  # 9 × 1 / 0.01, give or take the fit's last bit
+    advice = models["recommendation"]
+    assert advice["batch_size"] == 1024 and advice["measured"] is True
+    checks = {s["batch_size"]: s for s in models["checks"]}
+    assert sorted(checks) == [128, 1024]  # the user's again, and the suggestion (the probe past 256 too)
+    assert advice["samples_per_second"] == checks[1024]["samples_per_second"] == pytest.approx(1024 / 11.24 * 1000)
+    assert advice["users_samples_per_second"] == checks[128]["samples_per_second"]
+    assert models["line_bends_at"] is None and models["trusted_range"] == [64, 1024]
+    # The chart shows 1,024 as measured: the check's measurement.
+    (row,) = [p for p in straight_document["predictions"] if p["batch_size"] == 1024]
+    assert row["measured"] == checks[1024]
+
+
+def test_a_real_analysis_whose_line_bends_past_the_timed_batch_sizes_cuts_the_trusted_range():
+    document = tiny_analysis(bending)
+    models = document["models"]
+    assert models["line_bends_at"] == 1024
+    assert models["trusted_range"] == [64, 256]
+    assert [p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 512] == [True]
+    (warning,) = [w for w in document["warnings"] if w.startswith("Batch size 1,024, timed beside yours")]
+    assert "ran 33% below the throughput the run-time line predicts there" in warning
+    assert "the trusted range ends at 256, the largest timed" in warning
+    # 256, timed with the models, 28% faster than 128 beside it: the recommendation.
+    advice = models["recommendation"]
+    samples = {s["batch_size"]: s for s in models["samples"]}
+    assert advice["batch_size"] == 256 and advice["measured"] is True
+    assert advice["samples_per_second"] == samples[256]["samples_per_second"]
+    assert advice["users_samples_per_second"] == samples[128]["samples_per_second"]
+    assert advice["reason"].startswith("the largest measured: throughput at 1,024 fell below the run-time line")
+
+
+def test_a_suggestion_the_users_code_fails_at_is_not_recommended(tmp_path):
+    # The tiny model, whose input provider refuses more than 1,000 samples: the suggestion, 1,024,
+    # fails when measured; the trusted range stops short of it, and nothing is recommended.
+    shutil.copytree(TINY, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    entry = tmp_path / "entry_point.py"
+    refuses = "    assert batch_size <= 1000, 'at most 1,000 samples'\n    return (torch.randn(batch_size, 8),)"
+    entry.write_text(entry.read_text().replace("    return (torch.randn(batch_size, 8),)", refuses))
+    with injected_times(straight):
+        request = AnalysisRequest("entry_point.py", tmp_path, batch_size=128, device="cpu", budget=QUICK)
+        document = analyze(request).to_dict()
+    models = document["models"]
+    assert models["failing_batch_sizes"] == [1024]
+    assert models["trusted_range"] == [64, 1023]
+    assert any(w.startswith("entry_point.py:") and "at most 1,000 samples" in w for w in document["warnings"])
+    advice = models["recommendation"]
+    assert advice["batch_size"] is None and advice["measured"] is False
+    assert advice["reason"] == (
+        "1,023, which the models suggest, was not timed: profile with --batch-size 1023 to measure it; 1,024 was not "
+        "timed either: your code fails there (see the warnings)"
+    )
+    assert models["checks"] == []
+
+
+def test_whatever_the_load_a_real_analysis_recommends_only_a_batch_size_measured_faster_beyond_the_noise():
+    document = analyze(AnalysisRequest("entry_point.py", TINY, batch_size=64, device="cpu", budget=QUICK)).to_dict()
+    models = document["models"]
+    advice = models["recommendation"]
+    assert advice["reason"]
+    if advice["batch_size"] is None:
+        assert advice["samples_per_second"] is None and advice["measured"] is False
+        return
+    assert advice["measured"] is True and advice["batch_size"] != 64
+    for timed in (models["checks"], models["samples"]):
+        found = {s["batch_size"]: s for s in timed}
+        if advice["batch_size"] in found and 64 in found:
+            break
+    assert advice["samples_per_second"] == found[advice["batch_size"]]["samples_per_second"]
+    assert advice["users_samples_per_second"] == found[64]["samples_per_second"]
+    assert advice["samples_per_second"] >= (1 + NOISE_FLOOR) * advice["users_samples_per_second"]

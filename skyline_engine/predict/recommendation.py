@@ -267,9 +267,10 @@ def recommend(
         return Recommendation.none(f"{batch_size:,}, which the models suggest, was not timed: {not_timed[batch_size]}")
     pair = _timed_together(batch_size, users, samples, checks)
     if pair is None:
+        others = "".join(f"; {b:,} was not timed either: {why}" for b, why in sorted((not_timed or {}).items()))
         return Recommendation.none(
             f"{batch_size:,}, which the models suggest, was not timed: profile with --batch-size {batch_size} to "
-            "measure it"
+            f"measure it{others}"
         )
     theirs, yours = pair
     gain = theirs.samples_per_second / yours.samples_per_second
