@@ -310,6 +310,27 @@ def test_a_real_analysis_whose_line_bends_past_the_timed_batch_sizes_cuts_the_tr
     assert advice["reason"].startswith("the largest measured: throughput at 1,024 fell below the run-time line")
 
 
+def test_where_no_probe_past_the_timed_batch_sizes_fits_the_budget_the_range_ends_at_them():
+    # 0.5 ms a sample + 20 ms: 148 ms at 256, and the budget times no iteration of more than
+    # 0.3 s / 3 blocks = 100 ms: nothing past 256 is timed, so nothing past it is trusted.
+    document = tiny_analysis(lambda b: 0.5 * b + 20.0)
+    models = document["models"]
+    assert models["range_unprobed"] is True and models["line_bends_at"] is None
+    assert models["trusted_range"] == [64, 256] and models["checks"] == []
+    advice = models["recommendation"]  # the largest timed, 14% faster than 128 beside it
+    assert advice["batch_size"] == 256 and advice["measured"] is True
+    assert advice["samples_per_second"] == pytest.approx(256 / 148 * 1000)
+    assert advice["reason"] == (
+        "the largest measured: no batch size past 256 could be timed within the budget to check the run-time line "
+        "there; profile with --batch-size 256 to measure further"
+    )
+    unprobed = dataclasses.replace(MODELS, range_unprobed=True)
+    assert unprobed.trusted_range == (64, 256)
+    assert unprobed.trusted_range_end == "the largest measured: no batch size past it could be timed within the budget"
+    document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **unprobed.to_dict()}
+    assert BatchSizeModels.from_dict(document_models, GiB).range_unprobed
+
+
 def test_a_suggestion_the_users_code_fails_at_is_not_recommended(tmp_path):
     # The tiny model, whose input provider refuses more than 1,000 samples: the suggestion, 1,024,
     # fails when measured; the trusted range stops short of it, and nothing is recommended.

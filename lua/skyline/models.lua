@@ -26,6 +26,9 @@ function M.trusted_range_end(models)
   if models.line_bends_at then
     return string.format('the largest measured: throughput at %d fell below the run-time line', models.line_bends_at)
   end
+  if models.range_unprobed then
+    return 'the largest measured: no batch size past it could be timed within the budget'
+  end
   if end_ == models.samples_per_step then
     return 'the samples per optimizer step, beyond which a step runs less than one micro-batch'
   end

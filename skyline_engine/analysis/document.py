@@ -128,6 +128,7 @@ class ModelsDict(TypedDict):
     trusted_range: list[int]  # [low, high]
     failing_batch_sizes: list[int]
     line_bends_at: int | None
+    range_unprobed: bool
     throughput_knee_batch_size: int | None
     throughput_knee_samples_per_second: float | None
     best_batch_size: int | None

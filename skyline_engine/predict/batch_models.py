@@ -122,6 +122,9 @@ class BatchSizeModels:
     # below the run-time line's by more than the noise (predict/recommendation.py, line_shortfall):
     # the trusted range ends at the largest timed batch size. None where none did.
     line_bends_at: int | None = None
+    # Where the trusted range would extend past the timed batch sizes, but no probe there could be
+    # timed within the budget: it ends at the largest timed, unchecked beyond.
+    range_unprobed: bool = False
 
     @classmethod
     def fit(
@@ -183,6 +186,7 @@ class BatchSizeModels:
             failing_batch_sizes=tuple(sorted(int(b) for b in models.get("failing_batch_sizes", []))),
             samples_per_step=None if models.get("samples_per_step") is None else int(models["samples_per_step"]),
             line_bends_at=None if models.get("line_bends_at") is None else int(models["line_bends_at"]),
+            range_unprobed=bool(models.get("range_unprobed", False)),
         )
 
     @property
@@ -197,8 +201,8 @@ class BatchSizeModels:
         follow (a CLIP loss's line over 256-1,024 samples said 202 ms at 4,096; it took 826).
         Never up to a batch size the user's code failed at (below the smallest timed, one is
         outside already). Where a probe past the timed batch sizes found the line bending
-        (`line_bends_at`), to the largest timed."""
-        high = self.measured_batch_sizes[-1] if self.line_bends_at else self._measured_end()
+        (`line_bends_at`), or where none could be timed (`range_unprobed`), to the largest timed."""
+        high = self.measured_batch_sizes[-1] if self.line_bends_at or self.range_unprobed else self._measured_end()
         failing = self._failing_above()
         return self.measured_batch_sizes[0], high if failing is None else min(high, failing - 1)
 
@@ -221,6 +225,8 @@ class BatchSizeModels:
             return f"the batch size below {end + 1}, where your code fails"
         if self.line_bends_at:
             return f"the largest measured: throughput at {self.line_bends_at} fell below the run-time line"
+        if self.range_unprobed:
+            return "the largest measured: no batch size past it could be timed within the budget"
         if end == self.samples_per_step:
             return "the samples per optimizer step, beyond which a step runs less than one micro-batch"
         if self.peak_memory.quadratic:
@@ -388,6 +394,7 @@ class BatchSizeModels:
             "trusted_range": [low, high],
             "failing_batch_sizes": list(self.failing_batch_sizes),
             "line_bends_at": self.line_bends_at,
+            "range_unprobed": self.range_unprobed,
             "throughput_knee_batch_size": knee,
             "throughput_knee_samples_per_second": self.predict(knee).samples_per_second if knee else None,
             "best_batch_size": self.best_batch_size(),

@@ -23,7 +23,8 @@ it was when the line moves a little (19 and 28 are both 32 for a user at 8).
 Before the trusted range extends past the timed batch sizes, one probe there is timed beside the
 user's batch size (`range_probe`); where its throughput falls below the line's by more than the
 noise (`line_shortfall`), the range ends at the largest timed batch size (the models'
-`line_bends_at`).
+`line_bends_at`), as it does where no probe there can be timed within the budget
+(`range_unprobed`).
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
         why = f"all your {per_step:,} samples per optimizer step in one micro-batch: no accumulation"
         return _worth_timing(models, users, high, why, "all your samples per optimizer step in one micro-batch")
     measured = models.measured_batch_sizes[-1]
+    if models.range_unprobed:
+        why = (
+            f"the largest measured: no batch size past {measured:,} could be timed within the budget to check the "
+            f"run-time line there; profile with --batch-size {measured} to measure further"
+        )
+        return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
     if models.line_bends_at:
         why = (
             f"the largest measured: throughput at {models.line_bends_at:,} fell below the run-time line (see the "
@@ -284,7 +291,10 @@ def recommend(
 
 
 def _compared(gain: float) -> str:
-    """`only 4% faster than`, `no faster than`, `20% slower than`: a gain too small to act on."""
+    """`only 4% faster than`, `no faster than`, `20% slower than`: a gain too small to act on (or
+    `only 2.2× as fast as`, where the noise is more)."""
+    if gain >= 2:
+        return f"only {gain:.1f}× as fast as"
     if round(gain - 1, 2) > 0:
         return f"only {gain - 1:.0%} faster than"
     return "no faster than" if round(gain - 1, 2) == 0 else f"{1 - gain:.0%} slower than"
@@ -309,7 +319,7 @@ def range_probe(models: BatchSizeModels, suggested: int | None, affordable: Call
     the range does not extend past the timed batch sizes, or no time is predicted."""
     largest_timed = models.measured_batch_sizes[-1]
     high = models.trusted_range[1]
-    if not models.time_predictable or models.line_bends_at or high <= largest_timed:
+    if not models.time_predictable or models.line_bends_at or models.range_unprobed or high <= largest_timed:
         return None
     if suggested is not None and largest_timed < suggested <= high and affordable(suggested):
         return suggested
