@@ -33,6 +33,7 @@ from skyline_engine.predict.recommendation import (
     noise,
     range_probe,
     recommend,
+    too_noisy,
 )
 from skyline_engine.vocabulary import FORWARD_BACKWARD
 
@@ -96,6 +97,19 @@ def test_the_suggestion_is_recommended_only_measured_faster_than_yours_beyond_th
     # 26% faster, but measurements spreading 40% and 20% of their times: their bands overlap.
     advice = recommend(MODELS, 128, TIMED, [sample(128, 2.75, 0.4), sample(512, 8.75, 0.2)])
     assert advice.batch_size is None and "a change must be at least 30% faster" in advice.reason
+
+
+def test_times_that_spread_too_much_to_place_the_line_suggest_nothing():
+    # The user's blocks spread by 30% of their mean: whatever 512 measured, the line through such
+    # times (and its knee) is the machine's load.
+    timed = [TIMED[0], sample(128, 2.75, 0.3), TIMED[2]]
+    advice = recommend(fit(timed), 128, timed, [sample(128, 2.75), sample(512, 5.0)])
+    assert advice.batch_size is None
+    assert advice.reason == (
+        "the times of batch size 128 spread by 30% of their mean (IQR), too much to tell which batch size runs "
+        "faster; re-run on a quiet machine"
+    )
+    assert too_noisy([TIMED[0], sample(128, 2.75, 0.25), TIMED[2]]) is None
 
 
 def test_it_compares_the_suggestion_with_yours_from_the_same_rounds():

@@ -42,7 +42,14 @@ from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
-from skyline_engine.predict.recommendation import Recommendation, candidate, line_shortfall, range_probe, recommend
+from skyline_engine.predict.recommendation import (
+    Recommendation,
+    candidate,
+    line_shortfall,
+    range_probe,
+    recommend,
+    too_noisy,
+)
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
@@ -254,12 +261,15 @@ class _Analysis:
             predicted = models.predict(batch_size).run_time_ms
             return predicted is not None and predicted <= limit_ms
 
-        suggested = candidate(models, self.batch_size).batch_size
+        def suggestion() -> int | None:  # none to time where the models' times spread too much
+            return None if too_noisy(samples) else candidate(models, self.batch_size).batch_size
+
+        suggested = suggestion()
         probe = range_probe(models, suggested, affordable)
         if probe is None and range_probe(models, suggested, lambda batch_size: True) is not None:
             # The range would extend past the timed batch sizes, unchecked: it ends at the largest.
             models = dataclasses.replace(models, range_unprobed=True)
-            suggested = candidate(models, self.batch_size).batch_size
+            suggested = suggestion()
         timed = {s.batch_size for s in samples}
         not_timed: dict[int, str] = {}
         wanted = {b for b in (suggested, probe) if b is not None and b not in timed}

@@ -12,7 +12,8 @@ change worth making.
 
 The analysis then times the suggestion beside the user's batch size (analysis/session.py), and
 `recommend` recommends it only where its measured throughput beats the user's, timed in the same
-rounds, by the noise: NOISE_FLOOR, or where more, the two measurements' spread (`noise`). So a
+rounds, by the noise: NOISE_FLOOR, or where more, the two measurements' spread (`noise`); and
+nothing where the models' own measurements spread too much to place the line (`too_noisy`). So a
 recommendation is never slower than the user's batch size, never within the noise of it, and
 always quotes a measurement. (Back-to-back analyses of one model on a busy 2-core machine had
 advised 28, 19 and 6, and "use 4 for 4.7 samples/s (measured), 20 % slower than yours (8)": the
@@ -44,6 +45,12 @@ NOISE_FLOOR = 0.10
 # Where the run-time line predicts nothing, measured times that fall by more than this share as
 # the batch size grows say the machine's speed changed while timing, not the model.
 FALLING_TIMES = 0.05
+# The models suggest nothing where a timed batch size's blocks spread by more than this share of
+# their mean (IQR): the line through such times, and its knee, are the machine's load. (The
+# default example on a 2-core machine kept busy by other test runs, three analyses back to back:
+# spreads of 11-17 % gave a knee at 467; 105-252 %, a knee at 2,841, and 1,024 measured 9.5×
+# faster than 128 in rounds where 128 ran at a third of its earlier speed.)
+MAX_SPREAD = 0.25
 
 NOTHING_FITS = (
     "not even batch size 1 is predicted to fit in the memory planned for; plan for a larger device "
@@ -96,6 +103,17 @@ def noise(yours: Sample, theirs: Sample) -> float:
     where more, as much as would make their interquartile bands overlap (each spread half of it
     around its mean: half their spreads added)."""
     return max(NOISE_FLOOR, (spread(yours) + spread(theirs)) / 2)
+
+
+def too_noisy(samples: Sequence[Sample]) -> str | None:
+    """Why the timed `samples` cannot place the run-time line (MAX_SPREAD), or None."""
+    worst = max(samples, key=spread)
+    if spread(worst) <= MAX_SPREAD:
+        return None
+    return (
+        f"the times of batch size {worst.batch_size:,} spread by {spread(worst):.0%} of their mean (IQR), too much "
+        "to tell which batch size runs faster; re-run on a quiet machine"
+    )
 
 
 def candidate(models: BatchSizeModels, users: int) -> Candidate:
@@ -270,6 +288,9 @@ def recommend(
     batch_size = chosen.batch_size
     if batch_size is None:
         return Recommendation.none(chosen.why)
+    noisy = too_noisy(samples)
+    if noisy:
+        return Recommendation.none(noisy)
     if not_timed and batch_size in not_timed:
         return Recommendation.none(f"{batch_size:,}, which the models suggest, was not timed: {not_timed[batch_size]}")
     pair = _timed_together(batch_size, users, samples, checks)
