@@ -26,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 MODELS_TESTS = ("tests/test_batch_models.py", "tests/test_terminal_report.py", "tests/test_impossible_numbers.py")
+RECOMMENDATION_TESTS = ("tests/test_recommendation.py", "tests/test_terminal_report.py")
 RECORDER_TESTS = ("tests/test_breakdown.py", "tests/test_breakdown_edge_cases.py", "tests/test_training_loops.py")
 LITERAL_TESTS = (
     "tests/test_batch_size_location.py",
@@ -476,24 +477,67 @@ MUTATIONS = [
     ),
     Mutation(
         "the advice need not divide the samples per step",
-        "skyline_engine/render/terminal.py",
-        "    if not per_step or per_step % batch_size == 0:\n        return _use(doc, batch_size, why)",
-        "    if True:\n        return _use(doc, batch_size, why)",
-        MODELS_TESTS,
+        "skyline_engine/predict/recommendation.py",
+        "    if not per_step or per_step % batch_size == 0:\n        return batch_size, why",
+        "    if True:\n        return batch_size, why",
+        RECOMMENDATION_TESTS,
     ),
     Mutation(
         "times that fall with the batch size advise the fastest measured",
-        "skyline_engine/render/terminal.py",
-        "if len(samples) < 2 or any(later < earlier * (1 - MEASURED_NOISE)",
-        "if len(samples) < 2 or False and any(later < earlier * (1 - MEASURED_NOISE)",
-        MODELS_TESTS,
+        "skyline_engine/predict/recommendation.py",
+        "if any(later < earlier * (1 - FALLING_TIMES)",
+        "if False and any(later < earlier * (1 - FALLING_TIMES)",
+        RECOMMENDATION_TESTS,
     ),
+    # One recommendation, measured (issue "Numbers you can act on", item 4) and the line where it bends (item 5)
     Mutation(
         "a batch size measured within the noise is advised",
-        "skyline_engine/render/terminal.py",
-        'if fastest["samples_per_second"] <= yours * (1 + MEASURED_NOISE):',
-        'if fastest["samples_per_second"] <= yours:',
-        MODELS_TESTS,
+        "skyline_engine/predict/recommendation.py",
+        "    if gain < 1 + needed:",
+        "    if gain < 1:",
+        RECOMMENDATION_TESTS,
+    ),
+    Mutation(
+        "the measurements' spread is not noise",
+        "skyline_engine/predict/recommendation.py",
+        "return max(NOISE_FLOOR, (spread(yours) + spread(theirs)) / 2)",
+        "return NOISE_FLOOR",
+        RECOMMENDATION_TESTS,
+    ),
+    Mutation(
+        "a batch size not timed is advised from the line",
+        "skyline_engine/predict/recommendation.py",
+        "    if pair is None:",
+        "    if pair is None and False:",
+        RECOMMENDATION_TESTS,
+    ),
+    Mutation(
+        "the knee is advised as the line puts it",
+        "skyline_engine/predict/recommendation.py",
+        "min(_doubling(users, knee), ceiling)",
+        "min(knee, ceiling)",
+        RECOMMENDATION_TESTS,
+    ),
+    Mutation(
+        "a smaller batch size than the user's is suggested",
+        "skyline_engine/predict/recommendation.py",
+        "    if knee <= users:",
+        "    if knee < 1:",
+        RECOMMENDATION_TESTS,
+    ),
+    Mutation(
+        "a probe below the line leaves the trusted range as it was",
+        "skyline_engine/analysis/session.py",
+        "            if shortfall is not None:",
+        "            if False:",
+        RECOMMENDATION_TESTS,
+    ),
+    Mutation(
+        "the probe's drift is not cancelled by the user's batch size beside it",
+        "skyline_engine/predict/recommendation.py",
+        "shortfall = 1 - (probe.samples_per_second / yours.samples_per_second) / (predicted / before)",
+        "shortfall = 1 - probe.samples_per_second / predicted",
+        RECOMMENDATION_TESTS,
     ),
     # The first GPU run's findings (an H200): what CUDA's allocator counts that is no tensor.
     Mutation(

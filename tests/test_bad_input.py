@@ -868,7 +868,9 @@ def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(t
     models = document["models"]
     measured = [s["batch_size"] for s in models["samples"]] + [s["batch_size"] for s in models["memory_samples"]]
     assert 8 in measured and 4 in measured and max(measured) < 16
-    assert models["failing_batch_sizes"] == [16] and models["trusted_range"][1] == 15
+    # 15, where the time line has the models suggest a batch size, fails too when timed to confirm it.
+    assert models["failing_batch_sizes"] in ([16], [15, 16])
+    assert models["trusted_range"][1] == min(models["failing_batch_sizes"]) - 1
     assert max(p["batch_size"] for p in document["predictions"]) < 16  # no prediction where it fails
 
 
@@ -893,7 +895,8 @@ def test_iteration_that_fails_at_a_larger_batch_size_only_after_a_few_calls_is_a
     assert "The models leave batch size 16 out and are no guide from it on." in warning
     models = document["models"]
     assert [s["batch_size"] for s in models["samples"]] == [4, 8]
-    assert models["failing_batch_sizes"] == [16] and max(p["batch_size"] for p in document["predictions"]) < 16
+    assert models["failing_batch_sizes"] in ([16], [15, 16])  # 15 too, where it was timed to confirm it
+    assert max(p["batch_size"] for p in document["predictions"]) < 16
 
 
 def test_iteration_that_fails_at_one_sample_is_analysed_above_it(tmp_path):

@@ -42,9 +42,11 @@ def test_each_batch_size_compiles_in_its_warm_up_and_is_reported_apart(compiled,
     assert eager["compilation"] is None
     compilation = compiled["compilation"]
     by_size = {entry["batch_size"]: entry for entry in compilation["batch_sizes"]}
-    # Static shapes: a graph (forward and backward) for each batch size timed, the user's first.
+    # Static shapes: a graph (forward and backward) for each batch size timed (for the models, and
+    # beside the user's to confirm the recommendation), the user's first.
     assert compilation["batch_sizes"][0]["batch_size"] == compiled["batch_size"]
-    assert sorted(by_size) == [s["batch_size"] for s in compiled["models"]["samples"]]
+    models = compiled["models"]
+    assert sorted(by_size) == sorted({s["batch_size"] for s in models["samples"] + models["checks"]})
     assert all(entry["graphs"] >= 1 and entry["seconds"] > 0 for entry in by_size.values())
     assert compilation["graphs"] == sum(entry["graphs"] for entry in by_size.values())
 

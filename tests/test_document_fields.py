@@ -25,6 +25,7 @@ from engine_helpers import QUICK, analysed
 from skyline_engine import vocabulary
 from skyline_engine.analysis.document import DocumentDict
 from skyline_engine.analysis.session import AnalysisRequest, analyze
+from test_recommendation import straight, tiny_analysis
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "analysis-document.md"
@@ -136,8 +137,9 @@ def mismatches(value: Any, declared: Any, where: str = "document") -> list[str]:
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
     """The default example's complete document and first partial one, a document with memory-only
-    probes (tests/projects/branching), one of data-parallel training, one of a compiled model and
-    one of an iteration that keeps memory for good."""
+    probes (tests/projects/branching), one of data-parallel training, one of a compiled model, one
+    of an iteration that keeps memory for good, and one whose confirming step timed batch sizes
+    beside the user's (`models.checks`: a tiny model with injected times, test_recommendation.py)."""
     partials: list[dict[str, Any]] = []
     request = AnalysisRequest("examples/default/entry_point.py", REPO, device="cpu", budget=QUICK, timeline=True)
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
@@ -153,7 +155,9 @@ def documents() -> list[dict[str, Any]]:
     assert compiled["compilation"]["batch_sizes"]
     leaks = analysed(training_loops, "keeps_graphs.py", predict=False)
     assert leaks["memory_growth"]["lines"]
-    return [complete, partials[0], probed, ranks, compiled, leaks]
+    checked = tiny_analysis(straight)
+    assert checked["models"]["checks"] and checked["models"]["recommendation"]["batch_size"]
+    return [complete, partials[0], probed, ranks, compiled, leaks, checked]
 
 
 @pytest.mark.slow

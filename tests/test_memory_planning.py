@@ -122,7 +122,9 @@ def test_memory_alone_is_measured_further_when_the_operations_differ_between_bat
         b = sample["batch_size"]
         predicted = max(line["slope"] * b + line["bias"] for line in memory["phases"])
         assert predicted == pytest.approx(sample["peak_memory_bytes"], rel=0.01)
-    assert models["trusted_range"] == [16, 4 * 64]  # what was timed
+    # What was timed, or the largest timed where the probe past it found the time line bending (or
+    # none fit the budget).
+    assert models["trusted_range"] == [16, 64 if models["line_bends_at"] or models["range_unprobed"] else 4 * 64]
 
 
 def test_memory_that_grows_with_the_batch_size_squared_is_planned_for_exactly():

@@ -25,12 +25,14 @@ def literal_line(nvim):
 
 
 def assert_prediction(nvim, batch_size):
-    """The figures shown at `batch_size`: where the last analysis measured it, its measurement
-    (one figure per batch size, as the chart shows it); elsewhere the models' prediction."""
+    """The figures shown at `batch_size`: where the last analysis measured it (for the models, else
+    beside the user's batch size to confirm the recommendation), its measurement (one figure per
+    batch size, as the chart shows it); elsewhere the models' prediction."""
     current = state(nvim)
     models = document(nvim)["models"]
     assert current["batch_size"] == batch_size
-    sample = next((s for s in models["samples"] if s["batch_size"] == batch_size), None)
+    measured = [*models["samples"], *models.get("checks", [])]
+    sample = next((s for s in measured if s["batch_size"] == batch_size), None)
     if sample is not None:
         expected = {**sample, "measured": True, "fits": True, "extrapolated": False}
         assert {key: current["prediction"].get(key) for key in expected} == expected

@@ -233,8 +233,10 @@ def test_progress_on_a_terminal_is_one_line_rewritten_in_place_and_the_report_fi
 def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
     _, doc, result = profiled
     table = result.stdout.split("Batch sizes, measured and predicted\n")[1].split("\n\n")[0]
-    rows = [line.split() for line in table.splitlines() if line.rstrip().endswith("measured")]
-    samples = {s["batch_size"]: s for s in doc["models"]["samples"]}
+    rows = [line.split() for line in table.splitlines() if "measured" in line.split("   ")[-1]]
+    # The models' samples, and the batch sizes the confirming step timed beside the user's (`checks`).
+    models = doc["models"]
+    samples = {**{s["batch_size"]: s for s in models["checks"]}, **{s["batch_size"]: s for s in models["samples"]}}
     assert len(rows) == len(samples)
     for row in rows:
         sample = samples[int(row[0].replace(",", ""))]

@@ -1,7 +1,10 @@
 """The terminal report's first lines answer how fast, how much memory and what batch size to use.
 
 The measurements are written here (no timing: the numbers must be exact), the document and its
-models are the engine's, and the report is the one `skyline profile` prints.
+models are the engine's, and the report is the one `skyline profile` prints. The batch size to use
+is the document's `models.recommendation` (predict/recommendation.py): a batch size the models
+suggest is recommended only once timed beside the user's, which these documents say with `checks`
+(the times the confirming step would have measured).
 """
 
 from __future__ import annotations
@@ -42,27 +45,22 @@ def document(
     failing=(),
     samples_per_step=None,
     device=None,
+    checks=None,
 ):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
     forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
     recorded iteration's operations take `recorded_ms`, all at the user's lines, half of it
     forward and half backward work (or all forward without `backward`); the user's code failed at
     the batch sizes `failing`; with `samples_per_step`, it accumulates to that many samples a step,
-    and `times` are one micro-batch's; `device` a torch device other than the CPU."""
-    samples = [
-        Sample(
-            b,
-            TimingStats(t, 0.1, 20, 1),
-            MemoryProfile(
-                0,
-                (1000 * b + 8_000_000,),
-                ("addmm",),
-                ((0, FORWARD_BACKWARD),),
-                None if reserved is None else 1000 * b + 8_000_000 + reserved,
-            ),
-        )
-        for b, t in zip(MEASURED, times)
-    ]
+    and `times` are one micro-batch's; `device` a torch device other than the CPU; `checks`, the
+    time at each batch size the confirming step timed beside the user's ({batch size: ms})."""
+
+    def measurement(b: int, ms: float) -> Sample:
+        reserved_bytes = None if reserved is None else 1000 * b + 8_000_000 + reserved
+        memory = MemoryProfile(0, (1000 * b + 8_000_000,), ("addmm",), ((0, FORWARD_BACKWARD),), reserved_bytes)
+        return Sample(b, TimingStats(ms, 0.1, 20, 1), memory)
+
+    samples = [measurement(b, t) for b, t in zip(MEASURED, times)]
     models = BatchSizeModels.fit(
         [s.batch_size for s in samples],
         [s.run_time_ms for s in samples],
@@ -85,6 +83,7 @@ def document(
         models=models if with_models else None,
         batch_size_location=None,
         warnings=models.warnings(),
+        checks=[measurement(b, ms) for b, ms in (checks or {}).items()],
     ).to_dict()
 
 
@@ -98,26 +97,49 @@ def summary(doc) -> list[str]:
     return rest.split("\n\n", 1)[0].splitlines()
 
 
-def predicted_rate(b: int, slope_ms: float, bias_ms: float) -> str:
-    return f"{b / (slope_ms * b + bias_ms) * 1000:,.0f} samples/s (predicted)"
+def on_the_line(slope_ms: float, bias_ms: float, *sizes: int) -> dict[int, float]:
+    """The times the line says at `sizes` and at the user's 128: checks that found it true."""
+    return {b: slope_ms * b + bias_ms for b in (128, *sizes)}
 
 
-def test_the_first_lines_say_how_fast_how_much_memory_and_the_knee():
-    # 1/64 ms a sample + 0.75 ms: 46,545 samples/s at 128, approaching 64,000 samples/s.
-    doc = document(run_time(1 / 64, 0.75))
+def measured_rate(b: int, ms: float) -> str:
+    return f"{b / ms * 1000:,.0f} samples/s (measured)"
+
+
+def faster(b: int, ms: float, yours_ms: float) -> str:
+    """How the report compares b's measured throughput with the user's (128) timed beside it."""
+    ratio = (b / ms) / (128 / yours_ms)
+    return (
+        f"{ratio:.1f}× yours (128) timed beside it"
+        if ratio >= 2
+        else f"{ratio - 1:.0%} faster than yours (128) timed beside it"
+    )
+
+
+def test_the_first_lines_say_how_fast_how_much_memory_and_the_batch_size_to_use():
+    # 1/64 ms a sample + 0.75 ms: 46,545 samples/s at 128, approaching 64,000 samples/s. The knee
+    # (432) rounded up to 128 doubled: 512, timed beside 128.
+    doc = document(run_time(1 / 64, 0.75), checks=on_the_line(1 / 64, 0.75, 512))
     knee = doc["models"]["throughput_knee_batch_size"]
     assert knee in (432, 433)  # 9 × 0.75 × 64, give or take the fit's last bit
     assert summary(doc) == [
         "Speed        46,545 samples/s at batch size 128: 2.75 ms per iteration (mean of 20 timed, IQR 0.10 ms)",
         "Memory       7.8 MiB peak of 1.0 GiB planned for █░░░░░░░░░░░░░░░░░░░ 0.8%, reached in the forward and "
         "backward pass",
-        f"Batch size   use {knee} for 57,6{'00' if knee == 432 else '13'} samples/s (predicted), 24% faster than "
-        "yours (128)",
+        "Batch size   use 512 for 58,514 samples/s (measured), 26% faster than yours (128) timed beside it",
         "             it reaches 90% of the 64,000 samples/s this model approaches: larger batch sizes buy little "
         "speed for their memory",
         f"Largest fit  more than 1,024: the memory model says {doc['models']['max_batch_size']:,}, set by the "
         "forward and backward pass, far beyond the measurements (10% of memory kept free)",
     ]
+    # The chart's row says which batch size is recommended.
+    rows = render_report(doc).split("Batch sizes, measured and predicted\n")[1].splitlines()
+    assert [row.split()[0] for row in rows if "recommended" in row] == ["512"]
+    # Not timed, it is not recommended.
+    assert summary(document(run_time(1 / 64, 0.75)))[2] == (
+        "Batch size   none to recommend: 512, which the models suggest, was not timed: profile with --batch-size 512 "
+        "to measure it"
+    )
 
 
 def test_what_a_cuda_allocator_reserved_stands_beside_the_peak():
@@ -200,7 +222,7 @@ def test_the_memory_line_says_what_is_alive_at_the_peak_in_parts_that_add_up_to_
 
 def test_an_iteration_without_backward_work_has_a_forward_pass_alone():
     # Inference or evaluation: the phase that starts with the first module call has no backward pass.
-    lines = summary(document(run_time(1 / 64, 0.75), backward=False))
+    lines = summary(document(run_time(1 / 64, 0.75), backward=False, checks=on_the_line(1 / 64, 0.75, 512)))
     assert lines[1].endswith("0.8%, reached in the forward pass")
     assert lines[4].startswith("Largest fit  more than 1,024: the memory model says ")
     assert lines[4].endswith(", set by the forward pass, far beyond the measurements (10% of memory kept free)")
@@ -208,45 +230,50 @@ def test_an_iteration_without_backward_work_has_a_forward_pass_alone():
 
 
 def test_when_memory_runs_out_before_the_knee_the_largest_that_fits_is_advised():
+    # Room for 240 samples (usable memory 1000 b + 8,000,000 bytes at 240): the knee (288) lies beyond.
+    capacity = math.ceil((1000 * 240 + 8_000_000) / 0.9)
+    doc = document(run_time(1 / 64, 0.5), capacity=capacity, checks={128: 2.5, 240: 4.0})
+    assert doc["models"]["max_batch_size"] == 240 < doc["models"]["throughput_knee_batch_size"]
+    assert summary(doc)[2:4] == [
+        f"Batch size   use 240 for {measured_rate(240, 4.0)}, {faster(240, 4.0, 2.5)}",
+        "             the largest predicted to fit: memory runs out before throughput levels off",
+    ]
+    # Room for 208 samples: predicted 8% faster than the user's, too little to be worth timing.
     doc = document(run_time(1 / 64, 0.5), capacity=9_120_000)
-    largest = doc["models"]["max_batch_size"]
-    assert 128 < largest < doc["models"]["throughput_knee_batch_size"]
-    (row,) = [p for p in doc["predictions"] if p["batch_size"] == largest]  # the chart's figure
-    advice = [line for line in summary(doc) if line.startswith("Batch size")]
-    rate = f"{row['samples_per_second']:,.0f} samples/s (predicted)"
-    assert advice == [f"Batch size   use {largest:,} for {rate}, 8% faster than yours (128)"]
-    assert "the largest predicted to fit: memory runs out before throughput levels off" in summary(doc)[3]
+    assert doc["models"]["max_batch_size"] == 208
+    assert summary(doc)[2] == (
+        "Batch size   none to recommend: 208 (the largest predicted to fit) is predicted to run only 8% faster than "
+        "yours: a change must be at least 10% faster to clear the noise"
+    )
 
 
-def test_a_knee_beyond_the_measurements_is_not_advised_as_if_measured():
-    # 1/64 ms a sample + 8 ms: the knee lies at 4,608, beyond 4 × 256.
-    doc = document(run_time(1 / 64, 8.0))
+def test_a_knee_beyond_the_measurements_is_advised_as_measured_at_the_trusted_ranges_end():
+    # 1/64 ms a sample + 8 ms: the knee lies at 4,608, beyond 4 × 256; 1,024 timed beside 128.
+    doc = document(run_time(1 / 64, 8.0), checks={128: 10.0, 1024: 24.0})
     lines = summary(doc)
-    assert lines[2] == (f"Batch size   use 1,024 for {predicted_rate(1024, 1 / 64, 8.0)}, 3.3× yours (128)")
+    assert lines[2] == f"Batch size   use 1,024 for {measured_rate(1024, 24.0)}, {faster(1024, 24.0, 10.0)}"
     knee = doc["models"]["throughput_knee_batch_size"]
     assert lines[3] == "             the largest of the trusted range (up to 4× 256, the largest measured);"
     indent = " " * 13
     assert (
         lines[4]
-        == f"{indent}throughput still rises beyond it (90% of the 64,000 samples/s this model approaches at {knee:,}):"
+        == f"{indent}throughput still rises beyond it (90% of the 64,000 samples/s this model approaches at {knee:,});"
     )
     assert lines[5] == "             profile with --batch-size 1024 to measure further"
 
 
-def test_past_a_batch_size_the_code_fails_at_nothing_is_predicted_or_advised_to_measure_further():
+def test_past_a_batch_size_the_code_fails_at_nothing_is_predicted_or_advised():
     # As above, but the user's code failed at 300: the chart had predicted 512 and beyond, to the
-    # largest that fits (a fails-at-16 model's chart: 67,095 samples/s at 16), and the advice to measure at the
-    # trusted range's end read as if only the measurements ended there.
-    doc = document(run_time(1 / 64, 8.0), failing=(300,))
-    assert [p["batch_size"] for p in doc["predictions"]] == [64, 128, 256]
+    # largest that fits (a fails-at-16 model's chart: 67,095 samples/s at 16); 299, timed, is the advice.
+    doc = document(run_time(1 / 64, 8.0), failing=(300,), checks={128: 10.0, 299: 12.7})
+    assert [p["batch_size"] for p in doc["predictions"]] == [64, 128, 256, 299]
     assert [p["batch_size"] for p in document(run_time(1 / 64, 8.0))["predictions"]][3:6] == [512, 1024, 2048]
     lines = summary(doc)
-    assert lines[2] == f"Batch size   use 299 for {predicted_rate(299, 1 / 64, 8.0)}, 84% faster than yours (128)"
+    assert lines[2] == f"Batch size   use 299 for {measured_rate(299, 12.7)}, {faster(299, 12.7, 10.0)}"
     assert lines[3] == "             the largest below 300, where your code fails (see the warnings);"
     assert lines[4].startswith("             throughput would still rise beyond it (90% of the 64,000 samples/s")
-    assert lines[5] == "             profile with --batch-size 299 to check that your code runs there"
-    assert lines[6].startswith("Largest fit  more than 299: the memory model says ")
-    assert lines[7] == "             your code fails at batch size 300 (see the warnings)"
+    assert lines[5].startswith("Largest fit  more than 299: the memory model says ")
+    assert lines[6] == "             your code fails at batch size 300 (see the warnings)"
 
 
 def _module(path: str, forward_ms: float, backward_ms: float, *children: dict) -> dict:
@@ -325,52 +352,55 @@ def test_the_advised_batch_size_divides_the_samples_per_step():
     # 1,000 samples a step, 432 micro-batches of `1000 // 432` would step after 864: the advice
     # is the next batch size up that divides 1,000, or, where memory ends first, the next down.
     line = run_time(1 / 64, 0.75)
+    checks = on_the_line(1 / 64, 0.75, 500, 250, 300, 256)
 
-    def faster(b: int) -> str:  # than the user's 128, as the report compares them
-        return f"{(b / (b / 64 + 0.75)) / (128 / (128 / 64 + 0.75)) - 1:.0%} faster"
+    def use(b: int) -> str:
+        return f"Batch size   use {b} for {measured_rate(b, checks[b])}, {faster(b, checks[b], checks[128])}"
 
-    advised = summary(document(line, samples_per_step=1000))[2:5]
+    advised = summary(document(line, samples_per_step=1000, checks=checks))[2:5]
     assert advised == [
-        f"Batch size   use 500 for {predicted_rate(500, 1 / 64, 0.75)}, {faster(500)} than yours (128)",
+        use(500),
         "             it reaches 90% of the 64,000 samples/s this model approaches: larger batch sizes buy little "
         "speed for their memory;",
         "             500 divides your 1,000 samples per optimizer step, 432 does not",
     ]
     room_for = {b: math.ceil((1000 * b + 8_000_000) / 0.9) for b in (450, 300)}  # the capacity that fits b at most
-    advised = summary(document(line, capacity=room_for[450], samples_per_step=1000))[2:5]
+    advised = summary(document(line, capacity=room_for[450], samples_per_step=1000, checks=checks))[2:5]
     assert advised == [
-        f"Batch size   use 250 for {predicted_rate(250, 1 / 64, 0.75)}, {faster(250)} than yours (128)",
+        use(250),
         "             the largest up to 450 that divides your 1,000 samples per optimizer step;",
         "             throughput reaches 90% of the 64,000 samples/s this model approaches at 432",
     ]
-    advised = summary(document(line, capacity=room_for[300], samples_per_step=1000))[2:5]
+    advised = summary(document(line, capacity=room_for[300], samples_per_step=1000, checks=checks))[2:5]
     assert advised == [
-        f"Batch size   use 250 for {predicted_rate(250, 1 / 64, 0.75)}, {faster(250)} than yours (128)",
+        use(250),
         "             250 divides your 1,000 samples per optimizer step, 300 does not;",
         "             the largest predicted to fit: memory runs out before throughput levels off",
     ]
-    assert summary(document(line, capacity=room_for[300]))[2].startswith("Batch size   use 300 for ")
-    # 256 samples a step end the trusted range below the knee: one micro-batch takes them all.
+    assert summary(document(line, capacity=room_for[300], checks=checks))[2] == use(300)
+    # 256 samples a step end the trusted range below the knee: one micro-batch takes them all. It
+    # was timed with the models: their measurements decide.
     assert summary(document(line, samples_per_step=256))[2:4] == [
-        f"Batch size   use 256 for {256 / (256 / 64 + 0.75) * 1000:,.0f} samples/s (measured), {faster(256)} than "
-        "yours (128)",
+        use(256),
         "             all your 256 samples per optimizer step in one micro-batch: no accumulation",
     ]
 
 
-def test_the_users_measured_batch_size_keeps_its_measured_figure():
+def test_past_the_knee_no_change_is_recommended():
     # The knee falls below the smallest measured: throughput has levelled off by then.
     doc = document(run_time(1.0, 0.5), batch_size=64)
     assert doc["models"]["throughput_knee_batch_size"] < 64
-    lines = summary(doc)
-    assert lines[2] == f"Batch size   keep 64 for {64 / 64.5 * 1000:,.0f} samples/s (measured)"
+    assert summary(doc)[2] == (
+        "Batch size   none to recommend: yours is at or past the knee: throughput reaches 90% of the 1,000 "
+        "samples/s this model approaches at 5, and larger batch sizes buy little speed for their memory"
+    )
 
 
 def test_no_batch_size_is_advised_when_time_does_not_follow_it():
     doc = document((30.0, 20.0, 10.0))
     lines = summary(doc)
     assert lines[2:4] == [
-        "Batch size   none to recommend: the iteration time did not follow the batch size (see the warnings)",
+        "Batch size   none to recommend: the iteration time did not follow the batch size (see the warnings);",
         "             re-run on a quiet machine",
     ]
 
@@ -381,18 +411,18 @@ def test_where_the_line_predicts_nothing_the_fastest_measured_is_advised():
     doc = document((0.70, 0.80, 0.86))
     assert doc["models"]["best_batch_size"] is None
     assert summary(doc)[2:5] == [
-        f"Batch size   use 256 for {256 / 0.86 * 1000:,.0f} samples/s (measured), 86% faster than yours (128)",
+        f"Batch size   use 256 for {measured_rate(256, 0.86)}, {faster(256, 0.86, 0.80)}",
         "             the fastest measured: the run-time line predicts no other batch size (see the warnings);",
         "             profile with --batch-size 512 to measure further",
     ]
     # A GPU bound by kernel launches: the same time at every batch size measured.
     flat = summary(document((5.0, 5.0, 5.0)))
-    assert flat[2] == "Batch size   use 256 for 51,200 samples/s (measured), 2.0× yours (128)"
-    # Throughputs within 5 % of each other: nothing notably faster than the user's.
-    assert summary(document((10.0, 10.3, 20.5)))[2:4] == [
-        f"Batch size   keep 128 for {128 / 10.3 * 1000:,.0f} samples/s (measured)",
-        "             no batch size measured ran notably faster; none other is predicted (see the warnings)",
-    ]
+    assert flat[2] == "Batch size   use 256 for 51,200 samples/s (measured), 2.0× yours (128) timed beside it"
+    # Throughputs within the noise of each other: nothing worth changing to.
+    assert summary(document((10.0, 10.3, 20.5)))[2] == (
+        "Batch size   none to recommend: 256, which the models suggest, ran no faster than yours (128) timed beside "
+        "it: a change must be at least 10% faster to clear the noise"
+    )
 
 
 def test_no_batch_size_is_advised_from_one_measurement():

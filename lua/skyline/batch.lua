@@ -14,6 +14,7 @@ local format = require('skyline.format')
 local literal = require('skyline.literal')
 local models = require('skyline.models')
 local project = require('skyline.project')
+local recommendation = require('skyline.recommendation')
 local state = require('skyline.state')
 local util = require('skyline.util')
 
@@ -114,7 +115,29 @@ local function target()
   return found
 end
 
---- The hint at the literal: the measured numbers, or the prediction after a change.
+-- What the hint says of the document's recommendation (models.recommendation) at `batch_size`:
+-- that it is the recommended one; where a key press took it from the analysed batch size, whether
+-- towards or away from it; at the analysed one, what to use instead. '' without one.
+local function beside_recommendation(batch_size)
+  local advice = recommendation.of(state.models)
+  if not (advice and advice.batch_size) then
+    return ''
+  end
+  local from = state.models_batch_size or (state.document and state.document.batch_size) or batch_size
+  local direction = recommendation.direction(advice, from, batch_size)
+  local recommended = format.integer(advice.batch_size)
+  if direction == 'at' or batch_size == advice.batch_size then
+    return ' · recommended'
+  elseif direction == 'towards' then
+    return string.format(' · towards %s, the recommended', recommended)
+  elseif direction == 'away' then
+    return string.format(' · away from %s, the recommended', recommended)
+  end
+  return ' · ' .. recommendation.short(advice, batch_size)
+end
+
+--- The hint at the literal: the measured numbers, or the prediction after a change, and where
+--- the batch size stands to the recommended one.
 function M.show_hint()
   M.clear_hint()
   local document = state.document
@@ -132,12 +155,13 @@ function M.show_hint()
     return
   end
   local text = string.format(
-    '%s at %d: %s · %s%s',
+    '%s at %d: %s · %s%s%s',
     what,
     shown.batch_size,
     format.throughput(shown.samples_per_second),
     format.bytes(shown.peak_memory_bytes),
-    shown.fits == false and ' · does not fit' or ''
+    shown.fits == false and ' · does not fit' or '',
+    beside_recommendation(shown.batch_size)
   )
   local group = shown.fits == false and 'SkylineBatchWarn' or 'SkylineBatch'
   require('skyline.highlights').setup()

@@ -63,8 +63,10 @@
 ---@field bytes integer
 
 ---@class skyline.Models
----@field samples skyline.Measurement[] every batch size measured
+---@field samples skyline.Measurement[] every batch size timed for the models
 ---@field memory_samples skyline.MemorySample[] batch sizes whose memory alone was measured
+---@field checks skyline.Measurement[] timed beside the user's after the models were fitted
+---@field recommendation skyline.Recommendation the batch size to use, or none and why
 ---@field run_time_ms skyline.FittedLine `slope * batch_size + bias`
 ---@field peak_memory_bytes skyline.PeakMemoryModel
 ---@field memory_headroom_fraction number
@@ -75,11 +77,21 @@
 ---@field max_batch_size_extrapolated boolean
 ---@field trusted_range integer[] `{low, high}`
 ---@field failing_batch_sizes integer[]? where the user's code failed; absent from older documents
+---@field line_bends_at integer? a probe past the timed batch sizes ran below the line: the range ends before it
+---@field range_unprobed boolean? no probe past the timed batch sizes fit the budget: the range ends at them
 ---@field throughput_knee_batch_size integer?
 ---@field throughput_knee_samples_per_second number?
 ---@field best_batch_size integer?
 ---@field predicted_max_samples_per_second number?
 ---@field asymptotic_samples_per_second number?
+
+--- `models.recommendation`: one answer, measured, or none (`batch_size` nil) and why.
+---@class skyline.Recommendation
+---@field batch_size integer? nil when no change is worth making
+---@field samples_per_second number? measured at `batch_size`
+---@field measured boolean
+---@field reason string clauses separated by `; `
+---@field users_samples_per_second number? the user's batch size, timed in the same rounds
 
 --- A least-squares line: `models.run_time_ms` (and the base of `models.peak_memory_bytes`).
 ---@class skyline.FittedLine
@@ -114,7 +126,7 @@
 ---@field peak_memory_bytes number
 ---@field fits boolean
 ---@field extrapolated boolean outside `models.trusted_range`
----@field measured skyline.Measurement? a measured batch size's measurement
+---@field measured skyline.Measurement? a measured batch size's measurement (`samples`, else `checks`)
 
 ---@class skyline.BatchSizeLocation
 ---@field path string

@@ -58,7 +58,8 @@ local function compact(value)
 end
 
 --- A short statusline item: progress while profiling (share done and phase), else the batch size with its throughput
---- and peak memory (`~` marks a prediction, where no analysis measured that batch size); '' before any result.
+--- and peak memory (`~` marks a prediction, where no analysis measured that batch size) and the recommended batch
+--- size (`· use 512 (+26%)`, `· recommended` at it); '' before any result.
 function M.status()
   local state = require('skyline.state')
   if state.running then
@@ -84,6 +85,10 @@ function M.status()
   )
   if shown.fits == false then
     text = text .. ' (does not fit)'
+  end
+  local advice = require('skyline.recommendation').short(state.models and state.models.recommendation, state.batch_size)
+  if advice ~= '' then
+    text = text .. ' · ' .. advice
   end
   if state.is_stale() then
     text = text .. ' (stale)'

@@ -23,6 +23,12 @@ function M.trusted_range_end(models)
   if vim.tbl_contains(models.failing_batch_sizes or {}, end_ + 1) then
     return string.format('the batch size below %d, where your code fails', end_ + 1)
   end
+  if models.line_bends_at then
+    return string.format('the largest measured: throughput at %d fell below the run-time line', models.line_bends_at)
+  end
+  if models.range_unprobed then
+    return 'the largest measured: no batch size past it could be timed within the budget'
+  end
   if end_ == models.samples_per_step then
     return 'the samples per optimizer step, beyond which a step runs less than one micro-batch'
   end
@@ -95,8 +101,9 @@ function M.predict(models, b)
 end
 
 --- The figures at batch size `b` as every part of the editor shows them: where the document
---- measured `b` (`models.samples`), that measurement, marked `measured` (it ran: it fits);
---- elsewhere the prediction. Nil when the document has no models.
+--- measured `b` (`models.samples`, else `models.checks`: timed beside the user's after the models
+--- were fitted), that measurement, marked `measured` (it ran: it fits); elsewhere the prediction.
+--- Nil when the document has no models.
 ---@param models skyline.Models?
 ---@param b integer
 ---@return skyline.Figures?
@@ -104,9 +111,11 @@ function M.at(models, b)
   if not models then
     return nil
   end
-  for _, sample in ipairs(models.samples or {}) do
-    if sample.batch_size == b then
-      return vim.tbl_extend('force', sample, { measured = true, fits = true, extrapolated = false })
+  for _, measured in ipairs({ models.samples or {}, models.checks or {} }) do
+    for _, sample in ipairs(measured) do
+      if sample.batch_size == b then
+        return vim.tbl_extend('force', sample, { measured = true, fits = true, extrapolated = false })
+      end
     end
   end
   return M.predict(models, b)

@@ -273,6 +273,7 @@ local function apply(document, complete)
   state.measured = state.measurement(document)
   if complete and document.models then
     state.models, state.predictions = document.models, document.predictions
+    state.models_batch_size = document.batch_size
   end
   -- The batch size shown is the buffer's: a key press or an edit may have changed it meanwhile.
   local entry_buf = project.loaded_buffer(state.request.entry)
@@ -395,6 +396,7 @@ function M.clear()
   require('skyline.batch').clear_hint()
   require('skyline.float').close()
   state.document, state.models, state.predictions, state.measured = nil, nil, nil, nil
+  state.models_batch_size = nil
   state.prediction, state.batch_size = nil, nil
   state.error = nil
   redraw_status()

@@ -6,6 +6,7 @@ local M = {
   request = nil, -- see profile.lua: {generation, entry, root, analysis_id, buffers, ...}
   document = nil, -- the latest document of the current request (partial or complete)
   models = nil, -- the batch-size models of the latest complete document that had them
+  models_batch_size = nil, -- that document's batch size (the user's, for its recommendation)
   predictions = nil, -- that document's `predictions`: the chart's rows
   running = false,
   progress = nil, -- {phase, fraction}

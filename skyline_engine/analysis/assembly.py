@@ -18,6 +18,7 @@ from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.runtime import runtime_note
 from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
+from skyline_engine.predict.recommendation import Recommendation, recommend
 
 
 def build_document(
@@ -39,19 +40,27 @@ def build_document(
     models_withheld: str | None = None,
     memory_growth: MemoryGrowth | None = None,
     runtime_changes: list[str] | None = None,
+    checks: Sequence[Sample] = (),
+    recommendation: Recommendation | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
     `breakdown_time_ms` when given (data-parallel training: the iteration less its exposed
     communication), else to the iteration's time; the warnings start with what to know about the
     breakdown as fitted, and end with what the engine changed in the runtime (`runtime_changes`,
-    measure/runtime.py)."""
+    measure/runtime.py). `checks`: batch sizes timed beside the user's after the models were
+    fitted (analysis/session.py, the confirming step), a prediction's measurement where no sample
+    is; `recommendation` the one made from them, else the one the models and measurements make
+    (predict/recommendation.py)."""
     measured = {s.batch_size: s for s in samples}
     fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
     predictions = []
     if models is not None:
-        ladder = prediction_ladder(batch_size, sorted(measured), models.max_batch_size(), models.failing_batch_sizes)
-        predictions = [PredictionRow(models.predict(b), measured.get(b)) for b in ladder]
+        shown = {**{s.batch_size: s for s in checks}, **measured}
+        ladder = prediction_ladder(batch_size, sorted(shown), models.max_batch_size(), models.failing_batch_sizes)
+        predictions = [PredictionRow(models.predict(b), shown.get(b)) for b in ladder]
+        if recommendation is None:
+            recommendation = recommend(models, batch_size, samples, checks)
     return AnalysisDocument(
         project_root=project_root,
         entry_point=entry_point,
@@ -75,4 +84,6 @@ def build_document(
         models_withheld=models_withheld,
         memory_growth=memory_growth,
         runtime_changes=list(runtime_changes or []),
+        checks=sorted(checks, key=lambda s: s.batch_size) if models is not None else [],
+        recommendation=recommendation if models is not None else None,
     )

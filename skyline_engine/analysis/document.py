@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # each imports torch or numpy
     from skyline_engine.measure.iteration import Sample
     from skyline_engine.measure.memory import MemoryProfile
     from skyline_engine.predict.batch_models import BatchSizeModels, Prediction
+    from skyline_engine.predict.recommendation import Recommendation
 
 SCHEMA = "skyline.analysis/1"
 
@@ -99,11 +100,23 @@ class MemorySampleDict(TypedDict):
     peak_memory_phase: PeakPhase
 
 
+class RecommendationDict(TypedDict):
+    """`models.recommendation` (predict/recommendation.py, Recommendation)."""
+
+    batch_size: int | None
+    samples_per_second: float | None
+    measured: bool
+    reason: str
+    users_samples_per_second: float | None
+
+
 class ModelsDict(TypedDict):
     """`models`."""
 
     samples: list[MeasurementDict]
     memory_samples: list[MemorySampleDict]
+    checks: list[MeasurementDict]
+    recommendation: RecommendationDict
     run_time_ms: LineFitDict
     peak_memory_bytes: PeakMemoryModelDict
     memory_headroom_fraction: float
@@ -114,6 +127,8 @@ class ModelsDict(TypedDict):
     max_batch_size_extrapolated: bool
     trusted_range: list[int]  # [low, high]
     failing_batch_sizes: list[int]
+    line_bends_at: int | None
+    range_unprobed: bool
     throughput_knee_batch_size: int | None
     throughput_knee_samples_per_second: float | None
     best_batch_size: int | None
@@ -440,6 +455,10 @@ class AnalysisDocument:
     memory_growth: MemoryGrowth | None = None  # tensor memory each iteration keeps for good (a leak)
     # What the engine changed in the measured process's runtime (--settle-runtime; measure/runtime.py).
     runtime_changes: list[str] = field(default_factory=list)
+    # Batch sizes timed beside the user's after the models were fitted (the confirming step), and
+    # the batch size to use: with `models`.
+    checks: list[Sample] = field(default_factory=list)
+    recommendation: Recommendation | None = None
 
     def to_dict(self) -> DocumentDict:
         location, distributed = self.batch_size_location, self.distributed
@@ -470,6 +489,8 @@ class AnalysisDocument:
             return None
         models = {
             "samples": [s.to_dict() for s in self.samples],
+            "checks": [s.to_dict() for s in self.checks],
+            "recommendation": self.recommendation.to_dict() if self.recommendation else None,
             "memory_samples": [
                 {"batch_size": b, "peak_memory_bytes": p.peak_bytes, "peak_memory_phase": p.peak_phase}
                 for b, p in sorted(self.memory_only.items())

@@ -2,13 +2,15 @@
 
 load the entry point → build the iteration (recording where parameters are created)
 → the user's batch size, measured and broken down → the memory of other batch sizes
-→ every batch size timed together, in interleaved rounds → the batch-size models → the document
+→ every batch size timed together, in interleaved rounds → the batch-size models → the batch size
+they suggest, and a probe past the timed ones, timed beside the user's (the recommendation) → the document
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -40,6 +42,14 @@ from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
+from skyline_engine.predict.recommendation import (
+    Recommendation,
+    candidate,
+    line_shortfall,
+    range_probe,
+    recommend,
+    too_noisy,
+)
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
@@ -210,10 +220,14 @@ class _Analysis:
                     warnings=notes + timing_notes + [ignored],
                     models_withheld=ignored,
                 )
-        self.progress("fitting the batch-size models", 0.95)
-        memory = {**probing.memory, **probing.memory_only}
-        models = _fit_models(samples, memory, self.device, probing.failing, self.batch_size)
-        warnings = notes + probing.notes + timing_notes + (models.warnings() if models else [ONE_SAMPLE])
+            self.progress("fitting the batch-size models", 0.9)
+            memory = {**probing.memory, **probing.memory_only}
+            models = _fit_models(samples, memory, self.device, probing.failing, self.batch_size)
+            confirmed = self._confirm(runner, models, samples, probing) if models else Confirmed(models)
+        models = confirmed.models
+        warnings = (
+            notes + probing.notes + timing_notes + confirmed.notes + (models.warnings() if models else [ONE_SAMPLE])
+        )
         return self.document(
             samples=samples,
             breakdown=breakdown,
@@ -221,7 +235,107 @@ class _Analysis:
             warnings=warnings,
             memory_only=probing.memory_only,
             models_withheld=None if models else ONE_SAMPLE,
+            checks=confirmed.checks,
+            recommendation=confirmed.recommendation,
         )
+
+    def _confirm(
+        self, runner: IterationRunner, models: BatchSizeModels, samples: list[Sample], probing: Probing
+    ) -> Confirmed:
+        """The confirming step, once the models are fitted: the batch size they suggest
+        (predict/recommendation.py, `candidate`), where it was not timed with them, and, before the
+        trusted range extends past the timed batch sizes, one probe there (`range_probe`), timed
+        together beside the user's batch size in one set of interleaved rounds (`_time_checks`).
+        Where the probe's throughput falls below the run-time line (`line_shortfall`), the range
+        ends at the largest timed batch size. Then the recommendation, from measurements alone
+        (`recommend`). Its cost is bounded as the models' timing is (the budget's `max_run_s` for
+        the rounds, at least `min_blocks` blocks each), and a batch size is timed only where one
+        iteration is predicted to take at most `max_run_s / min_blocks` (its minimum of blocks
+        within the rounds' time: on a busy machine, the transformer example's probe at 105 samples,
+        at 1.9 s predicted, had taken this step to 9.8 s)."""
+        users = next(s for s in samples if s.batch_size == self.batch_size)
+        budget = self.request.budget
+        limit_ms = budget.max_run_s / budget.min_blocks * 1000
+
+        def affordable(batch_size: int) -> bool:
+            predicted = models.predict(batch_size).run_time_ms
+            return predicted is not None and predicted <= limit_ms
+
+        def suggestion() -> int | None:  # none to time where the models' times spread too much
+            return None if too_noisy(samples) else candidate(models, self.batch_size).batch_size
+
+        suggested = suggestion()
+        probe = range_probe(models, suggested, affordable)
+        if probe is None and range_probe(models, suggested, lambda batch_size: True) is not None:
+            # The range would extend past the timed batch sizes, unchecked: it ends at the largest.
+            models = dataclasses.replace(models, range_unprobed=True)
+            suggested = suggestion()
+        timed = {s.batch_size for s in samples}
+        not_timed: dict[int, str] = {}
+        wanted = {b for b in (suggested, probe) if b is not None and b not in timed}
+        if suggested in wanted and not affordable(suggested):
+            seconds = (models.predict(suggested).run_time_ms or math.inf) / 1000
+            not_timed[suggested] = (
+                f"one iteration there is predicted to take {seconds:.1f} s, and {budget.min_blocks} of them "
+                f"would overrun the {budget.max_run_s:g} s this step spends timing; profile with --batch-size "
+                f"{suggested} to measure it"
+            )
+            wanted.discard(suggested)
+        if not wanted:
+            return Confirmed(models, recommendation=recommend(models, self.batch_size, samples, (), not_timed))
+        checks, notes = self._time_checks(runner, sorted(wanted), users, probing, not_timed)
+        models = dataclasses.replace(models, failing_batch_sizes=tuple(sorted(probing.failing)))
+        by_size = {s.batch_size: s for s in checks}
+        if probe in by_size and self.batch_size in by_size:
+            shortfall = line_shortfall(models, by_size[self.batch_size], by_size[probe])
+            if shortfall is not None:
+                models = dataclasses.replace(models, line_bends_at=probe)
+                notes.append(
+                    f"Batch size {probe:,}, timed beside yours, ran {shortfall:.0%} below the throughput the "
+                    "run-time line predicts there: iteration time grows faster than a straight line past the timed "
+                    f"batch sizes, so the trusted range ends at {models.trusted_range[1]:,}, the largest timed; "
+                    f"profile with --batch-size {probe} to fit the models around it."
+                )
+        recommendation = recommend(models, self.batch_size, samples, checks, not_timed)
+        return Confirmed(models, checks, recommendation, notes)
+
+    def _time_checks(
+        self,
+        runner: IterationRunner,
+        sizes: list[int],
+        users: Sample,
+        probing: Probing,
+        not_timed: dict[int, str],
+    ) -> tuple[list[Sample], list[str]]:
+        """`sizes` measured (memory, then time) beside the user's batch size, timed together in
+        interleaved rounds; what could not be measured (out of memory, the user's code failing
+        there: `probing` tells it) is left out, and `not_timed` says why."""
+        notes: list[str] = []
+        memory = {users.batch_size: users.memory}
+        for batch_size in sizes:
+            self.progress(f"measuring the memory of batch size {batch_size}", 0.92)
+            try:
+                memory[batch_size] = runner.memory_at(batch_size)
+            except OutOfMemoryAtBatchSize:
+                notes.append(f"Batch size {batch_size} ran out of memory: stay below it on this device.")
+                not_timed[batch_size] = "it ran out of memory (see the warnings)"
+            except UserCodeError as exc:  # at this batch size, the only one running (as a probe's, analysis/probing.py)
+                probing.fails(batch_size, exc)
+                not_timed[batch_size] = "your code fails there (see the warnings)"
+        measured = [b for b in sizes if b in memory]
+        if not measured:
+            return [], notes
+        checks, timing_notes = self._time_together(
+            runner, [users.batch_size, *measured], users, memory, probing, confirming=True
+        )
+        for batch_size in set(measured) - {s.batch_size for s in checks}:
+            failed = batch_size in probing.failing
+            not_timed[batch_size] = (
+                "your code fails there (see the warnings)" if failed else "it ran out of memory (see the warnings)"
+            )
+        if len(checks) < 2:  # the user's alone: nothing was timed beside it
+            checks = []
+        return checks, notes + timing_notes
 
     def _time_alone(self, runner: IterationRunner, users: Sample) -> tuple[list[Sample], list[str]]:
         """The user's batch size timed in full, when no other is measured."""
@@ -234,6 +348,7 @@ class _Analysis:
         users: Sample,
         memory: dict[int, MemoryProfile],
         probing: Probing | None = None,
+        confirming: bool = False,
     ) -> tuple[list[Sample], list[str]]:
         """Every batch size timed in interleaved rounds until each is precise, for the budget's
         longest time for one batch size in all (timed together, each needs fewer blocks than
@@ -241,23 +356,27 @@ class _Analysis:
         run-time line fits the estimates poorly, more rounds (see remeasure_while_poor_fit). A
         batch size that runs out of memory now is left out (the user's keeps its first timing), and so
         is one the user's code fails at now (a failure that depends on the iteration's state, which
-        the probe did not meet), with what lies beyond it (`probing` tells the failure)."""
+        the probe did not meet), with what lies beyond it (`probing` tells the failure).
+        `confirming`: the confirming step's batch sizes (`_confirm`), timed as they are (the line
+        through them is no model's) and without a second note of a busy machine."""
         notes: list[str] = []
         budget = self.request.budget
         while True:
-            self.progress(f"timing batch sizes {', '.join(map(str, sizes))} together", 0.7)
+            what = "confirming" if confirming else "timing"
+            self.progress(f"{what} batch sizes {', '.join(map(str, sizes))} together", 0.94 if confirming else 0.7)
             try:
                 with CpuContention() as contention, runner.at_batch_sizes(sizes) as runs:
                     timing = runner.timing(runs)
                     timing.measure(budget.max_run_s)
                     micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
-                    if len(sizes) >= 3:
+                    if len(sizes) >= 3 and not confirming:
                         remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes), micro_batches)
                     runner.check_trained(max(sizes))
                 break
             except OutOfMemoryAtBatchSize as exc:
+                left_out = "" if confirming else "; it is left out of the models"
                 notes.append(
-                    f"Batch size {exc.batch_size} ran out of memory while timing; it is left out of the models: "
+                    f"Batch size {exc.batch_size} ran out of memory while timing{left_out}: "
                     "stay below it on this device (another process may hold some of its memory)."
                 )
                 sizes = [b for b in sizes if b != exc.batch_size]
@@ -274,7 +393,8 @@ class _Analysis:
         samples = [Sample(b, stats[b], memory[b], micro_batches[b]) for b in sizes]
         if users.batch_size not in stats:
             samples.append(dataclasses.replace(users, micro_batches=micro_batches[users.batch_size]))
-        if contention.others_share is not None and contention.others_share >= BUSY_MACHINE:
+        busy = contention.others_share is not None and contention.others_share >= BUSY_MACHINE
+        if busy and not confirming:
             notes.append(
                 f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were "
                 "timed: iterations ran slower than on a quiet machine and vary more. The batch sizes were timed "
@@ -306,6 +426,18 @@ class _Analysis:
     def _send(self, sample: Sample, breakdown: Breakdown, notes: list[str]) -> None:
         if self.partial is not None:
             self.partial(self.document(samples=[sample], breakdown=breakdown, models=None, warnings=notes))
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """What the confirming step found (`_Analysis._confirm`): the models (their trusted range cut
+    where the line bends, the batch sizes the user's code failed at), the batch sizes it timed
+    beside the user's (the user's again among them), the recommendation, and what to warn of."""
+
+    models: BatchSizeModels | None
+    checks: list[Sample] = field(default_factory=list)
+    recommendation: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def remeasure_while_poor_fit(

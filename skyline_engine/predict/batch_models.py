@@ -118,6 +118,13 @@ class BatchSizeModels:
     # micro-batches): `run_time` is then one micro-batch's time, and an iteration at batch size b
     # runs samples_per_step / b of them. None otherwise.
     samples_per_step: int | None = None
+    # A batch size past the timed ones whose throughput, timed beside the user's batch size, fell
+    # below the run-time line's by more than the noise (predict/recommendation.py, line_shortfall):
+    # the trusted range ends at the largest timed batch size. None where none did.
+    line_bends_at: int | None = None
+    # Where the trusted range would extend past the timed batch sizes, but no probe there could be
+    # timed within the budget: it ends at the largest timed, unchecked beyond.
+    range_unprobed: bool = False
 
     @classmethod
     def fit(
@@ -178,6 +185,8 @@ class BatchSizeModels:
             measured_samples_per_second=tuple(float(rates[b]) for b in measured) if rates else (),
             failing_batch_sizes=tuple(sorted(int(b) for b in models.get("failing_batch_sizes", []))),
             samples_per_step=None if models.get("samples_per_step") is None else int(models["samples_per_step"]),
+            line_bends_at=None if models.get("line_bends_at") is None else int(models["line_bends_at"]),
+            range_unprobed=bool(models.get("range_unprobed", False)),
         )
 
     @property
@@ -191,8 +200,9 @@ class BatchSizeModels:
         batch × batch tensors take time that grows the same way, which the run-time line cannot
         follow (a CLIP loss's line over 256-1,024 samples said 202 ms at 4,096; it took 826).
         Never up to a batch size the user's code failed at (below the smallest timed, one is
-        outside already)."""
-        high = self._measured_end()
+        outside already). Where a probe past the timed batch sizes found the line bending
+        (`line_bends_at`), or where none could be timed (`range_unprobed`), to the largest timed."""
+        high = self.measured_batch_sizes[-1] if self.line_bends_at or self.range_unprobed else self._measured_end()
         failing = self._failing_above()
         return self.measured_batch_sizes[0], high if failing is None else min(high, failing - 1)
 
@@ -213,6 +223,10 @@ class BatchSizeModels:
         end = self.trusted_range[1]
         if end + 1 in self.failing_batch_sizes:
             return f"the batch size below {end + 1}, where your code fails"
+        if self.line_bends_at:
+            return f"the largest measured: throughput at {self.line_bends_at} fell below the run-time line"
+        if self.range_unprobed:
+            return "the largest measured: no batch size past it could be timed within the budget"
         if end == self.samples_per_step:
             return "the samples per optimizer step, beyond which a step runs less than one micro-batch"
         if self.peak_memory.quadratic:
@@ -379,6 +393,8 @@ class BatchSizeModels:
             "max_batch_size_extrapolated": self.max_batch_size_extrapolated(),
             "trusted_range": [low, high],
             "failing_batch_sizes": list(self.failing_batch_sizes),
+            "line_bends_at": self.line_bends_at,
+            "range_unprobed": self.range_unprobed,
             "throughput_knee_batch_size": knee,
             "throughput_knee_samples_per_second": self.predict(knee).samples_per_second if knee else None,
             "best_batch_size": self.best_batch_size(),

@@ -2,8 +2,8 @@
 
 Its first lines answer what a deep-learning engineer acts on: how fast (samples/s and time per
 iteration at the batch size), how much memory (the peak against the capacity, and which phase of
-the iteration sets it), what batch size to use (the throughput knee, within what fits and what was
-measured, or why none can be recommended); then the warnings, each saying what to do; then the
+the iteration sets it), what batch size to use (the document's recommendation: one measured
+faster than the user's, or why none); then the warnings, each saying what to do; then the
 detail: the hottest lines, the batch sizes measured and predicted, the fitted models.
 
 Given a width (a terminal's), every line fits in it: prose wraps beneath its label or indent, the
@@ -32,7 +32,6 @@ from skyline_engine.analysis.document import (
     PeakMemoryOperationDict,
     PhaseCurveDict,
 )
-from skyline_engine.predict.batch_models import dividing_at_least, dividing_at_most
 from skyline_engine.predict.peak_memory import PeakMemoryModel
 from skyline_engine.units import bar, format_bytes, format_ms, format_rate
 from skyline_engine.vocabulary import (
@@ -62,8 +61,6 @@ CAPACITY_SOURCES = {
     "cgroup": "left under the memory limit",
     "physical_memory": "of physical memory",
 }
-# Measured throughputs, or times, that differ by less than this share are not told apart.
-MEASURED_NOISE = 0.05
 # The other tensors at the peak (analysis document, `peak_memory_operation.other_tensors`) named
 # in the summary: those holding at least this share of it, and what made them.
 NOTABLE_OTHER_TENSOR = 0.05
@@ -266,149 +263,35 @@ def _other_tensors(doc: DocumentDict, peak: PeakMemoryOperationDict) -> str:
 
 
 def _advice(doc: DocumentDict) -> str:
-    """The batch size to use and why, or why none can be recommended."""
+    """The batch size to use and why, or why none can be recommended: the document's one
+    recommendation (`models.recommendation`, predict/recommendation.py), in words."""
     models = doc.get("models")
     if not models and doc.get("memory_growth"):
         return "none to recommend: peak memory grows with every iteration (see the warnings)"
     if not models:
         return f"none to recommend: only batch size {doc['batch_size']:,} could be measured (see the warnings)"
-    largest = models["max_batch_size"]
-    if largest == 0:
-        return (
-            "none fits: not even batch size 1 is predicted to fit in the memory planned for\n"
-            "plan for a larger device (--memory-capacity) or make the model smaller"
-        )
-    best = models["best_batch_size"]
-    if best is None:
-        return _fastest_measured(doc, models)
-    knee = models["throughput_knee_batch_size"]
-    if knee is None:  # throughput does not rise with the batch size
-        return _use(doc, best, "throughput falls at larger batch sizes: the fastest measured")
-    low, high = models["trusted_range"]
-    measured = max(sample["batch_size"] for sample in models["samples"])
-    ceiling = high if largest is None else min(largest, high)
-    approached = f"the {format_rate(models['asymptotic_samples_per_second'], SAMPLES)} this model approaches"
-    per_step = models.get("samples_per_step")
-    if knee <= ceiling:
-        advised = max(knee, low)
-        why = f"it reaches 90% of {approached}: larger batch sizes buy little speed for their memory"
-        if not per_step or per_step % advised == 0:
-            return _use(doc, advised, why)
-        above = dividing_at_least(per_step, advised)
-        if above is not None and above <= ceiling:  # at least as large: what `why` says holds
-            return _use(doc, above, f"{why};\n{_divides(per_step, above, advised)}")
-        return _use(
-            doc,
-            dividing_at_most(per_step, ceiling),
-            f"the largest up to {ceiling:,} that divides your {per_step:,} samples per optimizer step;\n"
-            f"throughput reaches 90% of {approached} at {knee:,}",
-        )
-    if largest is not None and largest <= high:
-        why = "the largest predicted to fit: memory runs out before throughput levels off"
-        return _use_dividing(doc, per_step, largest, why)
-    if _fails_just_past(models, high):
-        return _use_dividing(
-            doc,
-            per_step,
-            high,
-            f"the largest below {high + 1:,}, where your code fails (see the warnings);\n"
-            f"throughput would still rise beyond it (90% of {approached} at {knee:,}):\n"
-            f"profile with --batch-size {high} to check that your code runs there",
-        )
-    if high == per_step:  # the trusted range ends where a step would run less than one micro-batch
-        return _use(doc, high, f"all your {per_step:,} samples per optimizer step in one micro-batch: no accumulation")
-    trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
-    return _use_dividing(
-        doc,
-        per_step,
-        high,
-        f"the largest of the trusted range (up to {trusted});\n"
-        f"throughput still rises beyond it (90% of {approached} at {knee:,}):\n"
-        f"profile with --batch-size {high} to measure further",
-    )
+    advice = models.get("recommendation")
+    if advice is None:  # a document from before the field
+        return "none to recommend: the document holds no recommendation (profile again)"
+    batch_size, rate, yours = advice["batch_size"], advice["samples_per_second"], advice["users_samples_per_second"]
+    if batch_size is None or rate is None:
+        return f"none to recommend: {_clauses(advice['reason'])}"
+    how = "measured" if advice["measured"] else "predicted"
+    text = f"use {batch_size:,} for {format_rate(rate, SAMPLES)} ({how})"
+    if yours:
+        text += f", {_compared(rate / yours)} yours ({doc['batch_size']:,}) timed beside it"
+    return f"{text}\n{_clauses(advice['reason'])}"
 
 
-def _divides(per_step: int, batch_size: int, instead_of: int) -> str:
-    """Why `batch_size` is advised and not `instead_of`: an iteration that accumulates to a fixed
-    number of samples per step (`256 // batch_size` micro-batches) takes them all only at a batch
-    size that divides them; at 100 it would step after 200."""
-    return f"{batch_size:,} divides your {per_step:,} samples per optimizer step, {instead_of:,} does not"
-
-
-def _use_dividing(doc: DocumentDict, per_step: int | None, batch_size: int, why: str) -> str:
-    """`_use` of `batch_size`, or of the largest below it that divides the samples per step."""
-    if not per_step or per_step % batch_size == 0:
-        return _use(doc, batch_size, why)
-    below = dividing_at_most(per_step, batch_size)
-    return _use(doc, below, f"{_divides(per_step, below, batch_size)};\n{why}")
-
-
-def _fastest_measured(doc: DocumentDict, models: ModelsDict) -> str:
-    """Where the run-time line predicts nothing, what the measurements say: the batch size that ran
-    fastest, by more than MEASURED_NOISE, where their times do not fall as the batch size grows
-    (a machine's drift makes them fall; one micro-batch's time, where each ran its own number). A
-    small model's times grow too little, or too unevenly, for a straight line (0.70, 0.80 and
-    0.86 ms at 32, 64 and 128 samples: R² 0.90), while its throughput tripled."""
-    samples = sorted(models["samples"], key=lambda sample: sample["batch_size"])
-    times = [sample["run_time_ms"] / sample.get("micro_batches", 1) for sample in samples]
-    if len(samples) < 2 or any(later < earlier * (1 - MEASURED_NOISE) for earlier, later in zip(times, times[1:])):
-        return (
-            "none to recommend: the iteration time did not follow the batch size (see the warnings)\n"
-            "re-run on a quiet machine"
-        )
-    yours = doc["iteration"]["samples_per_second"]
-    fastest = max(samples, key=lambda sample: sample["samples_per_second"])
-    if fastest["samples_per_second"] <= yours * (1 + MEASURED_NOISE):
-        return _use(
-            doc,
-            doc["batch_size"],
-            "no batch size measured ran notably faster; none other is predicted (see the warnings)",
-        )
-    why = "the fastest measured: the run-time line predicts no other batch size (see the warnings)"
-    largest, fits = samples[-1]["batch_size"], models["max_batch_size"]
-    if fastest is samples[-1] and (fits is None or fits >= 2 * largest):
-        why += f";\nprofile with --batch-size {2 * largest} to measure further"
-    return _use(doc, fastest["batch_size"], why)
-
-
-def _fails_just_past(models: ModelsDict, high: int) -> bool:
-    """Whether the trusted range ends where the user's code fails (BatchSizeModels.trusted_range_end)."""
-    return high + 1 in models.get("failing_batch_sizes", [])
-
-
-def _use(doc: DocumentDict, batch_size: int, why: str) -> str:
-    """`use N for R samples/s (predicted), X% faster than yours (M)`, and why on the next line."""
-    yours = doc["batch_size"]
-    rate, how = _throughput_at(doc, batch_size)
-    text = f"{'keep' if batch_size == yours else 'use'} {batch_size:,}"
-    if rate is not None:
-        text += f" for {format_rate(rate, SAMPLES)} ({how})"
-        mine = doc["iteration"]["samples_per_second"]
-        if batch_size != yours and mine:
-            text += f", {_compared(rate / mine)} yours ({yours:,})"
-    return text + "\n" + why
+def _clauses(reason: str) -> str:
+    """A reason's clauses (`; `) one a line, as the summary's continuation lines show them."""
+    return reason.replace("; ", ";\n")
 
 
 def _compared(ratio: float) -> str:
     if ratio >= 2:
         return f"{ratio:.1f}×"
     return f"{abs(ratio - 1):.0%} {'faster' if ratio >= 1 else 'slower'} than"
-
-
-def _throughput_at(doc: DocumentDict, batch_size: int) -> tuple[float | None, str]:
-    """One figure per batch size, as every other part of the report shows it: the measurement
-    where the batch size was measured, else the models' prediction."""
-    models = doc["models"]
-    assert models is not None  # a batch size is advised (`_use`) only with models
-    for sample in models["samples"]:
-        if sample["batch_size"] == batch_size:
-            return sample["samples_per_second"], "measured"
-    for row in doc.get("predictions") or []:
-        if row["batch_size"] == batch_size:
-            return row["samples_per_second"], "predicted"
-    line = models["run_time_ms"]
-    run_time = line["slope"] * batch_size + line["bias"]
-    return (batch_size / run_time * 1000 if run_time > 0 else None), "predicted"
 
 
 def _own_ms(line: LineDict) -> float:
@@ -595,6 +478,8 @@ def _predictions(doc: DocumentDict, width: int | None) -> str:
             notes.append("yours")
         if measured:
             notes.append("measured")
+        if batch_size == (models.get("recommendation") or {}).get("batch_size"):
+            notes.append("recommended")
         if batch_size == models["max_batch_size"]:
             notes.append("largest that fits")
         if not prediction["fits"]:

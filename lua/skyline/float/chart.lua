@@ -15,6 +15,7 @@ local M = {}
 ---@field measured boolean?
 ---@field extrapolated boolean?
 ---@field largest boolean? the largest batch size predicted to fit
+---@field recommended boolean? the document's recommended batch size
 
 -- The rows of the chart: the document's predictions, a measured batch size showing its
 -- measurement, one outside the trusted range marked as an extrapolation; the current batch size,
@@ -38,6 +39,7 @@ local function chart_rows(context)
       measured = shown ~= p,
       extrapolated = p.extrapolated and shown == p,
       largest = p.batch_size == context.models.max_batch_size,
+      recommended = p.batch_size == (context.models.recommendation or {}).batch_size,
     })
     has_current = has_current or p.batch_size == current
   end
@@ -53,13 +55,16 @@ local function chart_rows(context)
   return rows
 end
 
--- What a chart row is, as the terminal report's table says it: measured, the largest predicted
--- to fit, an extrapolation.
+-- What a chart row is, as the terminal report's table says it: measured, recommended, the largest
+-- predicted to fit, an extrapolation.
 ---@param row skyline.float.ChartRow
 local function notes(row)
   local said = {}
   if row.measured then
     table.insert(said, 'measured')
+  end
+  if row.recommended then
+    table.insert(said, 'recommended')
   end
   if row.largest then
     table.insert(said, 'largest fit')

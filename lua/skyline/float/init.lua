@@ -10,7 +10,8 @@ local window = require('skyline.float.window')
 
 local M = {}
 
-local SECTIONS = { 'throughput', 'compilation', 'memory', 'chart', 'distributed', 'operations', 'warnings' }
+local SECTIONS =
+  { 'throughput', 'recommendation', 'compilation', 'memory', 'chart', 'distributed', 'operations', 'warnings' }
 
 --- What a section reads: the document and the editor's state of it, as it is when the float is drawn.
 ---@class skyline.float.Context
@@ -19,6 +20,7 @@ local SECTIONS = { 'throughput', 'compilation', 'memory', 'chart', 'distributed'
 ---@field root string the project root (rows jump to absolute paths)
 ---@field measured skyline.Measurement the measurement at the document's batch size
 ---@field models skyline.Models? the models of the latest complete document that had them
+---@field models_batch_size integer? that document's batch size: the recommendation's "yours"
 ---@field predictions skyline.Prediction[]? that document's predictions: the chart's rows
 ---@field batch_size integer? the batch size shown: the document's, or the one a key press set
 ---@field prediction skyline.Figures? the figures at `batch_size` (models.at)
@@ -32,6 +34,7 @@ local function context(width)
     root = state.request.root,
     measured = state.measured,
     models = state.models,
+    models_batch_size = state.models_batch_size,
     predictions = state.predictions,
     batch_size = state.batch_size,
     prediction = state.prediction,

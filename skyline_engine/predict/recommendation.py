@@ -1,0 +1,366 @@
+"""The batch size to recommend: one answer, measured, or none and why.
+
+The batch-size models suggest one batch size (`candidate`), for the reasons the report has always
+given: the knee of the throughput curve (where it reaches 90 % of what the model approaches),
+rounded up to the user's batch size times a power of two; or what stops short of it: the largest
+predicted to fit, the largest below a batch size the user's code fails at, all the samples of an
+optimizer step in one micro-batch, the end of the trusted range; with accumulation to a fixed
+number of samples per step, one that divides them. Where the run-time line predicts nothing, or
+throughput falls with the batch size, the fastest measured. A suggestion at or below the user's
+batch size, or predicted less than NOISE_FLOOR faster than the user's measured throughput, is no
+change worth making.
+
+The analysis then times the suggestion beside the user's batch size (analysis/session.py), and
+`recommend` recommends it only where its measured throughput beats the user's, timed in the same
+rounds, by the noise: NOISE_FLOOR, or where more, the two measurements' spread (`noise`); and
+nothing where the models' own measurements spread too much to place the line (`too_noisy`). So a
+recommendation is never slower than the user's batch size, never within the noise of it, and
+always quotes a measurement. (Back-to-back analyses of one model on a busy 2-core machine had
+advised 28, 19 and 6, and "use 4 for 4.7 samples/s (measured), 20 % slower than yours (8)": the
+knee of a line through noisy times moves with every analysis, and nothing checked it.) Rounding
+the knee up to the user's batch size times a power of two keeps such a knee's suggestion where
+it was when the line moves a little (19 and 28 are both 32 for a user at 8).
+
+Before the trusted range extends past the timed batch sizes, one probe there is timed beside the
+user's batch size (`range_probe`); where its throughput falls below the line's by more than the
+noise (`line_shortfall`), the range ends at the largest timed batch size (the models'
+`line_bends_at`), as it does where no probe there can be timed within the budget
+(`range_unprobed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skyline_engine.measure.iteration import Sample
+from skyline_engine.predict.batch_models import BatchSizeModels, dividing_at_least, dividing_at_most
+from skyline_engine.units import format_rate
+
+# A change of batch size must make training at least this much faster, measured, to clear the
+# noise of timing on a shared machine (and the drift between processes): more where the two
+# measurements compared spread more.
+NOISE_FLOOR = 0.10
+# Where the run-time line predicts nothing, measured times that fall by more than this share as
+# the batch size grows say the machine's speed changed while timing, not the model.
+FALLING_TIMES = 0.05
+# The models suggest nothing where a timed batch size's blocks spread by more than this share of
+# their mean (IQR): the line through such times, and its knee, are the machine's load. (The
+# default example on a 2-core machine kept busy by other test runs, three analyses back to back:
+# spreads of 11-17 % gave a knee at 467; 105-252 %, a knee at 2,841, and 1,024 measured 9.5×
+# faster than 128 in rounds where 128 ran at a third of its earlier speed.)
+MAX_SPREAD = 0.25
+
+NOTHING_FITS = (
+    "not even batch size 1 is predicted to fit in the memory planned for; plan for a larger device "
+    "(--memory-capacity) or make the model smaller"
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the models suggest: a batch size and why (`why`, said with a recommendation of it), or
+    none (`batch_size` None) and why no change is worth making."""
+
+    batch_size: int | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The analysis's one answer to "what batch size should I use" (the document's
+    `models.recommendation`): a batch size, its measured throughput and the user's batch size's,
+    timed in the same rounds, and why; or no batch size (None) and why no change is worth making."""
+
+    batch_size: int | None
+    samples_per_second: float | None  # measured at `batch_size`
+    measured: bool  # `samples_per_second` is a measurement (always, with a batch size)
+    reason: str
+    users_samples_per_second: float | None = None  # the user's batch size, timed beside it
+
+    @classmethod
+    def none(cls, reason: str) -> Recommendation:
+        return cls(None, None, False, reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "samples_per_second": self.samples_per_second,
+            "measured": self.measured,
+            "reason": self.reason,
+            "users_samples_per_second": self.users_samples_per_second,
+        }
+
+
+def spread(sample: Sample) -> float:
+    """How much a measurement's blocks spread: their interquartile range over the mean iteration."""
+    return sample.timing.iqr_ms / sample.run_time_ms if sample.run_time_ms > 0 else 0.0
+
+
+def noise(yours: Sample, theirs: Sample) -> float:
+    """How much faster one batch size must run than another to be told apart: NOISE_FLOOR, or,
+    where more, as much as would make their interquartile bands overlap (each spread half of it
+    around its mean: half their spreads added)."""
+    return max(NOISE_FLOOR, (spread(yours) + spread(theirs)) / 2)
+
+
+def too_noisy(samples: Sequence[Sample]) -> str | None:
+    """Why the timed `samples` cannot place the run-time line (MAX_SPREAD), or None."""
+    worst = max(samples, key=spread)
+    if spread(worst) <= MAX_SPREAD:
+        return None
+    return (
+        f"the times of batch size {worst.batch_size:,} spread by {spread(worst):.0%} of their mean (IQR), too much "
+        "to tell which batch size runs faster; re-run on a quiet machine"
+    )
+
+
+def candidate(models: BatchSizeModels, users: int) -> Candidate:
+    """The batch size the models suggest instead of `users` (the user's, a timed one), or none and
+    why (see the module's docstring)."""
+    largest = models.max_batch_size()
+    if largest == 0:
+        return Candidate(None, NOTHING_FITS)
+    if not models.time_predictable:
+        return _fastest_measured(
+            models, users, "the fastest measured: the run-time line predicts no other batch size (see the warnings)"
+        )
+    if models.run_time.bias <= 0:
+        return _fastest_measured(models, users, "throughput falls at larger batch sizes: the fastest measured")
+    knee = models.throughput_knee_batch_size()
+    asymptote = models.asymptotic_samples_per_second()
+    assert knee is not None and asymptote is not None  # time grows with the batch size, with fixed costs
+    approached = f"the {format_rate(asymptote, ' samples/s')} this model approaches"
+    high = models.trusted_range[1]
+    ceiling = high if largest is None else min(largest, high)
+    if knee <= users:
+        return Candidate(
+            None,
+            f"yours is at or past the knee: throughput reaches 90% of {approached} at {knee:,}, and larger "
+            "batch sizes buy little speed for their memory",
+        )
+    if knee <= ceiling:
+        return _at_the_knee(models, users, knee, ceiling, approached)
+    per_step = models.samples_per_step
+    if largest is not None and largest <= high:
+        why = "the largest predicted to fit: memory runs out before throughput levels off"
+        return _worth_timing(models, users, *_dividing(per_step, largest, why), "the largest predicted to fit")
+    if high + 1 in models.failing_batch_sizes:
+        why = (
+            f"the largest below {high + 1:,}, where your code fails (see the warnings); throughput would still rise "
+            f"beyond it (90% of {approached} at {knee:,})"
+        )
+        what = f"the largest below {high + 1:,}, where your code fails"
+        return _worth_timing(models, users, *_dividing(per_step, high, why), what)
+    if high == per_step:  # the trusted range ends where a step would run less than one micro-batch
+        why = f"all your {per_step:,} samples per optimizer step in one micro-batch: no accumulation"
+        return _worth_timing(models, users, high, why, "all your samples per optimizer step in one micro-batch")
+    measured = models.measured_batch_sizes[-1]
+    if models.range_unprobed:
+        why = (
+            f"the largest measured: no batch size past {measured:,} could be timed within the budget to check the "
+            f"run-time line there; profile with --batch-size {measured} to measure further"
+        )
+        return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
+    if models.line_bends_at:
+        why = (
+            f"the largest measured: throughput at {models.line_bends_at:,} fell below the run-time line (see the "
+            f"warnings), so nothing past {measured:,} is predicted"
+        )
+        return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
+    trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
+    why = (
+        f"the largest of the trusted range (up to {trusted}); throughput still rises beyond it (90% of "
+        f"{approached} at {knee:,}); profile with --batch-size {high} to measure further"
+    )
+    return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest of the trusted range")
+
+
+def _at_the_knee(models: BatchSizeModels, users: int, knee: int, ceiling: int, approached: str) -> Candidate:
+    """The knee rounded up to the user's batch size times a power of two, within the ceiling (what
+    fits, the trusted range); with samples per step, the smallest batch size from the knee on that
+    divides them, else the largest up to the ceiling that does."""
+    why = f"it reaches 90% of {approached}: larger batch sizes buy little speed for their memory"
+    per_step = models.samples_per_step
+    if not per_step:
+        return _worth_timing(models, users, min(_doubling(users, knee), ceiling), why, "the knee")
+    above = dividing_at_least(per_step, knee)
+    if above is not None and above <= ceiling:  # at least the knee: what `why` says holds
+        why = why if above == knee else f"{why}; {_divides(per_step, above, knee)}"
+        return _worth_timing(models, users, above, why, "the knee")
+    why = (
+        f"the largest up to {ceiling:,} that divides your {per_step:,} samples per optimizer step; throughput "
+        f"reaches 90% of {approached} at {knee:,}"
+    )
+    what = "the largest that divides your samples per optimizer step"
+    return _worth_timing(models, users, dividing_at_most(per_step, ceiling), why, what)
+
+
+def _doubling(users: int, at_least: int) -> int:
+    """The smallest of `users` doubled one or more times that is at least `at_least`."""
+    batch_size = 2 * users
+    while batch_size < at_least:
+        batch_size *= 2
+    return batch_size
+
+
+def _divides(per_step: int, batch_size: int, instead_of: int) -> str:
+    """Why `batch_size` and not `instead_of`: an iteration that accumulates to a fixed number of
+    samples per step (`256 // batch_size` micro-batches) takes them all only at a batch size that
+    divides them; at 100 it would step after 200."""
+    return f"{batch_size:,} divides your {per_step:,} samples per optimizer step, {instead_of:,} does not"
+
+
+def _dividing(per_step: int | None, batch_size: int, why: str) -> tuple[int, str]:
+    """`batch_size`, or the largest below it that divides the samples per step, and why."""
+    if not per_step or per_step % batch_size == 0:
+        return batch_size, why
+    below = dividing_at_most(per_step, batch_size)
+    return below, f"{_divides(per_step, below, batch_size)}; {why}"
+
+
+def _worth_timing(models: BatchSizeModels, users: int, batch_size: int, why: str, what: str) -> Candidate:
+    """`batch_size` (`what` it is, in a few words) where it is above the user's and, unless it was
+    timed (then its measurement decides), predicted at least NOISE_FLOOR faster than the user's
+    measured throughput."""
+    if batch_size <= users:
+        where = "yours" if batch_size == users else f"{batch_size:,}, below yours,"
+        return Candidate(None, f"{where} is {what}: no larger batch size is predicted to run faster")
+    if batch_size in models.measured_batch_sizes:
+        return Candidate(batch_size, why)
+    rate = models.predict(batch_size).samples_per_second
+    yours = _measured_rate(models, users) or models.predict(users).samples_per_second
+    if rate is None or not yours or rate < yours * (1 + NOISE_FLOOR):
+        gain = _compared(rate / yours) if rate and yours else "no faster than"
+        return Candidate(
+            None,
+            f"{batch_size:,} ({what}) is predicted to run {gain} yours: a change must be at least {NOISE_FLOOR:.0%} "
+            "faster to clear the noise",
+        )
+    return Candidate(batch_size, why)
+
+
+def _measured_rate(models: BatchSizeModels, batch_size: int) -> float | None:
+    rates = dict(zip(models.measured_batch_sizes, models.measured_samples_per_second))
+    return rates.get(batch_size)
+
+
+def _fastest_measured(models: BatchSizeModels, users: int, why: str) -> Candidate:
+    """The timed batch size that ran fastest, where the times per micro-batch do not fall as the
+    batch size grows (a machine's drift makes them fall). A small model's times grow too little,
+    or too unevenly, for a straight line (0.70, 0.80 and 0.86 ms at 32, 64 and 128 samples: R²
+    0.90), while its throughput tripled."""
+    sizes, rates = models.measured_batch_sizes, models.measured_samples_per_second
+    if not rates:
+        return Candidate(None, "the document has no measured throughputs to compare")
+    per_call = [b / rate for b, rate in zip(sizes, rates)]  # one micro-batch's time (seconds)
+    if any(later < earlier * (1 - FALLING_TIMES) for earlier, later in zip(per_call, per_call[1:])):
+        return Candidate(
+            None,
+            "the iteration time did not follow the batch size (see the warnings); re-run on a quiet machine",
+        )
+    largest = models.max_batch_size()
+    fitting = [(rate, b) for b, rate in zip(sizes, rates) if largest is None or b <= largest]
+    if not fitting:
+        return Candidate(None, "none of the batch sizes measured is predicted to fit in the memory planned for")
+    _, fastest = max(fitting)
+    if fastest == users:
+        return Candidate(None, "yours ran fastest of the batch sizes measured; the models predict no faster one")
+    if fastest == sizes[-1] and not models.time_predictable and (largest is None or largest >= 2 * fastest):
+        why += f"; profile with --batch-size {2 * fastest} to measure further"
+    return Candidate(fastest, why)
+
+
+def recommend(
+    models: BatchSizeModels,
+    users: int,
+    samples: Sequence[Sample],
+    checks: Sequence[Sample] = (),
+    not_timed: Mapping[int, str] | None = None,
+) -> Recommendation:
+    """The recommendation of the `models` (fitted to `samples`, the user's batch size `users`
+    among them), from the `candidate` and what was measured: `checks`, batch sizes timed after
+    the models were fitted, in rounds with the user's (which `checks` holds again); `not_timed`,
+    why a batch size could not be timed (it ran out of memory, the user's code failed there). The
+    candidate's measurement is compared with the user's from the same rounds."""
+    chosen = candidate(models, users)
+    batch_size = chosen.batch_size
+    if batch_size is None:
+        return Recommendation.none(chosen.why)
+    noisy = too_noisy(samples)
+    if noisy:
+        return Recommendation.none(noisy)
+    if not_timed and batch_size in not_timed:
+        return Recommendation.none(f"{batch_size:,}, which the models suggest, was not timed: {not_timed[batch_size]}")
+    pair = _timed_together(batch_size, users, samples, checks)
+    if pair is None:
+        others = "".join(f"; {b:,} was not timed either: {why}" for b, why in sorted((not_timed or {}).items()))
+        return Recommendation.none(
+            f"{batch_size:,}, which the models suggest, was not timed: profile with --batch-size {batch_size} to "
+            f"measure it{others}"
+        )
+    theirs, yours = pair
+    gain = theirs.samples_per_second / yours.samples_per_second
+    needed = noise(yours, theirs)
+    if gain < 1 + needed:
+        return Recommendation.none(
+            f"{batch_size:,}, which the models suggest, ran {_compared(gain)} yours ({users:,}) timed beside it: a "
+            f"change must be at least {needed:.0%} faster to clear the noise"
+        )
+    return Recommendation(batch_size, theirs.samples_per_second, True, chosen.why, yours.samples_per_second)
+
+
+def _compared(gain: float) -> str:
+    """`only 4% faster than`, `no faster than`, `20% slower than`: a gain too small to act on (or
+    `only 2.2× as fast as`, where the noise is more)."""
+    if gain >= 2:
+        return f"only {gain:.1f}× as fast as"
+    if round(gain - 1, 2) > 0:
+        return f"only {gain - 1:.0%} faster than"
+    return "no faster than" if round(gain - 1, 2) == 0 else f"{1 - gain:.0%} slower than"
+
+
+def _timed_together(
+    batch_size: int, users: int, samples: Sequence[Sample], checks: Sequence[Sample]
+) -> tuple[Sample, Sample] | None:
+    """The measurements of `batch_size` and of the user's batch size from the same rounds: the
+    checks', else the models' samples."""
+    for timed in (checks, samples):
+        found = {s.batch_size: s for s in timed}
+        if batch_size in found and users in found:
+            return found[batch_size], found[users]
+    return None
+
+
+def range_probe(models: BatchSizeModels, suggested: int | None, affordable: Callable[[int], bool]) -> int | None:
+    """The batch size to time past the timed ones before the trusted range extends there: the
+    suggested one where it lies there, else the range's end, lowered to what is predicted to fit
+    and to the largest `affordable` (a predicted iteration within the timing budget); None where
+    the range does not extend past the timed batch sizes, or no time is predicted."""
+    largest_timed = models.measured_batch_sizes[-1]
+    high = models.trusted_range[1]
+    if not models.time_predictable or models.line_bends_at or models.range_unprobed or high <= largest_timed:
+        return None
+    if suggested is not None and largest_timed < suggested <= high and affordable(suggested):
+        return suggested
+    fits = models.max_batch_size()
+    low, probe = largest_timed, high if fits is None else min(high, fits)
+    if affordable(probe):
+        return probe if probe > largest_timed else None
+    while probe - low > 1:  # the largest affordable: predicted times grow with the batch size
+        middle = (low + probe) // 2
+        low, probe = (middle, probe) if affordable(middle) else (low, middle)
+    return low if low > largest_timed else None
+
+
+def line_shortfall(models: BatchSizeModels, yours: Sample, probe: Sample) -> float | None:
+    """How far the `probe`'s throughput, timed beside the user's batch size (`yours`, from the same
+    rounds), fell below what the run-time line predicts relative to the user's measured throughput
+    (the drift between the rounds cancels), where by more than the noise; None where it did not."""
+    predicted = models.predict(probe.batch_size).samples_per_second
+    before = _measured_rate(models, yours.batch_size)
+    if predicted is None or not before:
+        return None
+    shortfall = 1 - (probe.samples_per_second / yours.samples_per_second) / (predicted / before)
+    return shortfall if shortfall > noise(yours, probe) else None

@@ -1,0 +1,391 @@
+"""One recommendation, in the document (predict/recommendation.py, the confirming step of
+analysis/session.py): never slower than the user's batch size, never within the noise of it,
+always measured, or none and why; and the trusted range cut where a probe past the timed batch
+sizes finds the run-time line bending.
+
+The rule is tested on fixed models and measurements; the confirming step in real analyses of a
+tiny entry point (real torch, real iterations) whose clock is injected, so that each batch size's
+time is the one written here; and once with real timing, for what must hold whatever the load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from engine_helpers import QUICK
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+from skyline_engine.measure import iteration as iteration_module
+from skyline_engine.measure.iteration import IterationRunner, Sample
+from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.measure.timing import TimingStats
+from skyline_engine.predict.batch_models import BatchSizeModels
+from skyline_engine.predict.recommendation import (
+    NOISE_FLOOR,
+    Candidate,
+    candidate,
+    line_shortfall,
+    noise,
+    range_probe,
+    recommend,
+    too_noisy,
+)
+from skyline_engine.vocabulary import FORWARD_BACKWARD
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "tests" / "service_entry_points" / "tiny"
+GiB = 1 << 30
+
+
+def memory(b: int) -> MemoryProfile:
+    return MemoryProfile(0, (1000 * b + 8_000_000,), ("addmm",), ((0, FORWARD_BACKWARD),), None)
+
+
+def sample(b: int, ms: float, spread: float = 0.0) -> Sample:
+    """Batch size `b` measured at `ms` an iteration, its blocks spreading `spread` of it (IQR)."""
+    return Sample(b, TimingStats(ms, spread * ms, 20, 1), memory(b))
+
+
+def line(slope_ms: float, bias_ms: float, *sizes: int) -> list[Sample]:
+    return [sample(b, slope_ms * b + bias_ms) for b in sizes]
+
+
+def fit(samples: list[Sample], capacity: int = GiB, **kwargs) -> BatchSizeModels:
+    return BatchSizeModels.fit(
+        [s.batch_size for s in samples],
+        [s.run_time_ms for s in samples],
+        {s.batch_size: s.memory for s in samples},
+        capacity,
+        **kwargs,
+    )
+
+
+# 1/64 ms a sample + 0.75 ms, timed at 64, 128 and 256: the knee at 432, the user's at 128.
+TIMED = line(1 / 64, 0.75, 64, 128, 256)
+MODELS = fit(TIMED)
+
+
+def test_the_suggestion_is_recommended_only_measured_faster_than_yours_beyond_the_noise():
+    assert candidate(MODELS, 128).batch_size == 512  # the knee, 432, rounded up to 128 doubled
+    # Not timed: none, and how to measure it.
+    advice = recommend(MODELS, 128, TIMED)
+    assert (advice.batch_size, advice.samples_per_second, advice.measured) == (None, None, False)
+    assert advice.reason == "512, which the models suggest, was not timed: profile with --batch-size 512 to measure it"
+    # Timed beside the user's and 26% faster: recommended, quoting the measurement.
+    yours, theirs = sample(128, 2.75), sample(512, 8.75)
+    advice = recommend(MODELS, 128, TIMED, [yours, theirs])
+    assert advice.batch_size == 512 and advice.measured
+    assert advice.samples_per_second == theirs.samples_per_second
+    assert advice.users_samples_per_second == yours.samples_per_second  # from the same rounds
+    assert advice.reason.startswith("it reaches 90% of the 64,000 samples/s this model approaches")
+    # Measured 8% faster: within the noise.
+    advice = recommend(MODELS, 128, TIMED, [yours, sample(512, 512 / (1.08 * 128 / 2.75))])
+    assert advice.batch_size is None and advice.samples_per_second is None and not advice.measured
+    assert advice.reason == (
+        "512, which the models suggest, ran only 8% faster than yours (128) timed beside it: a change must be at "
+        "least 10% faster to clear the noise"
+    )
+    # Measured slower than the user's: never recommended.
+    advice = recommend(MODELS, 128, TIMED, [yours, sample(512, 12.0)])
+    assert advice.batch_size is None and "ran 8% slower than yours (128)" in advice.reason
+    # 26% faster, but measurements spreading 40% and 20% of their times: their bands overlap.
+    advice = recommend(MODELS, 128, TIMED, [sample(128, 2.75, 0.4), sample(512, 8.75, 0.2)])
+    assert advice.batch_size is None and "a change must be at least 30% faster" in advice.reason
+
+
+def test_times_that_spread_too_much_to_place_the_line_suggest_nothing():
+    # The user's blocks spread by 30% of their mean: whatever 512 measured, the line through such
+    # times (and its knee) is the machine's load.
+    timed = [TIMED[0], sample(128, 2.75, 0.3), TIMED[2]]
+    advice = recommend(fit(timed), 128, timed, [sample(128, 2.75), sample(512, 5.0)])
+    assert advice.batch_size is None
+    assert advice.reason == (
+        "the times of batch size 128 spread by 30% of their mean (IQR), too much to tell which batch size runs "
+        "faster; re-run on a quiet machine"
+    )
+    assert too_noisy([TIMED[0], sample(128, 2.75, 0.25), TIMED[2]]) is None
+
+
+def test_it_compares_the_suggestion_with_yours_from_the_same_rounds():
+    # The checks' rounds met a machine twice as slow: 512 is still 26% faster than 128 there,
+    # though slower than the user's batch size measured with the models.
+    advice = recommend(MODELS, 128, TIMED, [sample(128, 5.5), sample(512, 17.5)])
+    assert advice.batch_size == 512
+    assert advice.samples_per_second < TIMED[1].samples_per_second
+    assert advice.samples_per_second / advice.users_samples_per_second == pytest.approx(58514.3 / 46545.5, rel=1e-4)
+
+
+def test_a_recommendation_is_never_slower_never_within_the_noise_and_always_measured():
+    """Many models and measurements, made at random with a fixed seed: whatever the rule advises."""
+    rng = random.Random(7)
+    for _ in range(400):
+        users = rng.choice([8, 16, 32, 64, 128])
+        slope, bias = rng.uniform(0.001, 0.1), rng.uniform(-0.5, 5.0)
+        jitter = [rng.uniform(0.7, 1.3) for _ in range(3)]
+        timed = [sample(b, max(0.01, (slope * b + bias) * j), rng.uniform(0, 0.3)) for b, j in
+                 zip((users // 2, users, 2 * users), jitter)]  # fmt: skip
+        models = fit(timed, capacity=rng.choice([GiB, 9_000_000, 8_400_000]))
+        suggested = candidate(models, users).batch_size
+        checks = []
+        if suggested is not None:
+            checks = [sample(users, max(0.01, slope * users + bias), rng.uniform(0, 0.3)),
+                      sample(suggested, max(0.01, (slope * suggested + bias) * rng.uniform(0.6, 1.4)),
+                             rng.uniform(0, 0.3))]  # fmt: skip
+        advice = recommend(models, users, timed, checks)
+        if advice.batch_size is None:
+            assert advice.reason and advice.samples_per_second is None and not advice.measured
+            continue
+        assert advice.measured and advice.batch_size != users
+        pair = {s.batch_size: s for s in (checks if advice.batch_size in {s.batch_size for s in checks} else timed)}
+        assert advice.samples_per_second == pair[advice.batch_size].samples_per_second
+        assert advice.users_samples_per_second == pair[users].samples_per_second
+        needed = noise(pair[users], pair[advice.batch_size])
+        assert (
+            advice.samples_per_second
+            >= advice.users_samples_per_second * (1 + needed)
+            >= (advice.users_samples_per_second * (1 + NOISE_FLOOR))
+        )
+
+
+def test_a_knee_that_moves_a_little_suggests_the_same_batch_size():
+    # A user at 8 whose knee came out 19, then 28 (issue: 28, 19 and 6 advised back to back): 32 both times.
+    for knee in (19, 28):
+        models = fit(line(1 / 9, knee / 81, 4, 8, 16))  # 9 × bias / slope = knee
+        assert models.throughput_knee_batch_size() in (knee, knee + 1)
+        assert candidate(models, 8).batch_size == 32
+    # At 6, below the user's: no change ("use 4 … 20% slower than yours (8)" was advised).
+    past = candidate(fit(line(1 / 9, 6 / 81, 4, 8, 16)), 8)
+    assert past.batch_size is None and past.why.startswith("yours is at or past the knee")
+    # Just above the user's (17 for 16: "use 17 … 1% faster than yours (16)"): 32 is predicted
+    # 6% faster, too little to be worth timing.
+    near = candidate(fit(line(1 / 9, 17 / 81, 12, 16, 24)), 16)
+    assert near.batch_size is None
+    assert near.why == (
+        "32 (the knee) is predicted to run only 6% faster than yours: a change must be at least 10% faster to clear "
+        "the noise"
+    )
+
+
+def test_the_reasons_that_stay():
+    # What fits ends it first: the largest predicted to fit (1000 b + 8,000,000 bytes in 9,216,000 × 0.9).
+    fits = candidate(fit(TIMED, capacity=9_216_000), 128)
+    assert fits == Candidate(294, "the largest predicted to fit: memory runs out before throughput levels off")
+    # The user's code fails at 300: the largest below it.
+    failing = candidate(fit(line(1 / 64, 8.0, 64, 128, 256), failing=(300,)), 128)
+    assert failing.batch_size == 299
+    assert failing.why.startswith("the largest below 300, where your code fails (see the warnings)")
+    # 1,000 samples per optimizer step: the smallest from the knee on that divides them.
+    models = fit(TIMED, samples_per_step=1000)
+    per_step = candidate(models, 128)
+    knee = models.throughput_knee_batch_size()
+    assert per_step.batch_size == 500
+    assert per_step.why.endswith(f"500 divides your 1,000 samples per optimizer step, {knee} does not")
+    # The knee beyond the trusted range: its end, and how to measure further.
+    end = candidate(fit(line(1 / 64, 8.0, 64, 128, 256)), 128)
+    assert end.batch_size == 1024 and end.why.endswith("profile with --batch-size 1024 to measure further")
+    # No line: the fastest measured (timed with the models: no more timing).
+    fastest = candidate(fit([sample(64, 0.70), sample(128, 0.80), sample(256, 0.86)]), 128)
+    assert fastest.batch_size == 256 and fastest.why.startswith("the fastest measured")
+    # Nothing fits: none.
+    assert candidate(fit(TIMED, capacity=1000), 128).why.startswith("not even batch size 1 is predicted to fit")
+
+
+def test_a_probe_past_the_timed_batch_sizes_is_the_suggestion_or_the_ranges_end_lowered_to_what_is_affordable():
+    def anything(batch_size: int) -> bool:
+        return True
+
+    assert MODELS.trusted_range == (64, 1024)
+    assert range_probe(MODELS, 512, anything) == 512  # the suggestion lies past 256: it is the probe
+    assert range_probe(MODELS, 200, anything) == 1024  # within the timed: the range's end
+    assert range_probe(fit(TIMED, capacity=9_216_000), None, anything) == 294  # what fits
+    # One iteration predicted within 10 ms: 592 (1/64 ms × 592 + 0.75 ms = 10 ms).
+    assert range_probe(MODELS, None, lambda b: MODELS.predict(b).run_time_ms <= 10.005) == 592
+    assert range_probe(MODELS, None, lambda b: False) is None
+    # No time predicted, or the range ends at the largest timed: nothing to probe.
+    assert range_probe(fit([sample(64, 0.70), sample(128, 0.80), sample(256, 0.86)]), None, anything) is None
+    assert range_probe(dataclasses.replace(MODELS, line_bends_at=1024), None, anything) is None
+
+
+def test_a_probe_below_the_line_ends_the_trusted_range_at_the_largest_timed():
+    yours = sample(128, 2.75)
+    on_the_line = sample(1024, 1024 / 64 + 0.75)
+    assert line_shortfall(MODELS, yours, on_the_line) is None
+    # 1.5 times the line's time: a third of the throughput it predicts is missing.
+    bent = sample(1024, 1.5 * (1024 / 64 + 0.75))
+    assert line_shortfall(MODELS, yours, bent) == pytest.approx(1 / 3)
+    # The whole machine twice as slow in the probe's rounds: the line holds (the drift cancels).
+    assert line_shortfall(MODELS, sample(128, 5.5), sample(1024, 2 * (1024 / 64 + 0.75))) is None
+    # Within the noise: 8% short, and measurements that spread 30% each.
+    assert line_shortfall(MODELS, sample(128, 2.75), sample(1024, 1.08 * (1024 / 64 + 0.75))) is None
+    assert line_shortfall(MODELS, sample(128, 2.75, 0.3), sample(1024, 1.25 * (1024 / 64 + 0.75), 0.3)) is None
+
+    cut = dataclasses.replace(MODELS, line_bends_at=1024)
+    assert cut.trusted_range == (64, 256)
+    assert cut.trusted_range_end == "the largest measured: throughput at 1024 fell below the run-time line"
+    assert cut.predict(512).extrapolated
+    document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **cut.to_dict()}
+    assert BatchSizeModels.from_dict(document_models, GiB).trusted_range == (64, 256)
+    # The suggestion, made again from the cut range: the largest timed, whose measurement decides.
+    again = candidate(cut, 128)
+    assert again.batch_size == 256
+    assert again.why == (
+        "the largest measured: throughput at 1,024 fell below the run-time line (see the warnings), so nothing past "
+        "256 is predicted"
+    )
+
+
+class InjectedTimes:
+    """A clock that reads each block's time from `ms` (batch size → milliseconds an iteration)
+    summed over the iterations it ran, which run for real: the analysis sees these times."""
+
+    def __init__(self, ms: Callable[[int], float]) -> None:
+        self.ms = ms
+        self.ran: list[int] = []
+
+    def time_ms(self, run_block: Callable[[], None]) -> float:
+        self.ran.clear()
+        run_block()
+        return sum(self.ms(b) for b in self.ran)
+
+
+@contextlib.contextmanager
+def injected_times(ms: Callable[[int], float]) -> Iterator[None]:
+    """Every analysis meanwhile times its iterations with `InjectedTimes(ms)`."""
+    clock = InjectedTimes(ms)
+    calls = IterationRunner._call_iteration
+
+    def call(runner: IterationRunner, inputs, batch_size: int) -> None:
+        clock.ran.append(batch_size)
+        calls(runner, inputs, batch_size)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(IterationRunner, "_call_iteration", call)
+        patch.setattr(iteration_module, "clock_for", lambda device: clock)
+        yield
+
+
+def straight(b: int) -> float:
+    """0.01 ms a sample + 1 ms: the knee at 900, rounded up to 128 doubled: 1,024."""
+    return 0.01 * b + 1.0
+
+
+def bending(b: int) -> float:
+    """As `straight` up to 256, then half as slow again."""
+    return straight(b) * (1.5 if b > 256 else 1.0)
+
+
+def tiny_analysis(ms: Callable[[int], float]) -> dict:
+    with injected_times(ms):
+        return analyze(AnalysisRequest("entry_point.py", TINY, batch_size=128, device="cpu", budget=QUICK)).to_dict()
+
+
+@pytest.fixture(scope="module")
+def straight_document() -> dict:
+    return tiny_analysis(straight)
+
+
+@pytest.mark.slow  # a real analysis
+def test_a_real_analysis_recommends_the_batch_size_it_timed_beside_yours(straight_document):
+    models = straight_document["models"]
+    assert [s["batch_size"] for s in models["samples"]] == [64, 128, 256]
+    assert models["throughput_knee_batch_size"] in (900, 901)  # 9 × 1 / 0.01, give or take the fit's last bit
+    advice = models["recommendation"]
+    assert advice["batch_size"] == 1024 and advice["measured"] is True
+    checks = {s["batch_size"]: s for s in models["checks"]}
+    assert sorted(checks) == [128, 1024]  # the user's again, and the suggestion (the probe past 256 too)
+    assert advice["samples_per_second"] == checks[1024]["samples_per_second"] == pytest.approx(1024 / 11.24 * 1000)
+    assert advice["users_samples_per_second"] == checks[128]["samples_per_second"]
+    assert models["line_bends_at"] is None and models["trusted_range"] == [64, 1024]
+    # The chart shows 1,024 as measured: the check's measurement.
+    (row,) = [p for p in straight_document["predictions"] if p["batch_size"] == 1024]
+    assert row["measured"] == checks[1024]
+
+
+@pytest.mark.slow  # a real analysis
+def test_a_real_analysis_whose_line_bends_past_the_timed_batch_sizes_cuts_the_trusted_range():
+    document = tiny_analysis(bending)
+    models = document["models"]
+    assert models["line_bends_at"] == 1024
+    assert models["trusted_range"] == [64, 256]
+    assert [p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 512] == [True]
+    (warning,) = [w for w in document["warnings"] if w.startswith("Batch size 1,024, timed beside yours")]
+    assert "ran 33% below the throughput the run-time line predicts there" in warning
+    assert "the trusted range ends at 256, the largest timed" in warning
+    # 256, timed with the models, 28% faster than 128 beside it: the recommendation.
+    advice = models["recommendation"]
+    samples = {s["batch_size"]: s for s in models["samples"]}
+    assert advice["batch_size"] == 256 and advice["measured"] is True
+    assert advice["samples_per_second"] == samples[256]["samples_per_second"]
+    assert advice["users_samples_per_second"] == samples[128]["samples_per_second"]
+    assert advice["reason"].startswith("the largest measured: throughput at 1,024 fell below the run-time line")
+
+
+@pytest.mark.slow  # a real analysis
+def test_where_no_probe_past_the_timed_batch_sizes_fits_the_budget_the_range_ends_at_them():
+    # 0.5 ms a sample + 20 ms: 148 ms at 256, and the budget times no iteration of more than
+    # 0.3 s / 3 blocks = 100 ms: nothing past 256 is timed, so nothing past it is trusted.
+    document = tiny_analysis(lambda b: 0.5 * b + 20.0)
+    models = document["models"]
+    assert models["range_unprobed"] is True and models["line_bends_at"] is None
+    assert models["trusted_range"] == [64, 256] and models["checks"] == []
+    advice = models["recommendation"]  # the largest timed, 14% faster than 128 beside it
+    assert advice["batch_size"] == 256 and advice["measured"] is True
+    assert advice["samples_per_second"] == pytest.approx(256 / 148 * 1000)
+    assert advice["reason"] == (
+        "the largest measured: no batch size past 256 could be timed within the budget to check the run-time line "
+        "there; profile with --batch-size 256 to measure further"
+    )
+    unprobed = dataclasses.replace(MODELS, range_unprobed=True)
+    assert unprobed.trusted_range == (64, 256)
+    assert unprobed.trusted_range_end == "the largest measured: no batch size past it could be timed within the budget"
+    document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **unprobed.to_dict()}
+    assert BatchSizeModels.from_dict(document_models, GiB).range_unprobed
+
+
+@pytest.mark.slow  # a real analysis
+def test_a_suggestion_the_users_code_fails_at_is_not_recommended(tmp_path):
+    # The tiny model, whose input provider refuses more than 1,000 samples: the suggestion, 1,024,
+    # fails when measured; the trusted range stops short of it, and nothing is recommended.
+    shutil.copytree(TINY, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    entry = tmp_path / "entry_point.py"
+    refuses = "    assert batch_size <= 1000, 'at most 1,000 samples'\n    return (torch.randn(batch_size, 8),)"
+    entry.write_text(entry.read_text().replace("    return (torch.randn(batch_size, 8),)", refuses))
+    with injected_times(straight):
+        request = AnalysisRequest("entry_point.py", tmp_path, batch_size=128, device="cpu", budget=QUICK)
+        document = analyze(request).to_dict()
+    models = document["models"]
+    assert models["failing_batch_sizes"] == [1024]
+    assert models["trusted_range"] == [64, 1023]
+    assert any(w.startswith("entry_point.py:") and "at most 1,000 samples" in w for w in document["warnings"])
+    advice = models["recommendation"]
+    assert advice["batch_size"] is None and advice["measured"] is False
+    assert advice["reason"] == (
+        "1,023, which the models suggest, was not timed: profile with --batch-size 1023 to measure it; 1,024 was not "
+        "timed either: your code fails there (see the warnings)"
+    )
+    assert models["checks"] == []
+
+
+@pytest.mark.slow  # a real analysis
+def test_whatever_the_load_a_real_analysis_recommends_only_a_batch_size_measured_faster_beyond_the_noise():
+    document = analyze(AnalysisRequest("entry_point.py", TINY, batch_size=64, device="cpu", budget=QUICK)).to_dict()
+    models = document["models"]
+    advice = models["recommendation"]
+    assert advice["reason"]
+    if advice["batch_size"] is None:
+        assert advice["samples_per_second"] is None and advice["measured"] is False
+        return
+    assert advice["measured"] is True and advice["batch_size"] != 64
+    for timed in (models["checks"], models["samples"]):
+        found = {s["batch_size"]: s for s in timed}
+        if advice["batch_size"] in found and 64 in found:
+            break
+    assert advice["samples_per_second"] == found[advice["batch_size"]]["samples_per_second"]
+    assert advice["users_samples_per_second"] == found[64]["samples_per_second"]
+    assert advice["samples_per_second"] >= (1 + NOISE_FLOOR) * advice["users_samples_per_second"]
