@@ -74,8 +74,8 @@ class LoggedSource(IterationSource):
         yield
         self._step("watched")
 
-    def time(self, quick: bool) -> TimingStats:
-        self._step("time (quick)" if quick else "time")
+    def time(self) -> TimingStats:
+        self._step("time")
         return next(self.timings)
 
     def measure_in_cycles(self, run_time_ms: float) -> int | None:
@@ -97,7 +97,7 @@ def measured(source: LoggedSource, **options):
 
 def test_every_step_in_order_where_calls_do_not_differ():
     source = LoggedSource()
-    result, firsts = measured(source, quick_timing=True)
+    result, firsts = measured(source)
     assert source.log == [
         "warm_up",
         "memory",
@@ -105,7 +105,7 @@ def test_every_step_in_order_where_calls_do_not_differ():
         "recorded",  # the first recorded iteration
         "watched",
         "recorded",  # the memory kept for good, in steady state
-        "time (quick)",
+        "time",
         "cycle? (1.0 ms)",
         "recorded",  # more recorded iterations for the breakdown
     ]

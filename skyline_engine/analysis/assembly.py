@@ -42,6 +42,7 @@ def build_document(
     runtime_changes: list[str] | None = None,
     checks: Sequence[Sample] = (),
     recommendation: Recommendation | None = None,
+    iteration: Sample | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
@@ -51,9 +52,11 @@ def build_document(
     measure/runtime.py). `checks`: batch sizes timed beside the user's after the models were
     fitted (analysis/session.py, the confirming step), a prediction's measurement where no sample
     is; `recommendation` the one made from them, else the one the models and measurements make
-    (predict/recommendation.py)."""
+    (predict/recommendation.py). `iteration`: the user's batch size as the document's `iteration`,
+    where it is not its sample in `samples` (timed alone, before any other batch size ran)."""
     measured = {s.batch_size: s for s in samples}
-    fitted = breakdown.fitted_to(breakdown_time_ms or measured[batch_size].run_time_ms)
+    headline = iteration or measured[batch_size]
+    fitted = breakdown.fitted_to(breakdown_time_ms or headline.run_time_ms)
     predictions = []
     if models is not None:
         shown = {**{s.batch_size: s for s in checks}, **measured}
@@ -67,7 +70,7 @@ def build_document(
         torch_version=torch_version,
         device=device,
         batch_size=batch_size,
-        iteration=measured[batch_size],
+        iteration=headline,
         breakdown=fitted,
         batch_size_location=batch_size_location,
         warnings=[

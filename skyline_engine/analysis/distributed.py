@@ -309,7 +309,7 @@ class _Rank(IterationSource):
         self.progress("recording the breakdown", 0.2)
         return self.sites.watching()
 
-    def time(self, quick: bool) -> TimingStats:
+    def time(self) -> TimingStats:
         self.progress("timing the iteration with and without communication", 0.3)
         if self._iteration_ms is None:
             self._iteration_ms = agree(min(self.clock.time_ms(self.run) for _ in range(3)))

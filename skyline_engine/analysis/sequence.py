@@ -59,8 +59,8 @@ class IterationSource:
         """What watches the first recorded iteration beside the recorder."""
         return contextlib.nullcontext()
 
-    def time(self, quick: bool) -> TimingStats:
-        """The iteration as trained, timed (`quick`: for the budget's minimum time only)."""
+    def time(self) -> TimingStats:
+        """The iteration as trained, timed."""
         raise NotImplementedError
 
     def recorded_run_time_ms(self, timing: TimingStats) -> float:
@@ -90,11 +90,10 @@ def measure_batch_size(
     *,
     timeline: bool,
     on_first: FirstResult | None = None,
-    quick_timing: bool = False,
 ) -> BatchSizeMeasurement:
     """The sample, the breakdown and the memory growth of `source`'s batch size, recorded by
     `recording`. `on_first` gets a first sample and breakdown as soon as one recorded iteration
-    is broken down; `quick_timing` when the batch size is timed again later (with others)."""
+    is broken down."""
     batch_size = source.batch_size
     warmup_ms = source.warm_up()
     mode = EAGER_REPLAY if source.compiled else RECORDED
@@ -107,12 +106,12 @@ def measure_batch_size(
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
         on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
     growth = recording.memory_growth(source.run_recorded, source.live_tensors)
-    timing = source.time(quick_timing)
+    timing = source.time()
     cycle = source.measure_in_cycles(timing.run_time_ms)
     if cycle is not None:
         # Timed again in whole cycles: blocks of single calls leaned to the calls without the
         # rarer work (its evaluation every tenth call left out, a loop took 2.4 ms, not 3.7 ms).
-        timing = source.time(quick_timing)
+        timing = source.time()
         apart = source.memory()
         source.align_to_cycle()
         recorded = recording.record_cycle(source.run_recorded, cycle, source.live_tensors)
@@ -144,8 +143,8 @@ class OneProcess(IterationSource):
     def run_recorded(self) -> None:
         self.run()
 
-    def time(self, quick: bool) -> TimingStats:
-        return self.runner.time(self.run, self.batch_size, quick=quick)
+    def time(self) -> TimingStats:
+        return self.runner.time(self.run, self.batch_size)
 
     def measure_in_cycles(self, run_time_ms: float) -> int | None:
         cycle = self.runner.cycle_of_calls(self.run, self.batch_size, run_time_ms)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import inspect
 import math
@@ -422,13 +421,11 @@ class IterationRunner:
 
         return measure_memory(self.device, whole_cycle, self.live_tensors)
 
-    def time(self, run: Run, batch_size: int, quick: bool = False) -> TimingStats:
-        """The iteration timed until the estimate is stable (`quick`: for the budget's minimum time
-        only), in blocks of whole cycles where calls differ (`measure_in_cycles`); its loss and
-        parameters checked finite before and after."""
+    def time(self, run: Run, batch_size: int) -> TimingStats:
+        """The iteration timed until the estimate is stable, in blocks of whole cycles where calls
+        differ (`measure_in_cycles`); its loss and parameters checked finite before and after."""
         self.check_finite(batch_size)
-        budget = dataclasses.replace(self.budget, max_run_s=self.budget.min_run_s) if quick else self.budget
-        timing = measure_iteration_time(run, self.clock, budget, cycle=self.cycle)
+        timing = measure_iteration_time(run, self.clock, self.budget, cycle=self.cycle)
         self.check_trained(batch_size)
         return timing
 
