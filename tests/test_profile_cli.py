@@ -234,9 +234,11 @@ def test_rows_marked_measured_show_the_measurement_not_the_line(profiled):
     _, doc, result = profiled
     table = result.stdout.split("Batch sizes, measured and predicted\n")[1].split("\n\n")[0]
     rows = [line.split() for line in table.splitlines() if "measured" in line.split("   ")[-1]]
-    # The models' samples, and the batch sizes the confirming step timed beside the user's (`checks`).
+    # The models' samples, and the batch sizes the confirming step timed beside the user's (`checks`);
+    # the user's batch size shows the document's iteration (timed alone), as the headline does.
     models = doc["models"]
     samples = {**{s["batch_size"]: s for s in models["checks"]}, **{s["batch_size"]: s for s in models["samples"]}}
+    samples[doc["batch_size"]] = doc["iteration"]
     assert len(rows) == len(samples)
     for row in rows:
         sample = samples[int(row[0].replace(",", ""))]

@@ -59,7 +59,8 @@ def build_document(
     fitted = breakdown.fitted_to(breakdown_time_ms or headline.run_time_ms)
     predictions = []
     if models is not None:
-        shown = {**{s.batch_size: s for s in checks}, **measured}
+        # The user's batch size shows the document's iteration, as every front end's headline does.
+        shown = {**{s.batch_size: s for s in checks}, **measured, batch_size: headline}
         ladder = prediction_ladder(batch_size, sorted(shown), models.max_batch_size(), models.failing_batch_sizes)
         predictions = [PredictionRow(models.predict(b), shown.get(b)) for b in ladder]
         if recommendation is None:
