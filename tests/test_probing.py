@@ -179,3 +179,24 @@ def test_nothing_past_a_batch_size_the_users_code_fails_at_is_probed():
         "model.py:3: ValueError: cannot handle it (raised while running …). The models leave batch size 16 "
         "out and are no guide from it on."
     ]
+
+
+def test_failures_at_one_line_are_one_warning_naming_each_batch_size():
+    # The probe fails at 32, then the confirming step at 31 (analysis/session.py): one warning,
+    # led by the failure nearest the user's batch size; another line's failure keeps its own.
+    probing = probing_of(16, lambda b: profile_of(b, per_sample_squared=0))
+
+    def error(batch_size, line=9):
+        return UserCodeError(f"ValueError: empty at {batch_size}.\nTraceback …", path="entry_point.py", line=line)
+
+    probing.fails(32, error(32))
+    probing.fails(31, error(31))
+    probing.fails(4, error(4))
+    probing.fails(64, error(64, line=12))
+    assert probing.failing == [32, 31, 4, 64]
+    assert probing.notes == [
+        "entry_point.py:9: ValueError: empty at 31. The models leave batch sizes 31, 32 out and are no guide "
+        "from 31 on.",
+        "entry_point.py:9: ValueError: empty at 4. The models leave batch size 4 out and are no guide at it and below.",
+        "entry_point.py:12: ValueError: empty at 64. The models leave batch size 64 out and are no guide from it on.",
+    ]

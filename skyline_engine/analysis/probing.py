@@ -49,6 +49,10 @@ class Probing:
         self.notes: list[str] = []
         self._tried: set[int] = {user_batch_size}
         self.failing: list[int] = []  # batch sizes the user's code failed at
+        # One warning per line and side that failed: its index in `notes`, its batch sizes, and
+        # the message of the one nearest the user's (a confirming step may find 31 failing after
+        # 32 at the same line; two warnings saying one thing are noise).
+        self._failures: dict[tuple[str, bool], tuple[int, list[int], str]] = {}
 
     def probe(self) -> list[int]:
         """Up to PROBES-1 more batch sizes around the user's, their memory measured; every batch
@@ -156,14 +160,29 @@ class Probing:
     def fails(self, batch_size: int, error: UserCodeError) -> None:
         """The user's code fails at `batch_size`, a batch size they did not ask for: a warning at
         the line that raised (the first line of the error: its frames follow), not the end of the
-        analysis, whose other batch sizes ran."""
+        analysis, whose other batch sizes ran. Another failure at the same line, on the same side
+        of the user's batch size, joins that warning."""
         self.failing.append(batch_size)
         where = f"{error.path}:{error.line}: " if error.path and error.line else ""
-        side = "from it on" if batch_size > self.user_batch_size else "at it and below"
-        self.notes.append(
-            f"{where}{error.message.splitlines()[0]} The models leave batch size {batch_size} out and are no guide "
-            f"{side}."
-        )
+        larger = batch_size > self.user_batch_size
+        message = error.message.splitlines()[0]
+        index, sizes, nearest_message = self._failures.get((where, larger), (len(self.notes), [], message))
+        sizes = sorted({*sizes, batch_size})
+        nearest = sizes[0] if larger else sizes[-1]
+        if nearest == batch_size:
+            nearest_message = message
+        if len(sizes) == 1:
+            left_out = f"batch size {batch_size} out and are no guide {'from it on' if larger else 'at it and below'}"
+        else:
+            listed = ", ".join(map(str, sizes))
+            left_out = f"batch sizes {listed} out and are no guide {'from' if larger else 'at'} {nearest}"
+            left_out += " on" if larger else " and below"
+        note = f"{where}{nearest_message} The models leave {left_out}."
+        self._failures[(where, larger)] = (index, sizes, nearest_message)
+        if index == len(self.notes):
+            self.notes.append(note)
+        else:
+            self.notes[index] = note
 
     def _beyond_a_failure(self, batch_size: int) -> bool:
         """Whether `batch_size` is at or beyond one the user's code failed at, on the same side of
