@@ -124,7 +124,7 @@ def test_profile_refuses_a_buffer_that_is_not_python(nvim, tmp_path):
     wait_for_message(nvim, "the current buffer is not a Python file")
     nvim.command(f"edit {tmp_path / 'helpers.py'}")
     nvim.command("SkylineProfile")
-    wait_for_message(nvim, "this buffer does not define skyline_model_provider")
+    wait_for_message(nvim, "this buffer neither trains (no optimizer step) nor defines skyline_model_provider")
     assert_no_traceback(nvim)
     assert state(nvim)["running"] is False
 

@@ -191,3 +191,27 @@ def test_a_leak_found_by_the_real_engine_is_a_warning_over_the_line_that_made_it
     assert (warned[0]["lnum"], warned[0]["severity"]) == (11, 2)  # the largest first; 2: severity.WARN
     assert warned[0]["message"].startswith("tensors made here stay alive after every iteration: 64.0 KiB of the ")
     assert_no_traceback(nvim)
+
+
+def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, tmp_path):
+    # A buffer that defines no provider and steps an optimizer is a training script: profiled as
+    # itself (not the configured or last entry point), stopped before its checkpoint is saved.
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "tests" / "projects" / "scripts", project)
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"cd {project}")
+    nvim.command(f"edit {project}/model.py")
+    model_buf = nvim.current.buffer
+    nvim.command(f"edit {project}/train.py")
+    script_buf = nvim.current.buffer
+
+    result = profile(nvim)
+
+    doc = document(nvim)
+    assert doc["entry_point"] == "train.py" and doc["batch_size"] == 64 == result["batch_size"]
+    for buf, path in ((script_buf, "train.py"), (model_buf, "model.py")):
+        expected = expected_rows(doc, path)
+        assert expected, f"the document has no lines for {path}"
+        assert {row: text for row, (text, _) in annotations(nvim, buf).items()} == expected
+    assert not (project / "checkpoint.pt").exists()
+    assert_no_traceback(nvim)

@@ -34,12 +34,26 @@ function M.defines_providers(buf)
   return true
 end
 
+--- Whether the buffer is a training script: it defines none of the providers (the engine's rule,
+--- skyline_engine/entry/script.py) and steps an optimizer (`.step(`), which a helper module such as
+--- model.py does not: there, :SkylineProfile keeps profiling the configured or last target.
+function M.is_training_script(buf)
+  local text = '\n' .. table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  for _, name in ipairs(constants.PROVIDERS) do
+    if text:find(name, 1, true) then
+      return false
+    end
+  end
+  return text:find('%.step%s*%(') ~= nil
+end
+
 local function readable(path)
   return vim.fn.filereadable(path) == 1
 end
 
 --- The entry point for :SkylineProfile [arg]: the argument; else the current buffer when it
---- defines the providers; else the configured entry point; else the last one profiled.
+--- defines the providers or is a training script; else the configured entry point; else the last
+--- one profiled.
 --- Returns the absolute path, or nil and a message.
 function M.resolve_entry(arg, last)
   if arg and arg ~= '' then
@@ -51,7 +65,7 @@ function M.resolve_entry(arg, last)
   end
   local buf = vim.api.nvim_get_current_buf()
   local current = M.buffer_path(buf)
-  if current and M.is_python(buf) and M.defines_providers(buf) then
+  if current and M.is_python(buf) and (M.defines_providers(buf) or M.is_training_script(buf)) then
     return current
   end
   local configured = config.get().entry_point
@@ -66,7 +80,7 @@ function M.resolve_entry(arg, last)
   end
   return nil,
     string.format(
-      'this buffer does not define %s; name the entry point: :SkylineProfile path/to/entry_point.py',
+      'this buffer neither trains (no optimizer step) nor defines %s; name the script or entry point: :SkylineProfile path/to/train.py',
       table.concat(constants.PROVIDERS, ', ')
     )
 end

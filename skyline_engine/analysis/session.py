@@ -21,6 +21,7 @@ from typing import Any, Callable
 from skyline_engine.analysis.assembly import build_document
 from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.probing import Probing
+from skyline_engine.analysis.script import analyze_script
 from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
@@ -29,7 +30,8 @@ from skyline_engine.attribute.memory_growth import GROWING_MEMORY, MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
 from skyline_engine.entry.contract import INPUT_PROVIDER
-from skyline_engine.entry.loader import EntryPoint, load_entry_point, resolve_entry_path
+from skyline_engine.entry.loader import EntryPoint, load_entry_point, read_source, resolve_entry_path
+from skyline_engine.entry.script import is_script
 from skyline_engine.entry.user_output import UserOutput, first_lines_of_user_output
 from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
 from skyline_engine.measure.compilation import is_compiled
@@ -93,6 +95,8 @@ class AnalysisRequest:
     port: int | None = None
     # How long a rank's collective waits for the others before the analysis fails (None: 120 s).
     collective_timeout_s: float | None = None
+    # A training script's own arguments (`skyline profile train.py -- --epochs 1`): its `sys.argv[1:]`.
+    script_args: tuple[str, ...] = ()
 
 
 def analyze(
@@ -112,6 +116,8 @@ def analyze(
         return analyze_on_ranks(request, progress)
     root = Path(request.project_root).resolve()
     path = resolve_entry_path(request.entry_point, root, request.base_dir)
+    if is_script(read_source(path, str(path.relative_to(root)))):
+        return _analyze_script(request, path, root, progress, partial)
     progress("loading the entry point", 0.0)
     device = resolve_device(request.device)
     device_info = describe_device(device, request.memory_capacity_bytes)
@@ -125,6 +131,27 @@ def analyze(
         entry.unload()
     progress("done", 1.0)
     return with_output_note(document, output)
+
+
+def _analyze_script(
+    request: AnalysisRequest, path: Path, root: Path, progress: Progress, partial: Partial | None
+) -> AnalysisDocument:
+    """A file without the providers: a training script, run as `python SCRIPT arguments` would."""
+    if request.batch_size is not None:
+        raise SkylineError(
+            "--batch-size sets an entry point's batch size; a training script's is its own: pass the script's "
+            "option after `--` (`skyline profile train.py -- --batch-size 64`)."
+        )
+    return analyze_script(
+        request.budget,
+        path,
+        root,
+        script_args=tuple(request.script_args),
+        timeline=request.timeline,
+        memory_capacity_bytes=request.memory_capacity_bytes,
+        progress=progress,
+        partial=partial,
+    )
 
 
 def with_output_note(document: AnalysisDocument, output: UserOutput) -> AnalysisDocument:

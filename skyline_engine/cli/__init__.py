@@ -32,7 +32,14 @@ Output = tuple[Optional[str], str, Callable[[str, DocumentDict], None]]
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # What follows the first `--` is the training script's own (argparse would match options there).
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    if split < len(argv):
+        if args.command == "serve":
+            parser.error("`serve` takes no script arguments after `--`")
+        args.script_args = argv[split + 1 :]
     if getattr(args, "settle_runtime", False):
         settle_runtime(os.environ)  # before torch is imported (measure/runtime.py)
     try:
@@ -79,12 +86,17 @@ def _parser() -> argparse.ArgumentParser:
 
     profile = commands.add_parser(
         "profile",
-        help="analyze an entry point: throughput, peak memory and batch-size predictions",
-        description="Analyze a Skyline entry point and print a report.",
+        help="analyze a training script or an entry point: throughput, peak memory and batch-size predictions",
+        description="Analyze a training script (run as `python SCRIPT arguments` would, stopped once measured) "
+        "or a Skyline entry point, and print a report.",
+        usage="skyline profile [options] SCRIPT|ENTRY [-- SCRIPT ARGUMENTS]",
     )
     profile.add_argument(
-        "entry_point", metavar="ENTRY", help="the entry point file (relative to the working directory)"
+        "entry_point",
+        metavar="SCRIPT|ENTRY",
+        help="the training script, or the entry point file (relative to the working directory)",
     )
+    profile.set_defaults(script_args=[])  # what follows `--` (see `main`): the script's own arguments
     profile.add_argument("--batch-size", type=BATCH_SIZE, help="profile at this batch size instead of the default")
     profile.add_argument(
         "--set-batch-size",
@@ -134,11 +146,13 @@ def _parser() -> argparse.ArgumentParser:
             description=f"Break one training iteration down and write Skyline's {what} report, a SQLite file "
             "in Skyline's documented schema (docs/reports.md).",
         )
-        report.add_argument("entry_point", metavar="ENTRY", help="the entry point file")
+        report.add_argument(
+            "entry_point", metavar="SCRIPT|ENTRY", help="the training script (its arguments after `--`) or entry point"
+        )
         report.add_argument("-o", "--output", required=True, metavar="FILE.sqlite", help="the report to write")
         report.add_argument("--batch-size", type=BATCH_SIZE, help="break down at this batch size")
         _add_common_options(report)
-        report.set_defaults(run=_run_report)
+        report.set_defaults(run=_run_report, script_args=[])
 
     from skyline_engine.cli.serve import add_serve_command  # the editor's way in (docs/protocol.md)
 
@@ -280,6 +294,7 @@ def _request(
         interconnect_gbps=getattr(args, "interconnect_gbps", None),
         port=getattr(args, "port", None),
         collective_timeout_s=getattr(args, "collective_timeout", None),
+        script_args=tuple(getattr(args, "script_args", None) or ()),
     )
 
 

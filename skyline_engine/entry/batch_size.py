@@ -65,10 +65,10 @@ def find_batch_size_location(source: str, path: str, code: CodeType) -> BatchSiz
     default = _batch_size_default(provider.args)
     if default is None:
         return None
-    lines = _split_lines(source)
+    lines = split_lines(source)
     if isinstance(default, ast.Name):
         return _locate_constant(default, tree, lines, path)
-    return _locate(default, lines, path)
+    return locate_literal(default, lines, path)
 
 
 def rewrite_batch_size(source: str, new_batch_size: int, path: str, code: CodeType) -> str:
@@ -97,13 +97,13 @@ def literal_span(source: str, new_batch_size: int, path: str, code: CodeType) ->
             line=location.line,
             hint=_HINT,
         )
-    lines = _split_lines(source)
+    lines = split_lines(source)
     line = lines[location.line - 1].encode("utf-8")
     start = sum(map(len, lines[: location.line - 1])) + len(line[: location.col_start].decode("utf-8"))
     return start, start + len(line[location.col_start : location.col_end].decode("utf-8"))
 
 
-def _split_lines(source: str) -> list[str]:
+def split_lines(source: str) -> list[str]:
     """Lines with their endings kept, numbered as `ast` numbers them."""
     lines = []
     start = 0
@@ -139,7 +139,9 @@ def _batch_size_default(arguments: ast.arguments) -> ast.expr | None:
     return None
 
 
-def _locate(default: ast.expr, lines: list[str], path: str) -> BatchSizeLocation:
+def locate_literal(default: ast.expr, lines: list[str], path: str) -> BatchSizeLocation:
+    """Where the expression `default` lies in `lines` (`split_lines`), and whether it is an
+    integer literal that can be rewritten in place (else why not)."""
     value = _int_literal_value(default)
     reason = _not_editable_reason(default, value)
     col_end = default.end_col_offset
@@ -177,14 +179,14 @@ def _locate_constant(default: ast.Name, tree: ast.Module, lines: list[str], path
             "batch size"
         )
     else:
-        located = _locate(value, lines, path)
+        located = locate_literal(value, lines, path)
         if located.reason is None:
             return located
         # `BATCH = 2 ** 5`: why the constant's value is not editable, naming the constant.
         return replace(
             located, reason=located.reason.replace("the default is", f"the default is `{name}`, which is", 1)
         )
-    return replace(_locate(default, lines, path), reason=reason)
+    return replace(locate_literal(default, lines, path), reason=reason)
 
 
 def _binds(node: ast.AST, name: str) -> bool:

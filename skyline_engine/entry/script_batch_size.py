@@ -1,0 +1,110 @@
+"""Where a training script sets its batch size: the literal a user would edit.
+
+Read from the script's source, in this order: an `argparse` option named for the batch size
+(`--batch-size`, `--batch_size`, `--bs`, `-b`) and its `default=`; a `batch_size=` keyword of a call
+(`DataLoader(data, batch_size=64)`); a module-level constant named for it (`BATCH_SIZE = 64`). The
+one whose value is the batch size the model was called with wins. Where the command line sets the
+option (`-- --batch-size 64`), the value is the command line's and no literal is the user's.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, replace
+
+from skyline_engine.entry.batch_size import BatchSizeLocation, locate_literal, split_lines
+
+_OPTION_NAMES = (
+    "--batch-size",
+    "--batch_size",
+    "--batchsize",
+    "--bs",
+    "-b",
+    "--train-batch-size",
+    "--train_batch_size",
+)
+
+
+@dataclass(frozen=True)
+class ScriptBatchSize:
+    """The literal that sets the batch size (None where none was found or the command line sets
+    it), what the command line gave (None where it gives none), and why no literal, where none."""
+
+    location: BatchSizeLocation | None
+    from_arguments: int | None
+    reason: str | None
+
+
+def find_script_batch_size(source: str, path: str, argv: tuple[str, ...], observed: int | None) -> ScriptBatchSize:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ScriptBatchSize(None, None, "the script does not parse")
+    lines = split_lines(source)
+    options = _argparse_options(tree)
+    given = _from_arguments(argv, [name for names, _ in options for name in names])
+    if given is not None:
+        return ScriptBatchSize(None, given[1], f"the command line sets it (`{given[0]} {given[1]}`)")
+    found = [default for _, default in options] + _keywords(tree) + _constants(tree)
+    located = [locate_literal(node, lines, path) for node in found]
+    if not located:
+        return ScriptBatchSize(
+            None, None, "no `--batch-size` option, `batch_size=` keyword or `BATCH_SIZE` constant was found"
+        )
+    matching = [loc for loc in located if observed is not None and loc.value == observed]
+    if matching:
+        return ScriptBatchSize(matching[0], None, None)
+    first = located[0]
+    why = f"its value is not the batch size the model was called with ({observed})"
+    return ScriptBatchSize(replace(first, editable=False, reason=first.reason or why), None, None)
+
+
+def _argparse_options(tree: ast.Module) -> list[tuple[tuple[str, ...], ast.expr]]:
+    """`add_argument` calls with a batch-size option name and a `default=`: their names and default."""
+    found = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+        ):
+            continue
+        names = tuple(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+        default = next((k.value for k in node.keywords if k.arg == "default"), None)
+        if default is not None and any(name in _OPTION_NAMES for name in names):
+            found.append((names, default))
+    return found
+
+
+def _keywords(tree: ast.Module) -> list[ast.expr]:
+    return [
+        keyword.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "batch_size" and isinstance(keyword.value, ast.Constant)
+    ]
+
+
+def _constants(tree: ast.Module) -> list[ast.expr]:
+    return [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and "batch" in node.targets[0].id.lower()
+        and isinstance(node.value, ast.Constant)
+    ]
+
+
+def _from_arguments(argv: tuple[str, ...], names: list[str]) -> tuple[str, int] | None:
+    """The batch-size option the command line gives, as `--batch-size 64` or `--batch-size=64`
+    (the last one given wins, as with argparse)."""
+    given = None
+    for index, argument in enumerate(argv):
+        name, equals, value = argument.partition("=")
+        if name not in names:
+            continue
+        text = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if text.strip().isdigit():
+            given = (name, int(text))
+    return given

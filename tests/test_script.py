@@ -1,0 +1,141 @@
+"""A training script, no entry point: run as `python train.py arguments` would, measured on its own
+iterations (from one optimizer step to the next) and stopped before what follows its loop."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_skyline
+from engine_helpers import QUICK, analysed, marked_line
+from skyline_engine.entry.script import is_script
+from skyline_engine.entry.script_batch_size import find_script_batch_size
+from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
+
+SCRIPTS = REPO / "tests" / "projects" / "scripts"
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    shutil.copytree(SCRIPTS, tmp_path / "project")
+    return tmp_path / "project"
+
+
+def analysed_script(project: Path, *arguments: str) -> dict:
+    checkpoint = project / "checkpoint.pt"
+    doc = analysed(project, "train.py", budget=QUICK, script_args=("--checkpoint", str(checkpoint), *arguments))
+    assert not checkpoint.exists(), "the script ran past its loop"
+    return doc
+
+
+def line_of(doc: dict, path: str, number: int) -> dict:
+    (line,) = [line for line in doc["lines"] if line["path"] == path and line["line"] == number]
+    return line
+
+
+@pytest.mark.slow
+def test_a_training_script_is_measured_on_its_own_iterations_and_stopped(project):
+    doc = analysed_script(project)
+    train = project / "train.py"
+    assert doc["entry_point"] == "train.py"
+    assert doc["batch_size"] == 64  # what the model was called with: the argparse default
+    location = doc["batch_size_location"]
+    assert (location["path"], location["line"], location["value"], location["editable"]) == (
+        "train.py",
+        marked_line(train, "# BATCH"),
+        64,
+        True,
+    )
+    source_line = train.read_text().splitlines()[location["line"] - 1].encode()
+    assert source_line[location["col_start"] : location["col_end"]] == b"64"
+    assert doc["iteration"]["run_time_ms"] > 0 and doc["iteration"]["repetitions"] >= 3
+    # The model's forward and backward at its own line, the step at the script's, the loss at its line.
+    model = line_of(doc, "model.py", marked_line(project / "model.py", "return self.head"))
+    assert model["forward_ms"] > 0 and model["backward_ms"] > 0
+    assert line_of(doc, "train.py", marked_line(train, "# STEP"))["step_ms"] > 0
+    assert line_of(doc, "train.py", marked_line(train, "# LOSS"))["forward_ms"] > 0
+    # Weights at the lines that created them, the optimizer's state at its construction.
+    assert line_of(doc, "model.py", marked_line(project / "model.py", "self.head ="))["memory_bytes"] > 0
+    assert doc["optimizer_state"] and doc["peak_memory_operation"] is not None
+    assert doc["models"] is None and "training script" in doc["models_withheld"]
+
+
+@pytest.mark.slow
+def test_the_command_line_sets_the_batch_size_and_no_literal_is_offered(project):
+    doc = analysed_script(project, "--batch-size", "16")
+    assert doc["batch_size"] == 16
+    assert doc["batch_size_location"] is None
+    assert any("the command line sets it (`--batch-size 16`)" in w for w in doc["warnings"])
+
+
+@pytest.mark.slow
+def test_a_script_that_raises_is_an_error_at_its_line(project):
+    with pytest.raises(UserCodeError) as raised:
+        analysed_script(project, "--fail-at-step", "4")
+    assert (raised.value.path, raised.value.line) == ("train.py", marked_line(project / "train.py", "# FAILS"))
+    assert "step 4 went wrong" in raised.value.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("epochs", "said"), [("0", "without an optimizer step"), ("1", "ended after")])
+def test_a_script_that_ends_too_soon_says_so(project, epochs, said):
+    with pytest.raises(EntryPointError) as raised:
+        analysed_script(project, "--epochs", epochs, "--samples", "128")
+    assert said in raised.value.message and raised.value.path == "train.py"
+
+
+def test_the_batch_size_option_of_an_entry_point_is_refused_for_a_script(project):
+    with pytest.raises(SkylineError, match="after `--`"):
+        analysed(project, "train.py", batch_size=8)
+
+
+def test_a_file_with_any_provider_is_an_entry_point():
+    assert is_script((SCRIPTS / "train.py").read_text())
+    assert not is_script("def skyline_model_provider():\n    return None\n")
+    assert not is_script("from common import skyline_input_provider\n")
+    assert not is_script("def broken(:\n")  # the loader's message names the line
+
+
+@pytest.mark.parametrize(
+    ("source", "argv", "observed", "expected"),
+    [
+        ("p.add_argument('--bs', type=int, default=32)\n", (), 32, (1, 32, True)),
+        ("loader = DataLoader(data, batch_size=128)\n", (), 128, (1, 128, True)),
+        ("BATCH_SIZE = 8\nloader = DataLoader(data, batch_size=BATCH_SIZE)\n", (), 8, (1, 8, True)),
+        ("BATCH_SIZE = 8\n", (), 16, (1, 8, False)),  # not the batch size the model got
+        ("p.add_argument('--batch-size', default=8)\n", ("--batch-size=4",), 4, None),
+    ],
+    ids=["argparse", "data-loader", "constant", "another-value", "command-line"],
+)
+def test_the_literal_that_sets_a_scripts_batch_size(source, argv, observed, expected):
+    found = find_script_batch_size(source, "train.py", argv, observed)
+    location = found.location
+    if expected is None:
+        assert location is None and found.from_arguments == 4
+    else:
+        assert (location.line, location.value, location.editable) == expected
+
+
+@pytest.mark.slow
+def test_skyline_profile_runs_a_script_with_its_arguments(project, tmp_path):
+    out = tmp_path / "analysis.json"
+    checkpoint = tmp_path / "checkpoint.pt"
+    result = run_skyline(
+        "profile",
+        "train.py",
+        "--device",
+        "cpu",
+        "--json",
+        out,
+        "--",
+        "--batch-size",
+        "32",
+        "--checkpoint",
+        checkpoint,
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["batch_size"] == 32
+    assert "train.py · batch size 32" in result.stdout
+    assert not checkpoint.exists()
