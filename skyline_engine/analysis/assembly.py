@@ -4,6 +4,7 @@ breakdown first among the warnings. The document's shape is analysis/document.py
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from skyline_engine.analysis.breakdown_notes import breakdown_notes
@@ -12,6 +13,7 @@ from skyline_engine.analysis.document import AnalysisDocument, PredictionRow
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.entry.batch_size import BatchSizeLocation
+from skyline_engine.entry.user_output import UserOutput
 from skyline_engine.measure.compilation import Compilation
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
@@ -91,3 +93,9 @@ def build_document(
         checks=sorted(checks, key=lambda s: s.batch_size) if models is not None else [],
         recommendation=recommendation if models is not None else None,
     )
+
+
+def with_output_note(document: AnalysisDocument, output: UserOutput) -> AnalysisDocument:
+    """The document, warning of the user's output that was not shown."""
+    note = output.note()
+    return document if note is None else dataclasses.replace(document, warnings=[*document.warnings, note])

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from skyline_engine.analysis.assembly import build_document
+from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.data_parallel import Bucket, DataParallel, RankMeasurement
 from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.sequence import IterationSource, measure_batch_size
@@ -30,7 +30,6 @@ from skyline_engine.analysis.session import (
     Progress,
     batch_size_location,
     no_progress,
-    with_output_note,
 )
 from skyline_engine.attribute.communication import BucketLines, ParameterCallSites, attribute_buckets
 from skyline_engine.attribute.creation import CreationSites

@@ -12,14 +12,13 @@ with its batch size changed in memory), so the document has no models and says w
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from skyline_engine.analysis.assembly import build_document
+from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.sequence import IterationSource, measure_batch_size
 from skyline_engine.attribute.breakdown import Breakdown
@@ -137,8 +136,7 @@ def analyze_script(
     warnings = notes + ([growth.warning()] if growth else [])
     result = document(measured.sample, measured.breakdown, warnings, growth)
     progress("done", 1.0)
-    note = output.note()
-    return result if note is None else _with_warning(result, note)
+    return with_output_note(result, output)
 
 
 def _trained_model(script: TrainingScript, calls: OutermostCalls, run: ScriptRun) -> tuple[torch.nn.Module, int]:
@@ -170,7 +168,3 @@ def _batch_size_notes(found: ScriptBatchSize, batch_size: int) -> list[str]:
         f"Batch size {batch_size}, the leading dimension of the model's inputs: {why}, so it cannot be changed "
         "from here; change it where the script sets it."
     ]
-
-
-def _with_warning(document: AnalysisDocument, note: str) -> AnalysisDocument:
-    return dataclasses.replace(document, warnings=[*document.warnings, note])

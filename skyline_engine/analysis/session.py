@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from skyline_engine.analysis.assembly import build_document
+from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script import analyze_script
@@ -32,7 +32,7 @@ from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_l
 from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, read_source, resolve_entry_path
 from skyline_engine.entry.script import is_script
-from skyline_engine.entry.user_output import UserOutput, first_lines_of_user_output
+from skyline_engine.entry.user_output import first_lines_of_user_output
 from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
 from skyline_engine.measure.compilation import is_compiled
 from skyline_engine.measure.contention import CpuContention
@@ -152,12 +152,6 @@ def _analyze_script(
         progress=progress,
         partial=partial,
     )
-
-
-def with_output_note(document: AnalysisDocument, output: UserOutput) -> AnalysisDocument:
-    """The document, warning of the user's output that was not shown."""
-    note = output.note()
-    return document if note is None else dataclasses.replace(document, warnings=[*document.warnings, note])
 
 
 class _Analysis:

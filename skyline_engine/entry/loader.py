@@ -135,10 +135,7 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
     files = ProjectFiles(project_root)
     relative = files.relative(str(path))
     source = read_source(path, relative)
-    try:
-        code = compile(source, str(path), "exec")
-    except SyntaxError as exc:
-        raise EntryPointError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
+    code = compile_source(source, path, relative)
     package = package_of(path.parent)
     imports = ImportScope(path.parent, files, package[1] if package else None)
     try:
@@ -162,6 +159,14 @@ def load_entry_point(path: Path, project_root: Path) -> EntryPoint:
         default_batch_size=default_batch_size,
         imports=imports,
     )
+
+
+def compile_source(source: str, path: Path, relative: str) -> CodeType:
+    """`source` compiled as the file at `path`; a syntax error is an `EntryPointError` at its line."""
+    try:
+        return compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise EntryPointError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
 
 
 def read_source(path: Path, relative: str) -> str:

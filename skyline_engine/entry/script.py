@@ -18,9 +18,8 @@ from pathlib import Path
 from types import CodeType
 
 from skyline_engine.entry.contract import PROVIDERS
-from skyline_engine.entry.loader import ImportScope, read_source
+from skyline_engine.entry.loader import ImportScope, compile_source, read_source
 from skyline_engine.entry.user_frames import ProjectFiles
-from skyline_engine.errors import EntryPointError
 
 
 def is_script(source: str) -> bool:
@@ -81,8 +80,4 @@ def load_training_script(path: Path, project_root: Path, argv: tuple[str, ...] =
     files = ProjectFiles(project_root)
     relative = files.relative(str(path))
     source = read_source(path, relative)
-    try:
-        code = compile(source, str(path), "exec")
-    except SyntaxError as exc:
-        raise EntryPointError(f"syntax error: {exc.msg}.", path=relative, line=exc.lineno) from None
-    return TrainingScript(path, relative, source, code, files, tuple(argv))
+    return TrainingScript(path, relative, source, compile_source(source, path, relative), files, tuple(argv))
