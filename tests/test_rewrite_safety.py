@@ -50,7 +50,7 @@ def write_entry(root: Path, providers: str) -> Path:
 
 
 def set_batch_size(root: Path, batch_size: int) -> None:
-    _set_batch_size(ENTRY, root, root, batch_size)
+    _set_batch_size(ENTRY, root, root, batch_size, [])
 
 
 def defaults(path: Path) -> list[str]:
@@ -246,7 +246,7 @@ def test_a_file_that_changes_on_every_import_is_refused_and_keeps_every_change(t
     # Which check sees it first depends on how soon after the import the file is looked at.
     assert (caught.value.path, caught.value.hint) == (ENTRY, "Run the command again.")
     assert caught.value.message in (
-        "the file changed while Skyline imported it (another program wrote to it); nothing was written.",
+        "the file changed while Skyline read it (another program wrote to it); nothing was written.",
         "the file changed moments ago, and may still be changing (another program wrote to it); nothing was written.",
     )
     text = path.read_text()
@@ -333,7 +333,7 @@ def test_a_change_that_keeps_the_old_modification_time_is_still_seen(tmp_path):
         set_batch_size(tmp_path, 64)
     assert (caught.value.path, caught.value.message, caught.value.hint) == (
         ENTRY,
-        "the file changed while Skyline imported it (another program wrote to it); nothing was written.",
+        "the file changed while Skyline read it (another program wrote to it); nothing was written.",
         "Run the command again.",
     )
     assert defaults(path) == ["8"]
@@ -385,7 +385,7 @@ def test_an_entry_point_that_is_no_longer_a_file_is_named(tmp_path):
         set_batch_size(tmp_path, 64)
     assert (caught.value.path, caught.value.message) == (
         ENTRY,
-        "cannot write the batch size into the entry point: Is a directory.",
+        "cannot write the batch size into the file: Is a directory.",
     )
 
 
@@ -422,5 +422,5 @@ def test_a_write_that_does_not_land_where_it_was_made_is_reported(tmp_path):
         os.close(fd)
     assert (caught.value.path, caught.value.message) == (
         ENTRY,
-        "another program wrote to the entry point while Skyline rewrote its batch size; check the file.",
+        "another program wrote to the file while Skyline rewrote its batch size; check it.",
     )

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import REPO, run_skyline
 from engine_helpers import QUICK, analysed, marked_line
+from skyline_engine.entry.rewrite import set_script_batch_size
 from skyline_engine.entry.script import is_script
 from skyline_engine.entry.script_batch_size import find_script_batch_size
 from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
@@ -139,3 +140,59 @@ def test_skyline_profile_runs_a_script_with_its_arguments(project, tmp_path):
     assert json.loads(out.read_text())["batch_size"] == 32
     assert "train.py · batch size 32" in result.stdout
     assert not checkpoint.exists()
+
+
+@pytest.mark.slow
+def test_set_batch_size_rewrites_the_scripts_option_default_alone_and_profiles_it(project, tmp_path):
+    out = tmp_path / "analysis.json"
+    train = project / "train.py"
+    before = train.read_bytes()
+    checkpoint = tmp_path / "checkpoint.pt"
+    arguments = ("--json", out, "--", "--checkpoint", checkpoint)
+    result = run_skyline("profile", "train.py", "--device", "cpu", "--set-batch-size", "48", *arguments, cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert train.read_bytes() == before.replace(b"default=64)  # BATCH", b"default=48)  # BATCH")
+    doc = json.loads(out.read_text())
+    assert doc["batch_size"] == 48
+    location = doc["batch_size_location"]
+    assert (location["line"], location["value"], location["editable"]) == (marked_line(train, "BATCH"), 48, True)
+
+
+@pytest.mark.parametrize(
+    ("source", "argv", "said", "line"),
+    [
+        ("p.add_argument('--bs', default=32)\n", ("--bs", "16"), "the command line sets it (`--bs 16`)", None),
+        (
+            "train = DataLoader(a, batch_size=32)\nvalid = DataLoader(b, batch_size=256)\n",
+            (),
+            "2 `batch_size=` keywords (lines 1, 2)",
+            1,
+        ),
+        ("p.add_argument('-b', default=2 * 16)\n", (), "Cannot rewrite the batch size: ", 1),
+        ("loader = DataLoader(data, batch_size=args.bs)\n", (), "has no `--batch-size` option", None),
+    ],
+    ids=["command-line", "two-keywords", "no-literal", "none"],
+)
+def test_set_batch_size_leaves_a_script_alone_where_its_literal_is_not_clear(tmp_path, source, argv, said, line):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    with pytest.raises(EntryPointError) as raised:
+        set_script_batch_size(script, tmp_path, 64, argv)
+    assert said in str(raised.value)
+    assert raised.value.line == line
+    assert script.read_text() == source
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("BATCH_SIZE = 8\nloader = DataLoader(data, batch_size=BATCH_SIZE)\n", "BATCH_SIZE = 64\n"),
+        ("loader = DataLoader(data, batch_size=128, shuffle=True)\n", "batch_size=64, shuffle"),
+    ],
+    ids=["constant", "keyword"],
+)
+def test_set_batch_size_rewrites_a_scripts_constant_or_keyword(tmp_path, source, expected):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    set_script_batch_size(script, tmp_path, 64, ())
+    assert expected in script.read_text()

@@ -186,8 +186,8 @@ def _run_profile(args: argparse.Namespace) -> int:
     if args.set_batch_size is not None:
         if batch_size is not None and batch_size != args.set_batch_size:
             raise SkylineError("--batch-size and --set-batch-size disagree; give one of them.")
-        _set_batch_size(args.entry_point, _project_root(args, cwd), cwd, args.set_batch_size)
-        batch_size = args.set_batch_size
+        if _set_batch_size(args.entry_point, _project_root(args, cwd), cwd, args.set_batch_size, args.script_args):
+            batch_size = args.set_batch_size  # an entry point's; a script reads its own from the rewritten file
     outputs = [(args.json, "--json", write_json_atomic), (args.trace, "--trace", write_chrome_trace)]
     if launched_by_torchrun(os.environ):
         return _run_profile_as_rank(args, cwd, batch_size, outputs)
@@ -309,8 +309,15 @@ def _check_output_path(path: str, option: str) -> None:
         )
 
 
-def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int) -> None:
-    from skyline_engine.entry.loader import resolve_entry_path
-    from skyline_engine.entry.rewrite import set_batch_size_default
+def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int, script_args: list[str]) -> bool:
+    """Rewrite the batch size's literal in `entry`; whether it is an entry point (a script is not)."""
+    from skyline_engine.entry.loader import read_source, resolve_entry_path
+    from skyline_engine.entry.rewrite import set_batch_size_default, set_script_batch_size
+    from skyline_engine.entry.script import is_script
 
-    set_batch_size_default(resolve_entry_path(entry, root, cwd), root.resolve(), batch_size)
+    path = resolve_entry_path(entry, root, cwd)
+    if is_script(read_source(path, str(path.relative_to(root.resolve())))):
+        set_script_batch_size(path, root.resolve(), batch_size, tuple(script_args))
+        return False
+    set_batch_size_default(path, root.resolve(), batch_size)
+    return True

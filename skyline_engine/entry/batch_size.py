@@ -81,8 +81,7 @@ def rewrite_batch_size(source: str, new_batch_size: int, path: str, code: CodeTy
 def literal_span(source: str, new_batch_size: int, path: str, code: CodeType) -> tuple[int, int]:
     """Where in `source` (character indices, end exclusive) the literal to replace by
     `new_batch_size` lies; an EntryPointError when there is none or it is not one integer literal."""
-    if isinstance(new_batch_size, bool) or not isinstance(new_batch_size, int) or new_batch_size <= 0:
-        raise ValueError(f"The new batch size must be an integer greater than 0, not {new_batch_size!r}.")
+    check_new_batch_size(new_batch_size)
     location = find_batch_size_location(source, path, code)
     if location is None:
         raise EntryPointError(
@@ -97,6 +96,16 @@ def literal_span(source: str, new_batch_size: int, path: str, code: CodeType) ->
             line=location.line,
             hint=_HINT,
         )
+    return location_span(source, location)
+
+
+def check_new_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"The new batch size must be an integer greater than 0, not {batch_size!r}.")
+
+
+def location_span(source: str, location: BatchSizeLocation) -> tuple[int, int]:
+    """Where in `source` (character indices, end exclusive) `location`'s literal lies."""
     lines = split_lines(source)
     line = lines[location.line - 1].encode("utf-8")
     start = sum(map(len, lines[: location.line - 1])) + len(line[: location.col_start].decode("utf-8"))

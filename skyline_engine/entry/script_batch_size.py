@@ -5,6 +5,9 @@ Read from the script's source, in this order: an `argparse` option named for the
 (`DataLoader(data, batch_size=64)`); a module-level constant named for it (`BATCH_SIZE = 64`). The
 one whose value is the batch size the model was called with wins. Where the command line sets the
 option (`-- --batch-size 64`), the value is the command line's and no literal is the user's.
+
+`--set-batch-size` rewrites a script before it runs, so it cannot tell by the value: it takes the
+first kind of the three that the script has, and only where that kind is one literal.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import ast
 from dataclasses import dataclass, replace
 
 from skyline_engine.entry.batch_size import BatchSizeLocation, locate_literal, split_lines
+from skyline_engine.errors import EntryPointError
 
 _OPTION_NAMES = (
     "--batch-size",
@@ -57,6 +61,55 @@ def find_script_batch_size(source: str, path: str, argv: tuple[str, ...], observ
     first = located[0]
     why = f"its value is not the batch size the model was called with ({observed})"
     return ScriptBatchSize(replace(first, editable=False, reason=first.reason or why), None, None)
+
+
+def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLocation:
+    """The literal `--set-batch-size` rewrites in the script `source`: the `--batch-size` option's
+    default, else the `batch_size=` keyword, else the `BATCH_SIZE` constant; an EntryPointError
+    where the command line sets the batch size, where none is found, where the first kind found
+    is more than one literal (which sets the batch size shows only when the script runs), or
+    where it is no integer literal."""
+    hint = "Set the batch size where the script takes it, or give it after `--` (`-- --batch-size 64`)."
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        raise EntryPointError("Cannot rewrite the batch size: the script does not parse.", path=path) from None
+    options = _argparse_options(tree)
+    given = _from_arguments(argv, [name for names, _ in options for name in names])
+    if given is not None:
+        raise EntryPointError(
+            f"Cannot rewrite the batch size: the command line sets it (`{given[0]} {given[1]}`); change it there.",
+            path=path,
+        )
+    lines = split_lines(source)
+    for kind, found in (
+        ("`--batch-size` options", [default for _, default in options]),
+        ("`batch_size=` keywords", _keywords(tree)),
+        ("`BATCH_SIZE` constants", _constants(tree)),
+    ):
+        located = [locate_literal(node, lines, path) for node in found]
+        if len(located) > 1:
+            where = ", ".join(str(location.line) for location in located)
+            raise EntryPointError(
+                f"Cannot rewrite the batch size: the script has {len(located)} {kind} (lines {where}), and which "
+                "one sets the batch size shows only when it runs.",
+                path=path,
+                line=located[0].line,
+                hint="Profile the script and change the batch size from the report's line, or edit it by hand.",
+            )
+        if located:
+            (location,) = located
+            if not location.editable:
+                raise EntryPointError(
+                    f"Cannot rewrite the batch size: {location.reason}.", path=path, line=location.line, hint=hint
+                )
+            return location
+    raise EntryPointError(
+        "Cannot rewrite the batch size: the script has no `--batch-size` option with a default, `batch_size=` "
+        "keyword or `BATCH_SIZE` constant.",
+        path=path,
+        hint=hint,
+    )
 
 
 def _argparse_options(tree: ast.Module) -> list[tuple[tuple[str, ...], ast.expr]]:
