@@ -481,6 +481,10 @@ def test_the_breakdowns_warnings_say_what_to_do():
     assert len(notes) == 2  # slowed down while recorded, and little of the iteration on the user's lines
     for note in [*notes, ONE_SAMPLE]:
         assert ACTION.search(note), note
+    # A training script has no --batch-size or input provider: its notes point to what it has.
+    script_notes = " ".join(breakdown_notes(distorted, script=True))
+    assert "--batch-size" not in script_notes and "input provider" not in script_notes
+    assert "--set-batch-size" in script_notes and "num_workers" in script_notes
 
 
 def test_the_memory_models_lines_name_their_phase_in_words():

@@ -45,6 +45,7 @@ def build_document(
     checks: Sequence[Sample] = (),
     recommendation: Recommendation | None = None,
     iteration: Sample | None = None,
+    script: bool = False,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
@@ -55,7 +56,8 @@ def build_document(
     fitted (analysis/session.py, the confirming step), a prediction's measurement where no sample
     is; `recommendation` the one made from them, else the one the models and measurements make
     (predict/recommendation.py). `iteration`: the user's batch size as the document's `iteration`,
-    where it is not its sample in `samples` (timed alone, before any other batch size ran)."""
+    where it is not its sample in `samples` (timed alone, before any other batch size ran).
+    `script`: the document of a training script (the breakdown's notes advise for one)."""
     measured = {s.batch_size: s for s in samples}
     headline = iteration or measured[batch_size]
     fitted = breakdown.fitted_to(breakdown_time_ms or headline.run_time_ms)
@@ -77,7 +79,7 @@ def build_document(
         breakdown=fitted,
         batch_size_location=batch_size_location,
         warnings=[
-            *breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda"),
+            *breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda", script=script),
             *warnings,
             *([note] if (note := runtime_note(runtime_changes or [])) else []),
         ],

@@ -15,9 +15,10 @@ LOW_ATTRIBUTION = 0.5
 MOSTLY = 0.5
 
 
-def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False) -> list[str]:
+def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False, script: bool = False) -> list[str]:
     """What the user should know about how the breakdown was obtained (`on_gpu`: timed by CUDA
-    events, where operations slow down while recorded for another reason)."""
+    events, where operations slow down while recorded for another reason; `script`: a training
+    script's, whose batch size is its own and whose data loading is part of its iteration)."""
     notes = []
     scale = breakdown.attribution.scaled_by
     if breakdown.attribution.mode == EAGER_REPLAY:
@@ -31,13 +32,19 @@ def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False) -> list[str]:
         notes.append(
             f"Operations ran {1 / scale - 1:.0%} slower while recorded than in the measured iteration: "
             f"{_GPU_SLOWDOWN if on_gpu else _CPU_SLOWDOWN}, which weighs most on short operations. The per-line "
-            "times were scaled down to the measured iteration: compare lines by their shares; a larger batch "
-            "size (--batch-size) makes operations longer and the difference smaller."
+            f"times were scaled down to the measured iteration: compare lines by their shares; {_larger(script)} "
+            "makes operations longer and the difference smaller."
         )
     share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:
-        notes.append(_little_on_user_lines(breakdown, share))
+        notes.append(_little_on_user_lines(breakdown, share, script))
     return notes
+
+
+def _larger(script: bool) -> str:
+    """How to run a larger batch size, said as the one to try."""
+    where = "the script's own option or literal, or --set-batch-size" if script else "--batch-size"
+    return f"a larger batch size ({where})"
 
 
 # On a quiet machine too (the default example, 1.1 to 1.4 times in fresh processes): between
@@ -55,12 +62,14 @@ _GPU_SLOWDOWN = (
 )
 
 
-def _little_on_user_lines(breakdown: Breakdown, share: float) -> str:
+def _little_on_user_lines(breakdown: Breakdown, share: float, script: bool) -> str:
     """Where the time outside operations goes, as far as the recording tells: inside optimizer
     steps, it is the optimizer's own Python (LBFGS's line search and history, 76 % of a small
-    model's iteration, was told to move data preparation into the input provider)."""
+    model's iteration, was told to move data preparation into the input provider). A script's
+    iteration holds its data loading, which workers take off the training loop; an entry point's
+    input provider is not timed."""
     said = f"Only {share:.0%} of the iteration's time is in operations attributed to your lines; "
-    larger = "or use a larger batch size (--batch-size) to spread that work over more samples."
+    larger = f"or use {_larger(script)} to spread that work over more samples."
     in_steps = breakdown.attribution.untracked_in_steps_fraction
     steps = sorted((line for line in breakdown.lines if line.step_ms > 0), key=lambda line: -line.step_ms)
     if in_steps is not None and in_steps >= MOSTLY and steps:
@@ -73,8 +82,12 @@ def _little_on_user_lines(breakdown: Breakdown, share: float) -> str:
         where, optimizer = "your code's, or an optimizer's own", "give the optimizer foreach=True where it takes it, "
     else:
         where, optimizer = "your code's", ""
+    move = (
+        "load the data in a DataLoader's worker processes (num_workers), "
+        if script
+        else "move data preparation into the input provider (it is not timed), "
+    )
     return said + (
         f"the rest (untracked) is Python work between operations ({where}), or work on other threads, "
-        "which the breakdown does not see: move data preparation into the input provider (it is not "
-        f"timed), {optimizer}{larger}"
+        f"which the breakdown does not see: {move}{optimizer}{larger}"
     )

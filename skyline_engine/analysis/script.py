@@ -121,6 +121,7 @@ def analyze_script(
                     models_withheld=SCRIPT_MODELS_WITHHELD,
                     memory_growth=growth,
                     runtime_changes=runtime_changes(os.environ, False),
+                    script=True,
                 )
 
             progress(f"measuring batch size {batch_size}", 0.1)
