@@ -170,8 +170,9 @@ def test_set_batch_size_rewrites_the_scripts_option_default_alone_and_profiles_i
         ),
         ("p.add_argument('-b', default=2 * 16)\n", (), "Cannot rewrite the batch size: ", 1),
         ("loader = DataLoader(data, batch_size=args.bs)\n", (), "has no `--batch-size` option", None),
+        ("NUM_BATCHES = 100\n", (), "has no `--batch-size` option", None),  # a count of batches, no batch size
     ],
-    ids=["command-line", "two-keywords", "no-literal", "none"],
+    ids=["command-line", "two-keywords", "no-literal", "none", "number-of-batches"],
 )
 def test_set_batch_size_leaves_a_script_alone_where_its_literal_is_not_clear(tmp_path, source, argv, said, line):
     script = tmp_path / "train.py"

@@ -95,7 +95,7 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
                 "one sets the batch size shows only when it runs.",
                 path=path,
                 line=located[0].line,
-                hint="Profile the script and change the batch size from the report's line, or edit it by hand.",
+                hint="Edit the literal that sets it by hand, or give it after `--` (`-- --batch-size 64`).",
             )
         if located:
             (location,) = located
@@ -138,15 +138,22 @@ def _keywords(tree: ast.Module) -> list[ast.expr]:
 
 
 def _constants(tree: ast.Module) -> list[ast.expr]:
+    """Module-level constants named for the batch size (`BATCH_SIZE`, `batch_size`, `BS`): not
+    every name with "batch" in it (`NUM_BATCHES = 100` is no batch size)."""
     return [
         node.value
         for node in tree.body
         if isinstance(node, ast.Assign)
         and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)
-        and "batch" in node.targets[0].id.lower()
+        and _names_the_batch_size(node.targets[0].id)
         and isinstance(node.value, ast.Constant)
     ]
+
+
+def _names_the_batch_size(name: str) -> bool:
+    lowered = name.lower()
+    return "batch_size" in lowered or "batchsize" in lowered or lowered in ("bs", "batch")
 
 
 def _from_arguments(argv: tuple[str, ...], names: list[str]) -> tuple[str, int] | None:
