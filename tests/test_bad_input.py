@@ -852,8 +852,9 @@ def analysis_of(files: dict[str, str | bytes], tmp_path: Path, *args: str) -> di
 
 
 def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(tmp_path):
-    """The default 8 works; the probe at 16 fails: a warning at the forward's line names 16 and
-    the error, nothing from 16 on is tried, and 4 and 8 are analysed."""
+    """The default 8 works; the probe at 16 fails: a warning at the forward's line names 16 (and 15
+    where the confirming step timed it) and the error, nothing from 16 on is tried, and 4 and 8 are
+    analysed."""
     forward = """
     if x.shape[0] > 8:
         raise ValueError(f"cannot handle {x.shape[0]} samples")  # <- HERE
@@ -862,14 +863,24 @@ def test_iteration_that_fails_only_at_a_larger_batch_size_is_analysed_below_it(t
     files = with_model(forward)
     document = analysis_of(files, tmp_path)
     line = Case("", files, (), path="model.py").expected_line()
-    warning = next(w for w in document["warnings"] if "cannot handle" in w)
-    assert warning.startswith(f"model.py:{line}: ValueError: cannot handle 16 samples (raised while running the ")
-    assert "The models leave batch size 16 out and are no guide from it on." in warning
     models = document["models"]
+    # 15, where the time line has the models suggest a batch size, fails too when timed to confirm
+    # it (on a busy machine): one warning for the line then names both, led by the nearer, 15.
+    failing = models["failing_batch_sizes"]
+    assert failing in ([16], [15, 16])
+    (warning,) = [w for w in document["warnings"] if "cannot handle" in w]
+    nearest = failing[0]
+    assert warning.startswith(
+        f"model.py:{line}: ValueError: cannot handle {nearest} samples (raised while running the "
+    )
+    left_out = (
+        "batch size 16 out and are no guide from it on"
+        if failing == [16]
+        else "batch sizes 15, 16 out and are no guide from 15 on"
+    )
+    assert f"The models leave {left_out}." in warning
     measured = [s["batch_size"] for s in models["samples"]] + [s["batch_size"] for s in models["memory_samples"]]
     assert 8 in measured and 4 in measured and max(measured) < 16
-    # 15, where the time line has the models suggest a batch size, fails too when timed to confirm it.
-    assert models["failing_batch_sizes"] in ([16], [15, 16])
     assert models["trusted_range"][1] == min(models["failing_batch_sizes"]) - 1
     assert max(p["batch_size"] for p in document["predictions"]) < 16  # no prediction where it fails
 

@@ -168,7 +168,7 @@ def test_set_batch_size_rewrites_the_scripts_option_default_alone_and_profiles_i
             "2 `batch_size=` keywords (lines 1, 2)",
             1,
         ),
-        ("p.add_argument('-b', default=2 * 16)\n", (), "Cannot rewrite the batch size: ", 1),
+        ("p.add_argument('-b', default=2 * 16)\n", (), "the default is the expression `2 * 16`", 1),
         ("loader = DataLoader(data, batch_size=args.bs)\n", (), "has no `--batch-size` option", None),
         ("NUM_BATCHES = 100\n", (), "has no `--batch-size` option", None),  # a count of batches, no batch size
     ],
