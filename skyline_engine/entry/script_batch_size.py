@@ -40,17 +40,14 @@ class ScriptBatchSize:
 
 
 def find_script_batch_size(source: str, path: str, argv: tuple[str, ...], observed: int | None) -> ScriptBatchSize:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    found = _Found.of(source, argv)
+    if found is None:
         return ScriptBatchSize(None, None, "the script does not parse")
+    if found.given is not None:
+        name, value = found.given
+        return ScriptBatchSize(None, value, f"the command line sets it (`{name} {value}`)")
     lines = split_lines(source)
-    options = _argparse_options(tree)
-    given = _from_arguments(argv, [name for names, _ in options for name in names])
-    if given is not None:
-        return ScriptBatchSize(None, given[1], f"the command line sets it (`{given[0]} {given[1]}`)")
-    found = [default for _, default in options] + _keywords(tree) + _constants(tree)
-    located = [locate_literal(node, lines, path) for node in found]
+    located = [locate_literal(node, lines, path) for _, nodes in found.kinds for node in nodes]
     if not located:
         return ScriptBatchSize(
             None, None, "no `--batch-size` option, `batch_size=` keyword or `BATCH_SIZE` constant was found"
@@ -70,24 +67,17 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
     is more than one literal (which sets the batch size shows only when the script runs), or
     where it is no integer literal."""
     hint = "Set the batch size where the script takes it, or give it after `--` (`-- --batch-size 64`)."
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        raise EntryPointError("Cannot rewrite the batch size: the script does not parse.", path=path) from None
-    options = _argparse_options(tree)
-    given = _from_arguments(argv, [name for names, _ in options for name in names])
-    if given is not None:
+    found = _Found.of(source, argv)
+    if found is None:
+        raise EntryPointError("Cannot rewrite the batch size: the script does not parse.", path=path)
+    if found.given is not None:
+        name, value = found.given
         raise EntryPointError(
-            f"Cannot rewrite the batch size: the command line sets it (`{given[0]} {given[1]}`); change it there.",
-            path=path,
+            f"Cannot rewrite the batch size: the command line sets it (`{name} {value}`); change it there.", path=path
         )
     lines = split_lines(source)
-    for kind, found in (
-        ("`--batch-size` options", [default for _, default in options]),
-        ("`batch_size=` keywords", _keywords(tree)),
-        ("`BATCH_SIZE` constants", _constants(tree)),
-    ):
-        located = [locate_literal(node, lines, path) for node in found]
+    for kind, nodes in found.kinds:
+        located = [locate_literal(node, lines, path) for node in nodes]
         if len(located) > 1:
             where = ", ".join(str(location.line) for location in located)
             raise EntryPointError(
@@ -110,6 +100,33 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
         path=path,
         hint=hint,
     )
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What a script's source says of its batch size: the option and value the command line gives
+    (None where it gives none), and the expressions that may set it, by kind, in the order they
+    are taken."""
+
+    given: tuple[str, int] | None
+    kinds: list[tuple[str, list[ast.expr]]]
+
+    @staticmethod
+    def of(source: str, argv: tuple[str, ...]) -> _Found | None:
+        """None where the source does not parse."""
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
+        options = _argparse_options(tree)
+        return _Found(
+            given=_from_arguments(argv, [name for names, _ in options for name in names]),
+            kinds=[
+                ("`--batch-size` options", [default for _, default in options]),
+                ("`batch_size=` keywords", _keywords(tree)),
+                ("`BATCH_SIZE` constants", _constants(tree)),
+            ],
+        )
 
 
 def _argparse_options(tree: ast.Module) -> list[tuple[tuple[str, ...], ast.expr]]:
