@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from skyline_engine.analysis.document import AnalysisDocument
+from skyline_engine.analysis.rank_exit import exit_failed_rank
 from skyline_engine.analysis.session import AnalysisRequest, Progress, no_progress
 from skyline_engine.errors import SkylineError
 
@@ -116,11 +117,14 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
         return analyze_rank(request, rank, progress)
     except _StoppedByLauncher as exc:
         if folder:
-            _write_hung(Path(folder) / f"rank{rank_number}.json", exc, request, timeout_s)
+            _write_json(Path(folder) / f"rank{rank_number}.json", _hung_error(exc, request, timeout_s))
+            exit_failed_rank(waited=False)
         raise SystemExit(1) from None
     except BaseException as exc:
         if folder:
-            _write_error(Path(folder) / f"rank{rank_number}.json", exc)
+            error = _error(exc)
+            _write_json(Path(folder) / f"rank{rank_number}.json", error)
+            exit_failed_rank(waited=_waited(error))
         raise
     finally:
         if folder:  # from here on, being stopped is no news: exit quietly, not with a traceback
@@ -178,7 +182,7 @@ def _stop_here(signum: int, frame: object) -> None:
     raise _StoppedByLauncher
 
 
-def _write_hung(path: Path, exc: BaseException, request: AnalysisRequest, timeout_s: float) -> None:
+def _hung_error(exc: BaseException, request: AnalysisRequest, timeout_s: float) -> dict[str, Any]:
     """A rank still running its code when another failed: where it was is what made the others
     wait (a rank that waited in a collective itself is named by its own timeout instead)."""
     from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame
@@ -186,9 +190,8 @@ def _write_hung(path: Path, exc: BaseException, request: AnalysisRequest, timeou
     files = ProjectFiles(request.project_root)
     frame = innermost_user_frame(exc.__traceback__, files)
     if frame is None:  # stopped in the engine or in torch (a collective, say): no cause of its own
-        _write_json(path, {"message": "stopped by the launcher after another rank failed", "stopped": True})
-        return
-    error = {
+        return {"message": "stopped by the launcher after another rank failed", "stopped": True}
+    return {
         "message": "it was still running your code here when the other ranks gave up waiting for it in a "
         f"collective ({timeout_s:g} s, --collective-timeout).",
         "path": files.relative(frame.filename),
@@ -196,17 +199,14 @@ def _write_hung(path: Path, exc: BaseException, request: AnalysisRequest, timeou
         "hint": None,
         "hung": True,
     }
-    _write_json(path, error)
 
 
-def _write_error(path: Path, exc: BaseException) -> None:
+def _error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, SkylineError):
-        error: dict[str, Any] = {"message": exc.message, "path": exc.path, "line": exc.line, "hint": exc.hint}
-    elif isinstance(exc, KeyboardInterrupt):
-        error = {"message": "interrupted"}
-    else:
-        error = {"message": f"{type(exc).__name__}: {_collective_text(exc)}"}
-    _write_json(path, error)
+        return {"message": exc.message, "path": exc.path, "line": exc.line, "hint": exc.hint}
+    if isinstance(exc, KeyboardInterrupt):
+        return {"message": "interrupted"}
+    return {"message": f"{type(exc).__name__}: {_collective_text(exc)}"}
 
 
 def _write_json(path: Path, error: dict[str, Any]) -> None:

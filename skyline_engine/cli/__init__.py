@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NoReturn, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from skyline_engine import __version__
 from skyline_engine.analysis.document import DocumentDict  # its shape alone: no torch
+from skyline_engine.analysis.rank_exit import exit_rank
 from skyline_engine.cli.arguments import DEVICE_HELP, SETTLE_RUNTIME_HELP, parse_size, positive_float, positive_int
 from skyline_engine.cli.progress import Progress
 from skyline_engine.entry.project_root import default_project_root
@@ -57,26 +57,13 @@ def run() -> None:
     """The program: `skyline` and `python -m skyline_engine`."""
     code = main()
     if launched_by_torchrun(os.environ):
-        _exit_rank(code)
+        exit_rank(code)
     # Everything alive now goes to the collector's permanent generation, which the interpreter's
     # last collection at exit skips: with torch and its compiler loaded, exiting took 0.9 s, a
     # third of a cold `skyline profile` of the default example. Outputs are written and closed by
     # now; streams are flushed by the interpreter as usual.
     gc.freeze()
     raise SystemExit(code)
-
-
-def _exit_rank(code: int) -> NoReturn:
-    """Leave a torchrun rank without finalizing the interpreter. After the last collective, gloo's
-    worker threads still let go of that collective's tensors, which takes the GIL; one that tries
-    while the interpreter is finalizing aborts the whole process ("terminate called without an
-    active exception", SIGABRT: 2 torchrun runs in 27 on a busy 2-core machine; pytorch/pytorch#179291
-    on the same cause), and torchrun reports the rank as failed. Outputs are written and closed by now;
-    the user's atexit handlers do not run, as in the service's workers."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing to keep
-            stream.flush()
-    os._exit(code)
 
 
 def _parser() -> argparse.ArgumentParser:
