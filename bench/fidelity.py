@@ -329,6 +329,11 @@ def _error(measured: float | None, truth: float | None) -> float | None:
     return 100.0 * (measured / truth - 1.0)
 
 
+def _spread(values: list[float]) -> float | None:
+    """max − min over the median, in percent: how far fresh processes of one program differ."""
+    return 100.0 * (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
+
+
 def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
     analyses = model["analyses"]
     user, larger = model["batch_size"], model["larger_batch_size"]
@@ -343,6 +348,7 @@ def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
         "plain_median_ms": plain_median,
         "error_percent": _error(reported, plain_mean),
         "error_vs_plain_median_percent": _error(reported, plain_median),
+        "plain_spread_percent": _spread([p["mean_ms"] for p in plain_user]),
         "larger_batch_size": larger,
     }
     if larger is not None:
@@ -357,6 +363,7 @@ def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
             larger_plain_mean_ms=larger_mean,
             larger_plain_median_ms=_median([p["median_ms"] for p in plain_larger]),
             larger_error_percent=_error(predicted, larger_mean),
+            larger_plain_spread_percent=_spread([p["mean_ms"] for p in plain_larger]),
         )
     # The top lines: by their median share over the analyses (a line an analysis did not report
     # counts as 0 there).
@@ -390,6 +397,10 @@ def _percent(value: float | None) -> str:
     return "—" if value is None else f"{value:+.1f}%"
 
 
+def _plain_spread(value: float | None) -> str:
+    return "" if value is None else f" (±{value / 2:.0f}%)"
+
+
 def markdown(result: dict[str, Any]) -> str:
     machine = result["machine"]
     out = [
@@ -401,8 +412,9 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "Skyline: `skyline profile ENTRY --device cpu` (iteration time, median over the analyses); plain: "
         "the entry point's iteration in a loop of its own in a fresh process, default environment "
-        "(`bench/baselines/plain_loop.py`; mean ms per iteration, median over the rounds). Error: "
-        "Skyline / plain − 1. Spread: max − min over the analyses of each top line's share of the iteration, "
+        "(`bench/baselines/plain_loop.py`; mean ms per iteration, median over the rounds; ± its spread over "
+        "the rounds, max − min over the median: how far fresh processes of the same loop differ, the "
+        "floor under any error here). Error: Skyline / plain − 1. Spread: max − min over the analyses of each top line's share of the iteration, "
         "in percentage points. Advised: the batch size each analysis advises.",
         "",
         "| model | batch | Skyline ms | plain ms | error | larger batch | predicted ms | plain ms | error "
@@ -420,9 +432,10 @@ def markdown(result: dict[str, Any]) -> str:
         walls = s["analysis_wall_seconds"]
         wall = f"{statistics.median(walls):.0f}" + (f" ({min(walls):.0f}–{max(walls):.0f})" if len(walls) > 1 else "")
         out.append(
-            f"| {name} | {s['batch_size']:,} | {_ms(s['reported_ms'])} | {_ms(s['plain_mean_ms'])} "
+            f"| {name} | {s['batch_size']:,} | {_ms(s['reported_ms'])} "
+            f"| {_ms(s['plain_mean_ms'])}{_plain_spread(s.get('plain_spread_percent'))} "
             f"| {_percent(s['error_percent'])} | {'—' if larger is None else f'{larger:,}{measured}'} "
-            f"| {predicted} | {_ms(s.get('larger_plain_mean_ms'))} "
+            f"| {predicted} | {_ms(s.get('larger_plain_mean_ms'))}{_plain_spread(s.get('larger_plain_spread_percent'))} "
             f"| {_percent(s.get('larger_error_percent'))} | {spreads} | {advised} | {wall} |"
         )
     loaded = {name: s["analyses_warning_of_load"] for name, s in result["summary"].items()}
