@@ -274,8 +274,8 @@ class _Analysis:
         together beside the user's batch size in one set of interleaved rounds (`_time_checks`).
         Where the probe's throughput falls below the run-time line (`line_shortfall`), the range
         ends at the largest timed batch size. Then the recommendation, from measurements alone
-        (`recommend`). Its cost is bounded as the models' timing is (the budget's `max_run_s` for
-        the rounds, at least `min_blocks` blocks each), and a batch size is timed only where one
+        (`recommend`). Its cost is bounded (half the budget's `max_run_s` for the rounds, at least
+        `min_blocks` blocks each), and a batch size is timed only where one
         iteration is predicted to take at most `max_run_s / min_blocks` (its minimum of blocks
         within the rounds' time: on a busy machine, the transformer example's probe at 105 samples,
         at 1.9 s predicted, had taken this step to 9.8 s)."""
@@ -398,7 +398,8 @@ class _Analysis:
             try:
                 with CpuContention() as contention, runner.at_batch_sizes(sizes) as runs:
                     timing = runner.timing(runs)
-                    timing.measure(budget.max_run_s)
+                    # The confirming rounds decide one comparison, not a line: half the time.
+                    timing.measure(budget.max_run_s / 2 if confirming else budget.max_run_s)
                     micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
                     if len(sizes) >= 3 and not confirming:
                         remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes), micro_batches)
