@@ -414,8 +414,8 @@ def markdown(result: dict[str, Any]) -> str:
         "the entry point's iteration in a loop of its own in a fresh process, default environment "
         "(`bench/baselines/plain_loop.py`; mean ms per iteration, median over the rounds; ± its spread over "
         "the rounds, max − min over the median: how far fresh processes of the same loop differ, the "
-        "floor under any error here). Error: Skyline / plain − 1. Spread: max − min over the analyses of each top line's share of the iteration, "
-        "in percentage points. Advised: the batch size each analysis advises.",
+        "floor under any error here). Error: Skyline / plain − 1. Spread: max − min over the analyses of "
+        "each top line's share of the iteration, in percentage points. Advised: the batch size each analysis advises.",
         "",
         "| model | batch | Skyline ms | plain ms | error | larger batch | predicted ms | plain ms | error "
         "| top-3 lines' spread (pp) | advised | analysis s |",
@@ -435,7 +435,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {s['batch_size']:,} | {_ms(s['reported_ms'])} "
             f"| {_ms(s['plain_mean_ms'])}{_plain_spread(s.get('plain_spread_percent'))} "
             f"| {_percent(s['error_percent'])} | {'—' if larger is None else f'{larger:,}{measured}'} "
-            f"| {predicted} | {_ms(s.get('larger_plain_mean_ms'))}{_plain_spread(s.get('larger_plain_spread_percent'))} "
+            f"| {predicted} | {_ms(s.get('larger_plain_mean_ms'))}"
+            f"{_plain_spread(s.get('larger_plain_spread_percent'))} "
             f"| {_percent(s.get('larger_error_percent'))} | {spreads} | {advised} | {wall} |"
         )
     loaded = {name: s["analyses_warning_of_load"] for name, s in result["summary"].items()}
