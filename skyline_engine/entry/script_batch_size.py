@@ -2,8 +2,9 @@
 
 Read from the script's source, in this order: an `argparse` option named for the batch size
 (`--batch-size`, `--batch_size`, `--bs`, `-b`) and its `default=`; a `batch_size=` keyword of a call
-(`DataLoader(data, batch_size=64)`); a module-level constant named for it (`BATCH_SIZE = 64`). The
-one whose value is the batch size the model was called with wins. Where the command line sets the
+(`DataLoader(data, batch_size=64)`; also `per_device_train_batch_size=`, as Hugging Face's
+`TrainingArguments` takes it); a module-level constant named for it (`BATCH_SIZE = 64`). The one
+whose value is the batch size the model was called with wins. Where the command line sets the
 option (`-- --batch-size 64`), the value is the command line's and no literal is the user's.
 
 `--set-batch-size` rewrites a script before it runs, so it cannot tell by the value: it takes the
@@ -27,6 +28,8 @@ _OPTION_NAMES = (
     "--train-batch-size",
     "--train_batch_size",
 )
+# Keywords of a call that set the training batch size (an evaluation's batch size is none of them).
+_KEYWORD_NAMES = ("batch_size", "per_device_train_batch_size", "train_batch_size")
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,7 @@ def _keywords(tree: ast.Module) -> list[ast.expr]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         for keyword in node.keywords
-        if keyword.arg == "batch_size" and isinstance(keyword.value, ast.Constant)
+        if keyword.arg in _KEYWORD_NAMES and isinstance(keyword.value, ast.Constant)
     ]
 
 

@@ -45,20 +45,24 @@ class OutermostCalls:
                 held[name if name not in held else f"{name}_{len(held)}"] = module
         return held
 
-    def _before(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+    def _before(self, module: torch.nn.Module, args: Any) -> None:
         if self._depth == 0 and id(module) not in self.calls:
-            self.calls[id(module)] = (module, _leading_dimension((args, kwargs)))
+            self.calls[id(module)] = (module, _leading_dimension(args))
         self._depth += 1
 
-    def _after(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+    def _after(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
+        # torch's global pre-hook gets no keyword arguments, its global forward hook does: a model
+        # called by keyword (`model(**batch)`, as Hugging Face's Trainer calls it) is read here.
+        if self._depth == 0 and self.calls.get(id(module), (None, 0))[1] is None:
+            self.calls[id(module)] = (module, _leading_dimension(kwargs))
 
 
 @contextlib.contextmanager
 def watching_outermost_calls() -> Iterator[OutermostCalls]:
     seen = OutermostCalls()
-    pre = register_module_forward_pre_hook(lambda m, args: seen._before(m, args, {}))
-    post = register_module_forward_hook(seen._after)
+    pre = register_module_forward_pre_hook(seen._before)
+    post = register_module_forward_hook(seen._after, with_kwargs=True)
     try:
         yield seen
     finally:
