@@ -3,6 +3,7 @@ iterations (from one optimizer step to the next) and stopped before what follows
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -79,11 +80,53 @@ def test_a_script_that_raises_is_an_error_at_its_line(project):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("epochs", "said"), [("0", "without an optimizer step"), ("1", "ended after")])
+@pytest.mark.parametrize(
+    ("epochs", "said"), [("0", "without an optimizer step"), ("1", "ended after 2 optimizer steps")]
+)
 def test_a_script_that_ends_too_soon_says_so(project, epochs, said):
     with pytest.raises(EntryPointError) as raised:
         analysed_script(project, "--epochs", epochs, "--samples", "128")
     assert said in raised.value.message and raised.value.path == "train.py"
+
+
+NEVER_STEPS = """import torch
+
+model = torch.nn.Linear(4, 2)
+while True: model(torch.randn(8, 4)).sum()  # LOOPS
+"""
+
+WAITS_AFTER_A_STEP = """import time
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(10):
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()
+    while step == 1:
+        try:
+            time.sleep(3600)  # WAITS
+        except BaseException:
+            pass  # swallows whatever stops it: it is stopped again
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "marker", "said"),
+    [
+        (NEVER_STEPS, "# LOOPS", "never.py ran 1 s without an optimizer step"),
+        (WAITS_AFTER_A_STEP, "# WAITS", "never.py ran 1 s after 2 optimizer steps without another"),
+    ],
+)
+def test_a_script_that_does_not_step_in_time_is_stopped_at_its_line(tmp_path, source, marker, said):
+    # A timer set before the analysis (pytest-timeout's, here) runs on after it.
+    assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    with pytest.raises(EntryPointError) as raised:
+        analysed(tmp_path, "never.py", source=source, budget=QUICK, step_timeout_s=1.0)
+    assert (raised.value.path, raised.value.line) == ("never.py", marked_line(source, marker))
+    assert raised.value.message.startswith(said) and "--step-timeout" in (raised.value.hint or "")
+    assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
 
 
 def test_the_batch_size_option_of_an_entry_point_is_refused_for_a_script(project):

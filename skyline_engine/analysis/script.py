@@ -35,7 +35,7 @@ from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import LiveTensors
 from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_model import OutermostCalls, watching_outermost_calls
-from skyline_engine.measure.script_run import ScriptRun
+from skyline_engine.measure.script_run import STEP_TIMEOUT_S, ScriptRun
 from skyline_engine.measure.timing import Clock, TimingBudget, TimingStats, clock_for, measure_iteration_time
 
 Progress = Callable[[str, float], None]
@@ -83,15 +83,17 @@ def analyze_script(
     project_root: Path,
     *,
     script_args: tuple[str, ...] = (),
+    step_timeout_s: float | None = None,
     timeline: bool = False,
     memory_capacity_bytes: int | None = None,
     progress: Progress,
     partial: Partial | None = None,
 ) -> AnalysisDocument:
-    """The document of the training script at `path`, run with `script_args`."""
+    """The document of the training script at `path`, run with `script_args`; stopped where it
+    runs when it does not step within `step_timeout_s` (None: measure/script_run.py's default)."""
     script = load_training_script(path, project_root, script_args)
     creation = CreationSites(CallSites(script.files))
-    with first_lines_of_user_output() as output, ScriptRun(script) as run:
+    with first_lines_of_user_output() as output, ScriptRun(script, step_timeout_s or STEP_TIMEOUT_S) as run:
         progress(f"running {script.relative_path} up to its first optimizer step", 0.0)
         with creation.finding_optimizers(script.relative_path):
             with creation.recording_modules():  # where each parameter is created: its line's memory

@@ -97,6 +97,8 @@ class AnalysisRequest:
     collective_timeout_s: float | None = None
     # A training script's own arguments (`skyline profile train.py -- --epochs 1`): its `sys.argv[1:]`.
     script_args: tuple[str, ...] = ()
+    # How long a training script may run without an optimizer step (None: 300 s).
+    step_timeout_s: float | None = None
 
 
 def analyze(
@@ -147,6 +149,7 @@ def _analyze_script(
         path,
         root,
         script_args=tuple(request.script_args),
+        step_timeout_s=request.step_timeout_s,
         timeline=request.timeline,
         memory_capacity_bytes=request.memory_capacity_bytes,
         progress=progress,

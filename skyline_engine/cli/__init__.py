@@ -159,6 +159,13 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--step-timeout",
+        type=positive_float("the step timeout"),
+        metavar="S",
+        help="a training script: how long it may run without an optimizer step before it is stopped, naming "
+        "the line it was running (default 300)",
+    )
     parser.add_argument("--settle-runtime", action="store_true", help=SETTLE_RUNTIME_HELP)
 
 
@@ -282,6 +289,7 @@ def _request(
         port=getattr(args, "port", None),
         collective_timeout_s=getattr(args, "collective_timeout", None),
         script_args=tuple(getattr(args, "script_args", None) or ()),
+        step_timeout_s=getattr(args, "step_timeout", None),
     )
 
 

@@ -12,12 +12,22 @@ then changed: "OrderedDict mutated during iteration"). The wrapper is removed wh
 `iteration()` resumes the script until its next step: one training iteration, its own data
 loading included. `stop()` ends the script where it paused, by raising StopScript there: it never
 reaches what follows its loop (saving a checkpoint, a final evaluation).
+
+A script that does not step within `step_timeout_s` (one that evaluates, prepares data or waits,
+and never trains) is stopped where it runs: a timer (SIGALRM, in the main thread where the analysis
+runs; nothing elsewhere) raises NoStepInTime into it, and the error names the line it was running.
+Should the script catch it and run on, it is raised again each second; after the third, the script
+is left suspended where it is (never resumed: resuming it would run it on) and the engine goes on.
 """
 
 from __future__ import annotations
 
 import functools
+import signal
+import threading
+import time
 import weakref
+from types import FrameType
 from typing import Any, Callable
 
 import greenlet
@@ -27,14 +37,27 @@ from torch.utils.hooks import RemovableHandle
 
 from skyline_engine.entry.loader import user_code_error
 from skyline_engine.entry.script import TrainingScript
+from skyline_engine.entry.user_frames import ProjectFiles
 from skyline_engine.errors import EntryPointError
 
 # Thrown at most this many times into a script that catches it (`except BaseException`) and runs on.
 _STOP_ATTEMPTS = 3
+# How long a script may run without an optimizer step (its setup included: loading a dataset).
+STEP_TIMEOUT_S = 300.0
+# Should the script catch NoStepInTime and run on, it is raised again this often.
+_RETRY_S = 1.0
+# Scripts that caught every stop and ran on, left suspended: kept here, since a greenlet collected
+# while suspended is resumed (with GreenletExit) and would run on.
+_ABANDONED: list[greenlet.greenlet] = []
 
 
 class StopScript(BaseException):
     """Ends the script where it paused (a BaseException: `except Exception` lets it through)."""
+
+
+class NoStepInTime(BaseException):
+    """Raised into the script where it runs when it has not stepped in time (a BaseException:
+    `except Exception` lets it through)."""
 
 
 class ScriptEnded(EntryPointError):
@@ -61,28 +84,48 @@ class ScriptRun:
     """One run of `script`, paused at its optimizer steps. Use it inside `with`: the hook and
     the script end with it."""
 
-    def __init__(self, script: TrainingScript) -> None:
+    def __init__(self, script: TrainingScript, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
         self.script = script
+        self.step_timeout_s = step_timeout_s
         self.steps = 0  # of the optimizer that ends an iteration
         self._engine: greenlet.greenlet | None = None
         self._script: greenlet.greenlet | None = None
         self._lead: weakref.ref[torch.optim.Optimizer] | None = None
         self._hook: RemovableHandle | None = None
         self._unwrap: Callable[[], None] = lambda: None  # the optimizer's `step` as it was
+        self._alarm: Any = None  # SIGALRM's handler before ours; None where there is no timer
+        self._timer: tuple[tuple[float, float], float] = ((0.0, 0.0), 0.0)  # one set before, and when
+        self._alarms = 0  # NoStepInTime raised so far
+        self.stopped_at: tuple[str, int] | None = None  # the user's line it ran when the timer first went off
 
     def __enter__(self) -> ScriptRun:
         self._engine = greenlet.getcurrent()
         self._script = greenlet.greenlet(self._main, parent=self._engine)
         self._hook = register_optimizer_step_post_hook(self._stepped)
+        if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+            # A timer already set (pytest-timeout's, a user's alarm) goes on once the run ends.
+            self._timer = (signal.getitimer(signal.ITIMER_REAL), time.monotonic())
+            self._alarm = signal.signal(signal.SIGALRM, self._out_of_time)
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
             self.stop()
         finally:
+            if self._alarm is not None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, self._alarm)
+                (delay, interval), set_at = self._timer
+                if delay > 0:
+                    signal.setitimer(signal.ITIMER_REAL, max(1e-3, delay - (time.monotonic() - set_at)), interval)
             if self._hook is not None:
                 self._hook.remove()
             self._unwrap()
+
+    @property
+    def steps_taken(self) -> int:
+        """The optimizer steps the script took (the first one found the optimizer, and paused nothing)."""
+        return self.steps + (self._lead is not None)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
@@ -96,25 +139,64 @@ class ScriptRun:
         assert self._script is not None, "use ScriptRun inside `with`"
         steps = self.steps
         try:
-            self._script.switch()
+            if self._alarm is not None:
+                signal.setitimer(signal.ITIMER_REAL, self.step_timeout_s, _RETRY_S)
+            try:
+                self._script.switch()
+            finally:
+                if self._alarm is not None:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
         except StopScript:
             raise
+        except NoStepInTime:
+            raise self._no_step_error() from None
         except (Exception, SystemExit) as exc:
             if isinstance(exc, SystemExit) and exc.code in (None, 0):
-                raise ScriptEnded(self.script, self.steps) from None
+                raise ScriptEnded(self.script, self.steps_taken) from None
             raise user_code_error(self.script.files, f"the training script {self.script.relative_path}", exc) from exc
         if self._script.dead or self.steps == steps:
-            raise ScriptEnded(self.script, self.steps)
+            raise ScriptEnded(self.script, self.steps_taken)
 
     def stop(self) -> None:
         """End the script where it paused (nothing when it has not started or has ended)."""
         for _ in range(_STOP_ATTEMPTS):
-            if self._script is None or self._script.dead or not self._script:
+            if self._script is None or self._script.dead or not self._script or self._script in _ABANDONED:
                 return
             try:
                 self._script.throw(StopScript())
             except (StopScript, Exception, SystemExit):  # noqa: BLE001
                 return  # ended: by the stop, or by whatever the user's code raised on its way out
+
+    def _out_of_time(self, signum: int, frame: FrameType | None) -> None:
+        script = greenlet.getcurrent()
+        if script is not self._script:  # the step came as the timer went off
+            return
+        if self.stopped_at is None:
+            self.stopped_at = _innermost_user_line(frame, self.script.files)
+        self._alarms += 1
+        if self._alarms <= _STOP_ATTEMPTS:
+            raise NoStepInTime
+        _ABANDONED.append(script)
+        assert self._engine is not None
+        self._engine.throw(NoStepInTime())
+
+    def _no_step_error(self) -> EntryPointError:
+        path, line = self.stopped_at or (self.script.relative_path, None)
+        waited = f"{self.step_timeout_s:g} s"
+        steps = self.steps_taken
+        if steps == 0:
+            said = f"{self.script.relative_path} ran {waited} without an optimizer step"
+        else:
+            plural = "s" if steps != 1 else ""
+            said = f"{self.script.relative_path} ran {waited} after {steps} optimizer step{plural} without another"
+        return EntryPointError(
+            f"{said}: Skyline measures training iterations, from one `optimizer.step()` to the next, and stopped it "
+            "here.",
+            path=path,
+            line=line,
+            hint="Profile the script that trains (an evaluation or data-preparation script steps no optimizer); "
+            "for a setup or an iteration slower than this, give more time with --step-timeout S.",
+        )
 
     def _main(self) -> None:
         with self.script.as_main() as globals_:
@@ -137,6 +219,15 @@ class ScriptRun:
 
         optimizer.step = step_then_pause  # type: ignore[method-assign]
         self._unwrap = lambda: _restore(optimizer, step_then_pause, stepped)
+
+
+def _innermost_user_line(frame: FrameType | None, files: ProjectFiles) -> tuple[str, int] | None:
+    """The project path and line of the innermost frame of `frame`'s stack in a project file."""
+    while frame is not None:
+        if files.contains(frame.f_code.co_filename):
+            return files.relative(frame.f_code.co_filename), frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def _restore(optimizer: torch.optim.Optimizer, wrapper: Any, stepped: Any) -> None:
