@@ -103,13 +103,13 @@ def test_calls_that_differ_in_both_steps_and_passes_name_both():
     assert "make one call one whole cycle" in warning
 
 
-def test_rare_irregular_work_says_the_time_leans_to_the_faster_calls():
+def test_rare_irregular_work_says_what_the_time_and_the_breakdown_hold():
     # An evaluation every 50th call: a cycle too long to record whole, so the warning says what
-    # the estimate (the lower quartile of blocks of calls) leaves out.
+    # the estimate (the mean over the calls timed) and the recorded calls hold.
     pattern = calls_doing(*[CallWork(1, 1)] * 49, CallWork(1, 2), times=4)
     assert pattern.varies() and pattern.cycle() == 1
     warning = pattern.warning(recorded_calls=3) or ""
-    assert "the time leans to the faster calls" in warning and "may lack the rarer work" in warning
+    assert "the rarer work as often as it came" in warning and "may lack the rarer work" in warning
 
 
 def test_a_cycle_is_found_by_call_numbers_with_other_batch_sizes_calls_between():

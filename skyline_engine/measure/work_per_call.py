@@ -126,9 +126,10 @@ class WorkPerCall:
             )
         return (
             f"{said} Skyline measures one call as one iteration, and the calls differ too rarely or too "
-            "irregularly to measure whole cycles of them: the time leans to the faster calls (it is the lower "
-            "quartile of blocks of calls), the per-line breakdown shows the few calls it recorded, which may "
-            "lack the rarer work, and each batch size's peak memory comes from one call, with or without it. "
+            "irregularly to measure whole cycles of them: the time is the mean over the calls it timed, with "
+            "the rarer work as often as it came among them; the per-line breakdown shows the few calls it "
+            "recorded, which may lack the rarer work, and each batch size's peak memory comes from one call, "
+            "with or without it. "
             f"{advice}, and profile again."
         )
 
