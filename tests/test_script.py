@@ -89,6 +89,33 @@ def test_a_script_that_ends_too_soon_says_so(project, epochs, said):
     assert said in raised.value.message and raised.value.path == "train.py"
 
 
+def child_processes() -> set[int]:
+    children: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        children |= {int(pid) for pid in (task / "children").read_text().split()}
+    return children
+
+
+@pytest.mark.slow
+def test_accumulation_a_grad_scaler_an_evaluation_every_fifth_step_and_loader_workers(project):
+    before = child_processes()
+    doc = analysed(project, "train_features.py", budget=QUICK)
+    script = project / "train_features.py"
+    # Four backward passes a step: micro-batches of the batch size, the samples a step four times it.
+    assert doc["batch_size"] == 32 and doc["iteration"]["micro_batches"] == 4
+    iteration = doc["iteration"]
+    assert iteration["samples_per_second"] == pytest.approx(128 / (iteration["run_time_ms"] / 1000))
+    # The evaluation every fifth step makes those iterations differ: measured in whole cycles of 5,
+    # so the evaluation's line is in the breakdown, its time spread over the cycle.
+    (differing,) = [w for w in doc["warnings"] if w.startswith("Your training iterations")]
+    assert "ran the model 4 times" in differing and "ran the model 8 times (one in 5)" in differing
+    assert "whole cycles of 5" in differing and doc["attribution"]["recorded_iterations"] == 5
+    assert line_of(doc, "train_features.py", marked_line(script, "# EVAL"))["forward_ms"] > 0
+    assert line_of(doc, "train_features.py", marked_line(script, "# STEP"))["step_ms"] > 0
+    # The loader's worker processes ended with the script.
+    assert child_processes() <= before
+
+
 NEVER_STEPS = """import torch
 
 model = torch.nn.Linear(4, 2)

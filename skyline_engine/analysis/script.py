@@ -12,6 +12,7 @@ with its batch size changed in memory), so the document has no models and says w
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,7 @@ from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_model import OutermostCalls, watching_outermost_calls
 from skyline_engine.measure.script_run import STEP_TIMEOUT_S, ScriptRun
 from skyline_engine.measure.timing import Clock, TimingBudget, TimingStats, clock_for, measure_iteration_time
+from skyline_engine.measure.work_per_call import CallWork, WorkPerCall, cycle_fits, find_cycle
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
@@ -50,31 +52,57 @@ SCRIPT_MODELS_WITHHELD = (
 
 class ScriptSource(IterationSource):
     """The iterations of a running script at its own batch size: each from one optimizer step to
-    the next."""
+    the next. Where they differ in a cycle (an evaluation every few steps: more passes through the
+    model), they are measured in whole cycles, as an entry point's calls are
+    (measure/work_per_call.py); the passes are counted by a forward hook on the model, removed by
+    `close`."""
 
-    def __init__(self, run: ScriptRun, batch_size: int, clock: Clock, budget: TimingBudget) -> None:
+    def __init__(
+        self, run: ScriptRun, model: torch.nn.Module, batch_size: int, clock: Clock, budget: TimingBudget
+    ) -> None:
         self.run = run
         self.batch_size = batch_size
         self.clock = clock
         self.budget = budget
         self.live_tensors = LiveTensors()
+        self.work = WorkPerCall()
+        self.cycle = 1
+        self._iterations = 0  # of the script, from the first measured on
+        self._cycle_end = 0
+        self._forwards = 0
+        self._hook = model.register_forward_hook(self._ran_model)
+
+    def close(self) -> None:
+        self._hook.remove()
 
     def warm_up(self) -> float:
         for _ in range(self.budget.warmup_iterations - 1):
-            self.run.iteration()
-        return self.clock.time_ms(self.run.iteration)
+            self.run_recorded()
+        return self.clock.time_ms(self.run_recorded)
 
     def run_recorded(self) -> None:
+        forwards = self._forwards
         self.run.iteration()
+        self._iterations += 1
+        self.work.add(CallWork(1, self._forwards - forwards), self._iterations)
 
     def time(self) -> TimingStats:
-        return measure_iteration_time(self.run.iteration, self.clock, self.budget)
+        return measure_iteration_time(self.run_recorded, self.clock, self.budget, cycle=self.cycle)
 
     def measure_in_cycles(self, run_time_ms: float) -> int | None:
-        return None  # evaluation every N steps and other rarer work: not yet told apart
+        cycle = find_cycle(self.work, self.run_recorded, run_time_ms)
+        if not cycle_fits(cycle, run_time_ms):
+            return None
+        self.cycle = cycle
+        self._cycle_end = self.work.last_cycle_end() or self._iterations
+        return cycle
 
     def align_to_cycle(self) -> None:
-        pass
+        while (self._iterations - self._cycle_end) % self.cycle:
+            self.run_recorded()
+
+    def _ran_model(self, module: torch.nn.Module, args: object, output: object) -> None:
+        self._forwards += 1
 
 
 def analyze_script(
@@ -104,7 +132,7 @@ def analyze_script(
             device = next(model.parameters()).device
             info = describe_device(device, memory_capacity_bytes)
             found = find_script_batch_size(script.source, script.relative_path, script.argv, batch_size)
-            source = ScriptSource(run, batch_size, clock_for(device), request_budget)
+            source = ScriptSource(run, model, batch_size, clock_for(device), request_budget)
 
             def document(
                 sample: Sample, breakdown: Breakdown, warnings: list[str], growth: MemoryGrowth | None = None
@@ -128,7 +156,7 @@ def analyze_script(
 
             progress(f"measuring batch size {batch_size}", 0.1)
             notes = _batch_size_notes(found, batch_size)
-            with source.live_tensors.frozen():
+            with source.live_tensors.frozen(), contextlib.closing(source):
                 measured = measure_batch_size(
                     source,
                     IterationRecording(creation, model, device, calls.others(model)),
@@ -136,7 +164,8 @@ def analyze_script(
                     on_first=None if partial is None else lambda s, b: partial(document(s, b, notes)),
                 )
     growth = measured.growth
-    warnings = notes + ([growth.warning()] if growth else [])
+    differing = source.work.script_warning(measured.breakdown.attribution.recorded_iterations)
+    warnings = ([differing] if differing else []) + notes + ([growth.warning()] if growth else [])
     result = document(measured.sample, measured.breakdown, warnings, growth)
     progress("done", 1.0)
     return with_output_note(result, output)

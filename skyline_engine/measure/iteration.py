@@ -58,7 +58,7 @@ from skyline_engine.measure.timing import (
     clock_for,
     measure_iteration_time,
 )
-from skyline_engine.measure.work_per_call import CYCLE_BUDGET_MS, MAX_CYCLE, CallWork, WorkPerCall
+from skyline_engine.measure.work_per_call import CallWork, WorkPerCall, cycle_fits, find_cycle
 
 Run = Callable[[], None]
 
@@ -380,13 +380,7 @@ class IterationRunner:
         """How many calls make one cycle where the iteration's calls at `batch_size` (`run`'s)
         differ (1 where they do not, or not in a cycle), running a few more calls (within
         CYCLE_BUDGET_MS, at `run_time_ms` each) where those seen so far do not tell."""
-        calls = self.work_at(batch_size)
-        for _ in range(min(2 * MAX_CYCLE, int(CYCLE_BUDGET_MS // max(run_time_ms, 1e-3)))):
-            cycle = calls.cycle()
-            if cycle is not None:
-                return cycle
-            run()
-        return calls.cycle() or 1
+        return find_cycle(self.work_at(batch_size), run, run_time_ms)
 
     def measure_in_cycles(self, calls: int, batch_size: int, run_time_ms: float) -> bool:
         """Where the iteration's calls differ in a cycle of `calls`, as found at `batch_size`
@@ -396,7 +390,7 @@ class IterationRunner:
         blocks of whole cycles; whether it is. Where a cycle starts is counted in calls, whatever
         their batch size: the iteration's own count of its calls goes on from one batch size to
         the next."""
-        if calls <= 1 or calls * run_time_ms > CYCLE_BUDGET_MS:
+        if not cycle_fits(calls, run_time_ms):
             return False
         self.cycle = calls
         self._cycle_end = self.work_at(batch_size).last_cycle_end() or self._calls

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 # A kind of work fewer calls did than this share of them, or than MIN_CALLS, is no pattern and is
 # left unsaid: a GradScaler skips a step when its scale overflows, a step or two soon after its
@@ -104,20 +105,10 @@ class WorkPerCall:
         `recorded_calls` consecutive calls; None when calls do not differ."""
         if not self.varies():
             return None
-        total = sum(self.calls.values())
-        steps_differ = len({work.steps for work in self.calls}) > 1
-        forwards_differ = len({work.forwards for work in self.calls}) > 1
-        parts = [
-            f"{count:,} {_work(work, steps_differ, forwards_differ)}"
-            for work, count in sorted(self.calls.items(), key=lambda kv: -kv[1])
-        ]
         cycle = self.cycle() or 1
         every = f" (one call in {cycle})" if cycle > 2 else ""
-        said = (
-            f"Your iteration does not do the same work on every call: of {total:,} calls measured, "
-            f"{_join(parts)}{every}."
-        )
-        advice = _advice(steps_differ)
+        said = f"Your iteration does not do the same work on every call: {self._measured('call')}{every}."
+        advice = _advice(len({work.steps for work in self.calls}) > 1)
         if cycle > 1 and recorded_calls == cycle:
             return (
                 f"{said} Skyline measured it in whole cycles of {cycle} calls: the per-line breakdown averages "
@@ -132,6 +123,58 @@ class WorkPerCall:
             "with or without it. "
             f"{advice}, and profile again."
         )
+
+    def script_warning(self, recorded_iterations: int = 1) -> str | None:
+        """`warning`, for a training script's iterations (each from one optimizer step to the next:
+        the script's loop, not a call Skyline makes, so they differ by their passes through the model)."""
+        if not self.varies():
+            return None
+        cycle = self.cycle() or 1
+        every = f" (one in {cycle})" if cycle > 2 else ""
+        said = (
+            "Your training iterations (each from one optimizer step to the next) do not all do the same work: "
+            f"{self._measured('iteration')}{every}."
+        )
+        if cycle > 1 and recorded_iterations == cycle:
+            return (
+                f"{said} Skyline measured them in whole cycles of {cycle}: the per-line breakdown averages one cycle, "
+                "and the peak memory and the time cover whole cycles, so the time per iteration holds the rarer work "
+                "(an evaluation every few steps, say) spread over the cycle."
+            )
+        return (
+            f"{said} They differ too rarely or too irregularly to measure whole cycles of them: the time is the "
+            "mean over the iterations timed, with the rarer work as often as it came among them; the per-line "
+            "breakdown shows the few iterations it recorded, which may lack the rarer work, and the peak memory "
+            "comes from one iteration, with or without it."
+        )
+
+    def _measured(self, unit: str) -> str:
+        """How many `unit`s were measured, and what each kind of them did."""
+        steps_differ = len({work.steps for work in self.calls}) > 1
+        forwards_differ = len({work.forwards for work in self.calls}) > 1
+        parts = [
+            f"{count:,} {_work(work, steps_differ, forwards_differ)}"
+            for work, count in sorted(self.calls.items(), key=lambda kv: -kv[1])
+        ]
+        return f"of {sum(self.calls.values()):,} {unit}s measured, {_join(parts)}"
+
+
+def find_cycle(calls: WorkPerCall, run: Callable[[], None], run_time_ms: float) -> int:
+    """How many calls make one cycle where `calls` differ (1 where they do not, or not in a
+    cycle), running a few more calls of `run` (within CYCLE_BUDGET_MS, at `run_time_ms` each;
+    `run` adds its work to `calls`) where those seen so far do not tell."""
+    for _ in range(min(2 * MAX_CYCLE, int(CYCLE_BUDGET_MS // max(run_time_ms, 1e-3)))):
+        cycle = calls.cycle()
+        if cycle is not None:
+            return cycle
+        run()
+    return calls.cycle() or 1
+
+
+def cycle_fits(cycle: int, run_time_ms: float) -> bool:
+    """Whether calls that differ in a cycle of `cycle` calls of `run_time_ms` each are measured in
+    whole cycles: one whole cycle fits CYCLE_BUDGET_MS."""
+    return cycle > 1 and cycle * run_time_ms <= CYCLE_BUDGET_MS
 
 
 def _work(work: CallWork, steps_differ: bool, forwards_differ: bool) -> str:
