@@ -134,8 +134,10 @@ class ScriptRun:
 
     def iteration(self) -> None:
         """Run the script until its next optimizer step (the first call: its setup and its first
-        two iterations, the first finding the optimizer). A
-        UserCodeError at the user's line when it raises; ScriptEnded when it ends."""
+        two iterations, the first finding the optimizer). A UserCodeError at the user's line when
+        it raises; ScriptEnded when it ends; an EntryPointError at the line it was running when it
+        did not step within `step_timeout_s` (each process runs one analysis, so a script left
+        suspended then takes nothing with it but its own process's state)."""
         assert self._script is not None, "use ScriptRun inside `with`"
         steps = self.steps
         try:
