@@ -13,7 +13,7 @@ from engine_helpers import QUICK, analysed, marked_line
 from skyline_engine.entry.rewrite import set_script_batch_size
 from skyline_engine.entry.script import is_script
 from skyline_engine.entry.script_batch_size import find_script_batch_size
-from skyline_engine.errors import EntryPointError, SkylineError, UserCodeError
+from skyline_engine.errors import EntryPointError, UserCodeError
 
 SCRIPTS = REPO / "tests" / "projects" / "scripts"
 
@@ -24,9 +24,10 @@ def project(tmp_path) -> Path:
     return tmp_path / "project"
 
 
-def analysed_script(project: Path, *arguments: str) -> dict:
+def analysed_script(project: Path, *arguments: str, **request) -> dict:
     checkpoint = project / "checkpoint.pt"
-    doc = analysed(project, "train.py", budget=QUICK, script_args=("--checkpoint", str(checkpoint), *arguments))
+    script_args = ("--checkpoint", str(checkpoint), *arguments)
+    doc = analysed(project, "train.py", budget=QUICK, script_args=script_args, **request)
     assert not checkpoint.exists(), "the script ran past its loop"
     return doc
 
@@ -156,9 +157,21 @@ def test_a_script_that_does_not_step_in_time_is_stopped_at_its_line(tmp_path, so
     assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
 
 
-def test_the_batch_size_option_of_an_entry_point_is_refused_for_a_script(project):
-    with pytest.raises(SkylineError, match="after `--`"):
-        analysed(project, "train.py", batch_size=8)
+@pytest.mark.slow
+def test_a_batch_size_asked_for_is_set_at_the_scripts_literal_in_memory(project):
+    # As the editor's keys ask for it (the buffer's new literal, unsaved): the file stays as it is.
+    train = project / "train.py"
+    text = train.read_bytes()
+    doc = analysed_script(project, batch_size=16)
+    assert doc["batch_size"] == 16 and train.read_bytes() == text
+    location = doc["batch_size_location"]
+    assert (location["line"], location["value"], location["editable"]) == (marked_line(train, "# BATCH"), 16, True)
+    assert f"Batch size 16 was set at train.py:{location['line']} for this analysis, in memory" in " ".join(
+        doc["warnings"]
+    )
+    # Where the command line sets it, no literal is the batch size's: it is changed there.
+    with pytest.raises(EntryPointError, match=r"the command line sets it \(`--batch-size 8`\)"):
+        analysed_script(project, "--batch-size", "8", batch_size=16)
 
 
 def test_a_file_with_any_provider_is_an_entry_point():
@@ -226,6 +239,41 @@ def test_set_batch_size_rewrites_the_scripts_option_default_alone_and_profiles_i
     assert doc["batch_size"] == 48
     location = doc["batch_size_location"]
     assert (location["line"], location["value"], location["editable"]) == (marked_line(train, "BATCH"), 48, True)
+    assert not any("in memory" in warning for warning in doc["warnings"])  # written: the file says 48
+
+
+EVALUATION_LOADER_ONLY_LITERAL = """import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from model import Classifier
+
+BATCH_SIZE = 64
+data = TensorDataset(torch.randn(1024, 64), torch.randint(0, 10, (1024,)))
+loader = DataLoader(data, batch_size=BATCH_SIZE)
+validation = DataLoader(data, batch_size=256)  # VALIDATION
+model = Classifier()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(1000):
+    for x, y in loader:
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_set_batch_size_writes_nothing_where_the_literal_found_is_not_the_training_batch_size(project):
+    # By kind alone, the one `batch_size=` literal is the validation loader's: set in memory first,
+    # the model's batches stay 64, so the file is left as it was.
+    script = project / "evaluates.py"
+    script.write_text(EVALUATION_LOADER_ONLY_LITERAL)
+    before = script.read_bytes()
+    result = run_skyline("profile", "evaluates.py", "--device", "cpu", "--set-batch-size", "16", cwd=project)
+    assert result.returncode == 1
+    line = marked_line(EVALUATION_LOADER_ONLY_LITERAL, "# VALIDATION")
+    assert f"skyline: error: evaluates.py:{line}: Batch size 16 was set at evaluates.py:{line}" in result.stderr
+    assert "the model got batches of 64" in result.stderr and script.read_bytes() == before
 
 
 @pytest.mark.parametrize(

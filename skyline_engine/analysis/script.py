@@ -27,6 +27,8 @@ from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
+from skyline_engine.entry.batch_size import BatchSizeLocation
+from skyline_engine.entry.rewrite import set_script_batch_size
 from skyline_engine.entry.script import TrainingScript, load_training_script
 from skyline_engine.entry.script_batch_size import ScriptBatchSize, find_script_batch_size
 from skyline_engine.entry.user_output import first_lines_of_user_output
@@ -111,15 +113,19 @@ def analyze_script(
     project_root: Path,
     *,
     script_args: tuple[str, ...] = (),
+    batch_size: int | None = None,
+    write_batch_size: bool = False,
     step_timeout_s: float | None = None,
     timeline: bool = False,
     memory_capacity_bytes: int | None = None,
     progress: Progress,
     partial: Partial | None = None,
 ) -> AnalysisDocument:
-    """The document of the training script at `path`, run with `script_args`; stopped where it
-    runs when it does not step within `step_timeout_s` (None: measure/script_run.py's default)."""
-    script = load_training_script(path, project_root, script_args)
+    """The document of the training script at `path`, run with `script_args` and, where given, its
+    batch-size literal set to `batch_size` in memory (and written to the file with
+    `write_batch_size`, once the model showed it is its batch size); stopped where it runs when it
+    does not step within `step_timeout_s` (None: measure/script_run.py's default)."""
+    script = load_training_script(path, project_root, script_args, batch_size)
     creation = CreationSites(CallSites(script.files))
     with first_lines_of_user_output() as output, ScriptRun(script, step_timeout_s or STEP_TIMEOUT_S) as run:
         progress(f"running {script.relative_path} up to its first optimizer step", 0.0)
@@ -129,6 +135,10 @@ def analyze_script(
             with watching_outermost_calls() as calls:
                 run.iteration()  # a whole iteration, from one step to the next
             model, batch_size = _trained_model(script, calls, run)
+            _check_literal_set(script, batch_size)
+            written = write_batch_size and script.literal_set is not None
+            if written:
+                set_script_batch_size(path, project_root, batch_size, script.argv)
             device = next(model.parameters()).device
             info = describe_device(device, memory_capacity_bytes)
             found = find_script_batch_size(script.source, script.relative_path, script.argv, batch_size)
@@ -155,7 +165,7 @@ def analyze_script(
                 )
 
             progress(f"measuring batch size {batch_size}", 0.1)
-            notes = _batch_size_notes(found, batch_size)
+            notes = _batch_size_notes(found, batch_size, None if written else script.literal_set)
             with source.live_tensors.frozen(), contextlib.closing(source):
                 measured = measure_batch_size(
                     source,
@@ -190,11 +200,31 @@ def _trained_model(script: TrainingScript, calls: OutermostCalls, run: ScriptRun
     return model, batch_size
 
 
-def _batch_size_notes(found: ScriptBatchSize, batch_size: int) -> list[str]:
+def _check_literal_set(script: TrainingScript, batch_size: int) -> None:
+    """That the literal set in memory is the one the model's batch size comes from: a literal found
+    by its kind alone may be another loader's (an evaluation's `batch_size=256`)."""
+    literal, set_to = script.literal_set, script.batch_size_set
+    if literal is not None and set_to != batch_size:
+        raise EntryPointError(
+            f"Batch size {set_to} was set at {literal.path}:{literal.line}, but the model got batches of "
+            f"{batch_size}: that literal is not the batch size this script trains with.",
+            path=literal.path,
+            line=literal.line,
+            hint="Change the batch size where the script sets it for training, or give its option after `--`.",
+        )
+
+
+def _batch_size_notes(found: ScriptBatchSize, batch_size: int, literal_set: BatchSizeLocation | None) -> list[str]:
     """Why no literal in the script is the batch size's (the document's `batch_size_location`
-    names it where one is); none where one is."""
+    names it where one is); where one is, that the analysis set it in memory, when the file says
+    another value (`literal_set`, as the file has it)."""
     if found.location is not None and found.location.editable:
-        return []
+        if literal_set is None or literal_set.value == batch_size:
+            return []
+        return [
+            f"Batch size {batch_size} was set at {literal_set.path}:{literal_set.line} for this analysis, in memory: "
+            f"the file still says {literal_set.value} (--set-batch-size writes it)."
+        ]
     why = found.reason or (found.location.reason if found.location else None) or "no literal was found"
     return [
         f"Batch size {batch_size}, the leading dimension of the model's inputs: {why}, so it cannot be changed "

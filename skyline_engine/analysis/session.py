@@ -99,6 +99,9 @@ class AnalysisRequest:
     script_args: tuple[str, ...] = ()
     # How long a training script may run without an optimizer step (None: 300 s).
     step_timeout_s: float | None = None
+    # A training script: write `batch_size` at its literal in the file once its model showed that
+    # literal is its batch size (--set-batch-size); else the literal is set in memory only.
+    write_batch_size: bool = False
 
 
 def analyze(
@@ -138,17 +141,15 @@ def analyze(
 def _analyze_script(
     request: AnalysisRequest, path: Path, root: Path, progress: Progress, partial: Partial | None
 ) -> AnalysisDocument:
-    """A file without the providers: a training script, run as `python SCRIPT arguments` would."""
-    if request.batch_size is not None:
-        raise SkylineError(
-            "--batch-size sets an entry point's batch size; a training script's is its own: pass the script's "
-            "option after `--` (`skyline profile train.py -- --batch-size 64`)."
-        )
+    """A file without the providers: a training script, run as `python SCRIPT arguments` would
+    (with its batch-size literal set to `request.batch_size` in memory, where given)."""
     return analyze_script(
         request.budget,
         path,
         root,
         script_args=tuple(request.script_args),
+        batch_size=request.batch_size,
+        write_batch_size=request.write_batch_size,
         step_timeout_s=request.step_timeout_s,
         timeline=request.timeline,
         memory_capacity_bytes=request.memory_capacity_bytes,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import os
 import sys
@@ -84,7 +85,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the training script, or the entry point file (relative to the working directory)",
     )
     profile.set_defaults(script_args=[])  # what follows `--` (see `main`): the script's own arguments
-    profile.add_argument("--batch-size", type=BATCH_SIZE, help="profile at this batch size instead of the default")
+    profile.add_argument(
+        "--batch-size",
+        type=BATCH_SIZE,
+        help="profile at this batch size instead of the default (a training script: its literal set in memory)",
+    )
     profile.add_argument(
         "--set-batch-size",
         type=BATCH_SIZE,
@@ -176,16 +181,20 @@ def _run_profile(args: argparse.Namespace) -> int:
     from skyline_engine.render.trace import write_chrome_trace
 
     cwd = Path.cwd()
-    batch_size = args.batch_size
+    batch_size, write_script = args.batch_size, False
     if args.set_batch_size is not None:
         if batch_size is not None and batch_size != args.set_batch_size:
             raise SkylineError("--batch-size and --set-batch-size disagree; give one of them.")
-        if _set_batch_size(args.entry_point, _project_root(args, cwd), cwd, args.set_batch_size, args.script_args):
-            batch_size = args.set_batch_size  # an entry point's; a script reads its own from the rewritten file
+        batch_size = args.set_batch_size
+        # An entry point's literal is rewritten now; a script's once its model showed that the literal
+        # is its batch size (found by its kind alone, it may be another loader's).
+        write_script = not _set_entry_point_batch_size(args.entry_point, _project_root(args, cwd), cwd, batch_size)
     outputs = [(args.json, "--json", write_json_atomic), (args.trace, "--trace", write_chrome_trace)]
     if launched_by_torchrun(os.environ):
         return _run_profile_as_rank(args, cwd, batch_size, outputs)
-    document = _analyze(args, cwd, batch_size, outputs, predict=True, timeline=bool(args.trace))
+    document = _analyze(
+        args, cwd, batch_size, outputs, predict=True, timeline=bool(args.trace), write_batch_size=write_script
+    )
     sys.stdout.write(render_report(document, report_width(sys.stdout)))
     return 0
 
@@ -243,9 +252,11 @@ def _analyze(
     outputs: Sequence[Output],
     predict: bool,
     timeline: bool = False,
+    write_batch_size: bool = False,
 ) -> DocumentDict:
     """Run the analysis, then write each (path, option, writer) output whose path was given.
-    Paths are checked first: an error after a long analysis would waste it."""
+    Paths are checked first: an error after a long analysis would waste it. `write_batch_size`:
+    a training script's literal is written once the analysis has checked it (--set-batch-size)."""
     wanted = [(path, option, write) for path, option, write in outputs if path]
     for path, option, _ in wanted:
         _check_output_path(path, option)
@@ -254,7 +265,10 @@ def _analyze(
         progress("loading PyTorch", 0.0)  # a second or two on a cold start: say so at once
         from skyline_engine.analysis.session import analyze
 
-        document = analyze(_request(args, cwd, batch_size, predict, timeline), progress).to_dict()
+        request = dataclasses.replace(
+            _request(args, cwd, batch_size, predict, timeline), write_batch_size=write_batch_size
+        )
+        document = analyze(request, progress).to_dict()
     finally:
         progress.finish()
     _write_outputs(wanted, document)
@@ -304,15 +318,15 @@ def _check_output_path(path: str, option: str) -> None:
         )
 
 
-def _set_batch_size(entry: str, root: Path, cwd: Path, batch_size: int, script_args: list[str]) -> bool:
-    """Rewrite the batch size's literal in `entry`; whether it is an entry point (a script is not)."""
+def _set_entry_point_batch_size(entry: str, root: Path, cwd: Path, batch_size: int) -> bool:
+    """Rewrite the batch size's literal in `entry` where it is an entry point; whether it is (a
+    training script's is left to the analysis: AnalysisRequest.write_batch_size)."""
     from skyline_engine.entry.loader import read_source, resolve_entry_path
-    from skyline_engine.entry.rewrite import set_batch_size_default, set_script_batch_size
+    from skyline_engine.entry.rewrite import set_batch_size_default
     from skyline_engine.entry.script import is_script
 
     path = resolve_entry_path(entry, root, cwd)
     if is_script(read_source(path, str(path.relative_to(root.resolve())))):
-        set_script_batch_size(path, root.resolve(), batch_size, tuple(script_args))
         return False
     set_batch_size_default(path, root.resolve(), batch_size)
     return True

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType
 
+from skyline_engine.entry.batch_size import BatchSizeLocation, check_new_batch_size, location_span
 from skyline_engine.entry.contract import PROVIDERS
 from skyline_engine.entry.loader import ImportScope, compile_source, read_source
+from skyline_engine.entry.script_batch_size import literal_to_set
 from skyline_engine.entry.user_frames import ProjectFiles
 
 
@@ -53,6 +55,10 @@ class TrainingScript:
     code: CodeType
     files: ProjectFiles
     argv: tuple[str, ...]  # the script's arguments, after its name
+    # The batch-size literal the analysis set in memory, as the file has it (its value the file's),
+    # and the value it was set to.
+    literal_set: BatchSizeLocation | None = None
+    batch_size_set: int | None = None
 
     @contextmanager
     def as_main(self) -> Iterator[dict[str, object]]:
@@ -75,9 +81,21 @@ class TrainingScript:
             imports.undo()
 
 
-def load_training_script(path: Path, project_root: Path, argv: tuple[str, ...] = ()) -> TrainingScript:
-    """The script at `path`, compiled (a syntax error is an `EntryPointError` at its line)."""
+def load_training_script(
+    path: Path, project_root: Path, argv: tuple[str, ...] = (), batch_size: int | None = None
+) -> TrainingScript:
+    """The script at `path`, compiled (a syntax error is an `EntryPointError` at its line); with
+    its batch-size literal set to `batch_size` where given, in memory only (the literal
+    `--set-batch-size` would rewrite, entry/script_batch_size.py: an EntryPointError where there
+    is no one such literal). Line numbers stay those of the file."""
     files = ProjectFiles(project_root)
     relative = files.relative(str(path))
     source = read_source(path, relative)
-    return TrainingScript(path, relative, source, compile_source(source, path, relative), files, tuple(argv))
+    literal = None
+    if batch_size is not None:
+        check_new_batch_size(batch_size)
+        literal = literal_to_set(source, relative, tuple(argv))
+        start, end = location_span(source, literal)
+        source = source[:start] + str(batch_size) + source[end:]
+    code = compile_source(source, path, relative)
+    return TrainingScript(path, relative, source, code, files, tuple(argv), literal, batch_size)

@@ -7,8 +7,9 @@ Read from the script's source, in this order: an `argparse` option named for the
 whose value is the batch size the model was called with wins. Where the command line sets the
 option (`-- --batch-size 64`), the value is the command line's and no literal is the user's.
 
-`--set-batch-size` rewrites a script before it runs, so it cannot tell by the value: it takes the
-first kind of the three that the script has, and only where that kind is one literal.
+`--set-batch-size` rewrites a script before it runs (and `--batch-size` sets the literal in memory
+for one analysis), so it cannot tell by the value: it takes the first kind of the three that the
+script has, and only where that kind is one literal.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def find_script_batch_size(source: str, path: str, argv: tuple[str, ...], observ
 
 
 def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLocation:
-    """The literal `--set-batch-size` rewrites in the script `source`: the `--batch-size` option's
+    """The literal `--set-batch-size` rewrites in the script `source` (and `--batch-size`, or the
+    editor's keys, set in memory for one analysis): the `--batch-size` option's
     default, else the `batch_size=` keyword, else the `BATCH_SIZE` constant; an EntryPointError
     where the command line sets the batch size, where none is found, where the first kind found
     is more than one literal (which sets the batch size shows only when the script runs), or
@@ -72,11 +74,11 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
     hint = "Set the batch size where the script takes it, or give it after `--` (`-- --batch-size 64`)."
     found = _Found.of(source, argv)
     if found is None:
-        raise EntryPointError("Cannot rewrite the batch size: the script does not parse.", path=path)
+        raise EntryPointError("Cannot set the batch size: the script does not parse.", path=path)
     if found.given is not None:
         name, value = found.given
         raise EntryPointError(
-            f"Cannot rewrite the batch size: the command line sets it (`{name} {value}`); change it there.", path=path
+            f"Cannot set the batch size: the command line sets it (`{name} {value}`); change it there.", path=path
         )
     lines = split_lines(source)
     for kind, nodes in found.kinds:
@@ -84,7 +86,7 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
         if len(located) > 1:
             where = ", ".join(str(location.line) for location in located)
             raise EntryPointError(
-                f"Cannot rewrite the batch size: the script has {len(located)} {kind} (lines {where}), and which "
+                f"Cannot set the batch size: the script has {len(located)} {kind} (lines {where}), and which "
                 "one sets the batch size shows only when it runs.",
                 path=path,
                 line=located[0].line,
@@ -94,11 +96,11 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
             (location,) = located
             if not location.editable:
                 raise EntryPointError(
-                    f"Cannot rewrite the batch size: {location.reason}.", path=path, line=location.line, hint=hint
+                    f"Cannot set the batch size: {location.reason}.", path=path, line=location.line, hint=hint
                 )
             return location
     raise EntryPointError(
-        "Cannot rewrite the batch size: the script has no `--batch-size` option with a default, `batch_size=` "
+        "Cannot set the batch size: the script has no `--batch-size` option with a default, `batch_size=` "
         "keyword or `BATCH_SIZE` constant.",
         path=path,
         hint=hint,
