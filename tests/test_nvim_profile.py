@@ -5,6 +5,7 @@ import itertools
 import shutil
 
 from conftest import REPO
+from engine_helpers import marked_line
 from nvim_helpers import (
     FAST_SETUP,
     annotations,
@@ -214,4 +215,18 @@ def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, tmp_path):
         assert expected, f"the document has no lines for {path}"
         assert {row: text for row, (text, _) in annotations(nvim, buf).items()} == expected
     assert not (project / "checkpoint.pt").exists()
+
+    # The batch-size key doubles the script's literal in its buffer (unsaved), and the re-profile
+    # measures the script at 128, set in memory: nothing is predicted for a script.
+    done = nvim.vars["skyline_test_done"]
+    nvim.input("\\+")
+    batch_line = marked_line(project / "train.py", "# BATCH") - 1
+    wait_for(lambda: "default=128)" in script_buf[batch_line], "the key to double the literal", timeout=10)
+    wait_for_done(nvim, done + 1)
+    doc = document(nvim)
+    assert doc["batch_size"] == 128 and doc["batch_size_location"]["value"] == 128
+    assert any("in memory: the file still says 64" in warning for warning in doc["warnings"])
+    assert "default=64)" in (project / "train.py").read_text().splitlines()[batch_line]
+    nvim.input("u")  # one undo step
+    wait_for(lambda: "default=64)" in script_buf[batch_line], "undo", timeout=10)
     assert_no_traceback(nvim)

@@ -90,20 +90,23 @@ function M.literal_value(buf)
   return found and found.value
 end
 
--- The entry point's buffer (loaded if needed) and its literal, or nil and a message.
+-- The entry point's buffer (loaded if needed) and its literal, or nil and a message. A training
+-- script's literal is set without models: nothing is predicted, the re-profile measures it.
 local function target()
   if not state.models then
     if state.running then
       return nil, 'no results yet: the profile is still running; try again when it is done'
-    elseif state.document then
-      local why = state.document.models_withheld or table.concat(state.document.warnings or {}, ' ')
-      return nil, 'the last profile has no batch-size models: ' .. why
+    elseif not state.document then
+      return nil, 'no results yet: run :SkylineProfile first'
     end
-    return nil, 'no results yet: run :SkylineProfile first'
   end
   local entry = state.request.entry
   local buf = project.loaded_buffer(entry) or vim.fn.bufadd(entry)
   vim.fn.bufload(buf)
+  if not state.models and not project.is_training_script(buf) then
+    local why = state.document.models_withheld or table.concat(state.document.warnings or {}, ' ')
+    return nil, 'the last profile has no batch-size models: ' .. why
+  end
   if not vim.bo[buf].modifiable then
     return nil, 'the entry point buffer is not modifiable'
   end
@@ -152,6 +155,16 @@ function M.show_hint()
     what = shown and shown.measured and 'measured' or 'predicted'
   end
   if not shown then
+    if not state.models and state.batch_size ~= document.batch_size then
+      -- A training script: nothing predicted, the re-profile measures the new batch size.
+      require('skyline.highlights').setup()
+      vim.api.nvim_buf_set_extmark(buf, M.ns, found.row, 0, {
+        virt_text = { { string.format('measuring %d…', state.batch_size), 'SkylineBatch' } },
+        virt_text_pos = 'eol',
+        hl_mode = 'combine',
+        invalidate = true,
+      })
+    end
     return
   end
   local text = string.format(
@@ -229,7 +242,9 @@ end
 local function changed_to(value)
   state.batch_size = value
   state.prediction = models.at(state.models, value)
-  warn_if_unreliable(state.prediction)
+  if state.prediction then -- none for a training script: measured, not predicted
+    warn_if_unreliable(state.prediction)
+  end
   M.show_hint()
   require('skyline.float').refresh()
   vim.cmd.redrawstatus({ bang = true })
@@ -334,6 +349,9 @@ end
 --- :SkylineBatchSize {N|+N|-N|max}: the new value from `arg` (and a note on it), or nil and why not.
 local function parse(arg, current)
   if arg == 'max' then
+    if not state.models then
+      return nil, 'max is what the batch-size models predict to fit, and a training script is measured, not predicted'
+    end
     local max = state.models.max_batch_size
     if max == nil then
       return nil, 'memory does not grow with the batch size, so no batch size is the largest that fits'
