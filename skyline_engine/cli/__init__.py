@@ -215,12 +215,12 @@ def _run_profile_as_rank(args: argparse.Namespace, cwd: Path, batch_size: int | 
     rank = int(os.environ["RANK"])
     wanted = [(path, option, write) for path, option, write in outputs if path] if rank == 0 else []
     for path, option, _ in wanted:
-        _check_output_path(path, option)
+        _check_output_path(cwd / path, path, option)
     result = rank_main(_request(args, cwd, batch_size, predict=False, timeline=bool(args.trace)), None, None)
     if result is None:
         return 0
     document = result.to_dict()
-    _write_outputs(wanted, document)
+    _write_outputs(wanted, document, cwd)
     sys.stdout.write(render_report(document, report_width(sys.stdout)))
     return 0
 
@@ -257,9 +257,10 @@ def _analyze(
     """Run the analysis, then write each (path, option, writer) output whose path was given.
     Paths are checked first: an error after a long analysis would waste it. `write_batch_size`:
     a training script's literal is written once the analysis has checked it (--set-batch-size)."""
+    # Resolved now: user code that changes directory (`os.chdir` in a provider) moves nothing.
     wanted = [(path, option, write) for path, option, write in outputs if path]
     for path, option, _ in wanted:
-        _check_output_path(path, option)
+        _check_output_path(cwd / path, path, option)
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
         progress("loading PyTorch", 0.0)  # a second or two on a cold start: say so at once
@@ -271,15 +272,15 @@ def _analyze(
         document = analyze(request, progress).to_dict()
     finally:
         progress.finish()
-    _write_outputs(wanted, document)
+    _write_outputs(wanted, document, cwd)
     return document
 
 
-def _write_outputs(wanted: Sequence[Output], document: DocumentDict) -> None:
+def _write_outputs(wanted: Sequence[Output], document: DocumentDict, cwd: Path) -> None:
     for path, option, write in wanted:
         assert path is not None
         try:
-            write(path, document)
+            write(str(cwd / path), document)
         except OSError as exc:
             raise SkylineError(f"cannot write {option} {path!r}: {exc.strerror or exc}.") from None
 
@@ -307,8 +308,12 @@ def _request(
     )
 
 
-def _check_output_path(path: str, option: str) -> None:
-    target = Path(path)
+def _check_output_path(target: Path, path: str, option: str) -> None:
+    """That `target` (`path` as given, resolved) can be written, before the analysis starts."""
+    if option == "--output" and target.exists() and not target.is_file():
+        # An SQLite report is a database file: no device or FIFO can hold one (the JSON and the
+        # trace are written through to them, render/files.py).
+        raise SkylineError(f"cannot write {option} {path!r}: it is not a regular file.", hint="Give a file name.")
     if target.is_dir():
         raise SkylineError(f"cannot write {option} {path!r}: it is a folder.", hint="Give a file name.")
     if not target.parent.is_dir():

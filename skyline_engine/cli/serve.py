@@ -197,6 +197,9 @@ def _run_tcp(engine: EngineService, args: argparse.Namespace) -> int:
         )
     token = tokens.new_token()
     token_path = Path(args.token_file) if args.token_file else tokens.default_token_path()
+    if token_path.exists() and not token_path.is_file():
+        # Written and then removed at exit: a device or a FIFO put there would be replaced, then deleted.
+        raise SkylineError(f"cannot write the token file {str(token_path)!r}: it is not a regular file.")
     try:
         tokens.write_token_file(token_path, token)
     except OSError as exc:

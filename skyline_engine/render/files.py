@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,8 +14,15 @@ from typing import Callable
 def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
     """`write(temporary)` fills a temporary file beside `path`, which is then renamed over `path`
     (atomic on POSIX). The file keeps the permission bits of the one it replaces; a new file gets
-    the usual ones (0666 less the umask, 0644 by default), not mkstemp's private 0600."""
-    path = Path(path)
+    the usual ones (0666 less the umask, 0644 by default), not mkstemp's private 0600.
+
+    As a shell's `>` does, a symbolic link is followed (the file it points to is replaced, the link
+    stays), and what is not a regular file (a device such as /dev/null, a FIFO) is written through,
+    never replaced: run as root, `--json /dev/null` had replaced the machine's /dev/null."""
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        write(str(path))
+        return
     mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     os.close(fd)
@@ -33,7 +41,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         with open(temporary, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a device or a FIFO written through has no fsync
+                os.fsync(f.fileno())
 
     write_atomic(path, write)
 

@@ -1,0 +1,122 @@
+"""Where the command line writes what it was asked to write: the path as given when the command
+started (user code may change directory), through a symbolic link as a shell's `>` goes, and
+through a device or a FIFO, never replacing them (run as root, `--json /dev/null` had replaced the
+machine's /dev/null with a regular file). Each case drives the real command."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import run_skyline
+
+ENTRY_POINT = """import os
+
+import torch
+
+
+def skyline_model_provider():
+    if os.environ.get("SKYLINE_TEST_ELSEWHERE"):
+        os.chdir(os.environ["SKYLINE_TEST_ELSEWHERE"])
+    return torch.nn.Linear(8, 2)
+
+
+def skyline_input_provider(batch_size=16):
+    return (torch.randn(batch_size, 8),)
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def iteration(x):
+        model(x).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return iteration
+"""
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    (tmp_path / "entry_point.py").write_text(ENTRY_POINT)
+    return tmp_path
+
+
+def read_fifo(path: Path) -> tuple[threading.Thread, list[bytes]]:
+    """A reader on the FIFO at `path` (a writer's open waits for one), collecting what it reads."""
+    read: list[bytes] = []
+
+    def drain() -> None:
+        with open(path, "rb") as fifo:
+            read.append(fifo.read())
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    return reader, read
+
+
+@pytest.mark.slow
+def test_json_goes_through_a_fifo_and_a_symbolic_link_and_replaces_neither(project):
+    fifo, target, link = project / "fifo", project / "target.json", project / "link.json"
+    os.mkfifo(fifo)
+    target.write_text("old")
+    link.symlink_to(target)
+    reader, read = read_fifo(fifo)
+    result = run_skyline(
+        "profile", "entry_point.py", "--device", "cpu", "--json", "fifo", "--trace", "link.json", cwd=project
+    )
+    assert result.returncode == 0, result.stderr
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the FIFO, not a regular file
+    assert json.loads(read[0])["entry_point"] == "entry_point.py"
+    assert link.is_symlink() and os.readlink(link) == str(target)  # still the link
+    assert "traceEvents" in json.loads(target.read_text())  # the file it points to has the trace
+
+
+@pytest.mark.slow
+def test_an_sqlite_report_is_refused_a_fifo_before_the_analysis(project):
+    fifo = project / "fifo"
+    os.mkfifo(fifo)
+    result = run_skyline("memory", "entry_point.py", "--device", "cpu", "-o", "fifo", cwd=project)
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == "skyline: error: cannot write --output 'fifo': it is not a regular file. Give a file name."
+    )
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.slow
+def test_outputs_go_where_the_command_started_though_the_code_changes_directory(project, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    command = [
+        sys.executable,
+        "-m",
+        "skyline_engine",
+        "memory",
+        "entry_point.py",
+        "--device",
+        "cpu",
+        "-o",
+        "out.sqlite",
+    ]
+    env = dict(os.environ, SKYLINE_TEST_ELSEWHERE=str(elsewhere))  # the model provider goes there
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    assert (project / "out.sqlite").is_file() and not (elsewhere / "out.sqlite").exists()
+
+
+@pytest.mark.slow
+def test_serve_refuses_a_token_file_that_is_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    result = run_skyline("serve", "--listen", "127.0.0.1:0", "--token-file", fifo, cwd=tmp_path, timeout=60)
+    assert result.returncode == 1
+    assert "cannot write the token file" in result.stderr and "it is not a regular file" in result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
