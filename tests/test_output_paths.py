@@ -120,3 +120,28 @@ def test_serve_refuses_a_token_file_that_is_not_a_regular_file(tmp_path):
     assert result.returncode == 1
     assert "cannot write the token file" in result.stderr and "it is not a regular file" in result.stderr
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (("profile", "e.py", "--memory-capacity", "9" * 400), "'" + "9" * 400 + "' is more than 1 EiB"),
+        (("profile", "e.py", "--port", "99999"), "the port must be at most 65,535, not 99999"),
+        (("profile", "e.py", "--collective-timeout", "inf"), "the collective timeout must be from 1 to 86400, not inf"),
+        (("profile", "e.py", "--collective-timeout", "1e-9"), "must be from 1 to 86400, not 1e-9"),
+        (
+            ("profile", "e.py", "--interconnect-gbps", "inf"),
+            "the interconnect's bandwidth must be from 0.001 to 100000",
+        ),
+        (("profile", "e.py", "--interconnect-gbps", "1e-300"), "must be from 0.001 to 100000, not 1e-300"),
+        (("profile", "e.py", "--set-batch-size", "1" + "0" * 30), "the batch size must be at most 2,147,483,647"),
+        (("serve", "--stdio", "--worker-memory-limit", "9" * 400), "is more than 1 EiB"),
+    ],
+    ids=["capacity", "port", "timeout-inf", "timeout-tiny", "gbps-inf", "gbps-tiny", "batch-size", "worker-memory"],
+)
+def test_absurd_option_values_are_one_line_at_parse_time(tmp_path, arguments, said):
+    # Refused before anything runs: no traceback, no analysis whose result is lost at the end.
+    result = run_skyline(*arguments, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert said in result.stderr.splitlines()[-1]

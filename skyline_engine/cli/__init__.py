@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import gc
 import os
+import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,23 +106,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     profile.add_argument(
         "--nproc",
-        type=positive_int("the number of processes"),
+        type=positive_int("the number of processes", at_most=64),
         metavar="N",
         help="analyze DistributedDataParallel training in N processes on this machine (gloo on the CPU, "
         "NCCL with one GPU each); under torchrun, each process joins torchrun's group instead",
     )
     profile.add_argument(
         "--interconnect-gbps",
-        type=positive_float("the interconnect's bandwidth"),
+        type=positive_float("the interconnect's bandwidth", at_least=0.001, at_most=100_000),
         metavar="X",
         help="plan the data-parallel scaling for a link of X Gbit/s instead of the one measured",
     )
     profile.add_argument(
-        "--port", type=positive_int("the port"), help="the rendezvous port of --nproc (default: a free one)"
+        "--port",
+        type=positive_int("the port", at_most=65535),
+        help="the rendezvous port of --nproc (default: a free one)",
     )
     profile.add_argument(
         "--collective-timeout",
-        type=positive_float("the collective timeout"),
+        type=positive_float("the collective timeout", at_least=1, at_most=86_400),
         metavar="S",
         help="data-parallel: how long a rank waits for the others in a collective before the analysis "
         "fails, naming the rank that did not come (default 120)",
@@ -166,7 +169,7 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "--step-timeout",
-        type=positive_float("the step timeout"),
+        type=positive_float("the step timeout", at_least=1, at_most=86_400),
         metavar="S",
         help="a training script: how long it may run without an optimizer step before it is stopped, naming "
         "the line it was running (default 300)",
@@ -283,6 +286,8 @@ def _write_outputs(wanted: Sequence[Output], document: DocumentDict, cwd: Path) 
             write(str(cwd / path), document)
         except OSError as exc:
             raise SkylineError(f"cannot write {option} {path!r}: {exc.strerror or exc}.") from None
+        except sqlite3.Error as exc:  # an SQLite report on a full disk: "database or disk is full"
+            raise SkylineError(f"cannot write {option} {path!r}: {exc}.") from None
 
 
 def _request(
