@@ -156,7 +156,7 @@ def test_an_input_empty_at_every_batch_size_is_the_users_own():
 
 
 @pytest.mark.slow
-def test_the_users_batch_size_measured_first_may_be_the_empty_one(tmp_path):
+def test_the_users_batch_size_may_be_the_empty_one(tmp_path):
     # The user at 32 with 16 // batch_size micro-batches: none. The iteration trained on nothing,
     # and its "throughput" counted 32 samples it never saw; the half, 16, makes one.
     (tmp_path / "entry_point.py").write_text(
@@ -169,4 +169,23 @@ def test_the_users_batch_size_measured_first_may_be_the_empty_one(tmp_path):
         analysed(tmp_path)
     error = raised.value
     assert (error.path, error.line) == ("entry_point.py", marked_line(tmp_path / "entry_point.py"))
-    assert "made an empty input at batch size 32 (shape (0, 32, 8); at batch size 16: (1, 16, 8))" in error.message
+    # Told at once, at the user's own batch size, before anything is measured there.
+    assert "made an input with no samples at your batch size 32 (shape (0, 32, 8))" in error.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("inputs", "said"),
+    [
+        # An empty batch read as a throughput: "293,979 samples/s at batch size 64".
+        ("(torch.randn(0, 8),)", "made an input with no samples at your batch size 16 (shape (0, 8))"),
+        # An endless generator, taken whole, ran the service out of memory.
+        ("iter(lambda: torch.randn(batch_size, 8), None)", "returned more than 10,000 inputs"),
+    ],
+    ids=["empty", "endless"],
+)
+def test_inputs_with_no_samples_or_without_end_are_an_error_at_the_input_provider(tmp_path, inputs, said):
+    with pytest.raises(EntryPointError) as raised:
+        analysis(tmp_path, inputs)
+    assert (raised.value.path, raised.value.line) == ("entry_point.py", marked_line(tmp_path / "entry_point.py"))
+    assert said in raised.value.message

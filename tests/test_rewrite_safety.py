@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import SERVE_QUICK, analysed
-from skyline_engine.cli import _set_batch_size  # what `skyline profile --set-batch-size N` runs first
+from skyline_engine.cli import _set_entry_point_batch_size  # what `skyline profile --set-batch-size N` runs first
 from skyline_engine.entry.rewrite import ATTEMPTS, FileChanged, _write_in_place
 from skyline_engine.errors import SkylineError
 
@@ -50,7 +50,7 @@ def write_entry(root: Path, providers: str) -> Path:
 
 
 def set_batch_size(root: Path, batch_size: int) -> None:
-    _set_batch_size(ENTRY, root, root, batch_size, [])
+    assert _set_entry_point_batch_size(ENTRY, root, root, batch_size)
 
 
 def defaults(path: Path) -> list[str]:

@@ -9,7 +9,8 @@ tell it before their iterations run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,9 @@ Shapes = tuple[Any, ...]
 
 # The warning names this many of the inputs' shapes.
 SHOWN_SHAPES = 3
+# More inputs than this from one call of the input provider: a generator that does not end (taken
+# whole, one ran the service out of memory).
+MAX_INPUTS = 10_000
 
 
 class _Opaque(Exception):
@@ -37,6 +41,25 @@ def input_shapes(inputs: Sequence[Any]) -> Shapes | None:
     if not any(isinstance(leaf, torch.Size) for leaf in leaves):
         return None
     return tuple(leaves)
+
+
+def bounded_inputs(inputs: Iterable[Any]) -> tuple[Any, ...] | None:
+    """The inputs as a tuple; None where there are more than MAX_INPUTS (never taken whole)."""
+    taken = tuple(itertools.islice(inputs, MAX_INPUTS + 1))
+    return None if len(taken) > MAX_INPUTS else taken
+
+
+def sampleless_shape(inputs: Sequence[Any]) -> torch.Size | None:
+    """The shape of the first input tensor (looking into tuples, lists and dicts), where it has no
+    samples: a leading dimension of 0. None where it has some, or an input cannot be read. (Only
+    the first: another empty tensor may be a placeholder; the first carries the batch.)"""
+    leaves: list[Any] = []
+    try:
+        _walk(inputs, leaves)
+    except _Opaque:
+        return None
+    first = next((leaf for leaf in leaves if isinstance(leaf, torch.Size)), None)
+    return first if first is not None and len(first) > 0 and first[0] == 0 else None
 
 
 def _walk(value: Any, leaves: list[Any]) -> None:
@@ -89,6 +112,11 @@ class InputShapesSeen:
     def __init__(self) -> None:
         self._seen: dict[int, Shapes | None] = {}
         self._emptied: set[int] = set()
+
+    @property
+    def first_batch_size(self) -> int | None:
+        """The batch size whose inputs were checked first (the user's: it is measured first)."""
+        return next(iter(self._seen), None)
 
     def check(self, batch_size: int, inputs: Sequence[Any]) -> None:
         """Remember the inputs' shapes at `batch_size`; InputsIgnoreBatchSize when another batch

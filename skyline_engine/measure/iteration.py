@@ -40,7 +40,7 @@ from skyline_engine.measure.compilation import (
 from skyline_engine.measure.debug_modes import anomaly_detection_note
 from skyline_engine.measure.distributed import unused_parameters_advice
 from skyline_engine.measure.held_modules import modules_held_by
-from skyline_engine.measure.inputs import InputShapesSeen
+from skyline_engine.measure.inputs import MAX_INPUTS, InputShapesSeen, bounded_inputs, sampleless_shape
 from skyline_engine.measure.memory import (
     LiveTensors,
     MemoryProfile,
@@ -471,7 +471,26 @@ class IterationRunner:
                 line=entry.line_of(entry.input_provider),
                 hint=_TUPLE_HINT + (_DICT_HINT if isinstance(inputs, dict) else ""),
             )
-        inputs = tuple(inputs)
+        taken = bounded_inputs(inputs)
+        path, line = entry.relative_path, entry.line_of(entry.input_provider)
+        if taken is None:
+            raise EntryPointError(
+                f"`{INPUT_PROVIDER}` returned more than {MAX_INPUTS:,} inputs: a generator that does not end? It "
+                "must return the iteration's inputs, which Skyline passes as `iteration(*inputs)`.",
+                path=path,
+                line=line,
+                hint=_TUPLE_HINT,
+            )
+        inputs = taken
+        empty = sampleless_shape(inputs)
+        if empty is not None and self._input_shapes.first_batch_size in (None, batch_size):
+            raise EntryPointError(
+                f"`{INPUT_PROVIDER}` made an input with no samples at your batch size {batch_size} (shape "
+                f"{tuple(empty)}): the iteration would train on nothing, and its speed would be no one's.",
+                path=path,
+                line=line,
+                hint="Make the inputs' first dimension the batch size, e.g. `torch.randn(batch_size, 8)`.",
+            )
         self._input_shapes.check(batch_size, inputs)
         emptied = self._input_shapes.emptied(batch_size)
         if emptied is not None:
@@ -481,7 +500,6 @@ class IterationRunner:
                 "iteration would train on nothing there: a batch size your code does not support, as when it makes "
                 "`N // batch_size` micro-batches and the batch size exceeds N."
             )
-            path, line = entry.relative_path, entry.line_of(entry.input_provider)
             if emptied.batch_size != batch_size:
                 # One measured before this one: the user's own, the first. Nothing it measured holds.
                 raise EntryPointError(message, path=path, line=line)
