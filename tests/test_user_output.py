@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import run_skyline
 from engine_helpers import analysed
 from skyline_engine.entry.user_output import SHOWN_LINES, first_lines_of_user_output
 
@@ -83,3 +84,43 @@ def test_the_first_lines_pass_whole_and_the_rest_are_counted(monkeypatch):
     assert target.getvalue() == "one\ntwo still two\nthree\n"
     assert output.hidden_lines == 3  # four, five and the unfinished six
     assert sys.stdout is target
+
+
+STREAM_USER = """\
+import faulthandler
+import subprocess
+import sys
+
+import torch
+import torch.nn as nn
+
+
+def skyline_model_provider():
+    faulthandler.enable()  # asks sys.stderr for its fileno
+    return nn.Linear(4, 2)
+
+
+def skyline_input_provider(batch_size=4):
+    return (torch.randn(batch_size, 4),)
+
+
+def skyline_iteration_provider(model):
+    subprocess.run([sys.executable, "-c", "print('from a subprocess')"], stdout=sys.stdout, check=True)
+    sys.stdout.buffer.write("bytes \\u00e9\\n".encode()[:7])  # a character split between two writes
+    sys.stdout.buffer.write("bytes \\u00e9\\n".encode()[7:])
+
+    def iteration(x):
+        model(x).pow(2).mean().backward()
+
+    return iteration
+"""
+
+
+@pytest.mark.slow
+def test_the_streams_work_as_real_ones_for_code_that_needs_their_descriptor_or_bytes(tmp_path):
+    # faulthandler.enable() and subprocess.run(stdout=sys.stdout) failed with `fileno`, and
+    # sys.stdout.buffer.write with "'_FirstLines' object has no attribute 'buffer'".
+    (tmp_path / "entry_point.py").write_text(STREAM_USER)
+    result = run_skyline("profile", "entry_point.py", "--device", "cpu", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "from a subprocess" in result.stdout and "bytes \u00e9" in result.stdout

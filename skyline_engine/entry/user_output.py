@@ -4,17 +4,19 @@ A training loop turned into an iteration often keeps its `print(loss)`; Skyline 
 thousands of times (a tiny model: 68,143 lines on the terminal before the report, which scrolled
 away). While an analysis runs, `sys.stdout` and `sys.stderr` show the first SHOWN_LINES lines
 each and count the rest, which the document's warnings then mention. Writes to the file
-descriptors themselves (C code, subprocesses) and handlers that kept the original streams (a
-`logging` handler made before the analysis) are not seen.
+descriptors themselves (C code, subprocesses: the streams give theirs, `fileno()`) and handlers
+that kept the original streams (a `logging` handler made before the analysis) are not seen; bytes
+written to `sys.stdout.buffer` are, as text.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import sys
 from collections.abc import Iterator
-from typing import TextIO
+from typing import Any, TextIO
 
 SHOWN_LINES = 20
 
@@ -28,6 +30,7 @@ class _FirstLines(io.TextIOBase):
         self.shown = shown
         self.lines = 0  # complete lines written, shown or not
         self._partial = False  # the last write left a line unfinished
+        self._bytes: _Bytes | None = None
 
     @property
     def hidden(self) -> int:
@@ -54,6 +57,45 @@ class _FirstLines(io.TextIOBase):
     def flush(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.target.flush()
+
+    def fileno(self) -> int:
+        # Code that hands the stream to C or to a subprocess (`faulthandler.enable()`,
+        # `subprocess.run(cmd, stdout=sys.stdout)`) writes to the descriptor itself: passed on,
+        # not counted (the module says so). Without it, that valid code raised `fileno`.
+        return self.target.fileno()
+
+    def isatty(self) -> bool:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return bool(self.target.isatty())
+        return False
+
+    @property
+    def buffer(self) -> _Bytes:
+        """The binary side, as a real text stream has one (`sys.stdout.buffer.write(b"...")`)."""
+        if self._bytes is None:
+            self._bytes = _Bytes(self)
+        return self._bytes
+
+
+class _Bytes(io.RawIOBase):
+    """Bytes written to a `_FirstLines`, decoded as its encoding says (a character split between
+    two writes is decoded whole) and counted as its text is."""
+
+    def __init__(self, text: _FirstLines) -> None:
+        super().__init__()
+        self.text = text
+        self._decoder = codecs.getincrementaldecoder(text.encoding)("replace")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raw = bytes(data)
+        self.text.write(self._decoder.decode(raw))
+        return len(raw)
+
+    def flush(self) -> None:
+        self.text.flush()
 
 
 class UserOutput:
