@@ -14,6 +14,7 @@ from skyline_engine.entry.rewrite import set_script_batch_size
 from skyline_engine.entry.script import is_script
 from skyline_engine.entry.script_batch_size import find_script_batch_size
 from skyline_engine.errors import EntryPointError, UserCodeError
+from skyline_engine.measure import work_per_call
 
 SCRIPTS = REPO / "tests" / "projects" / "scripts"
 
@@ -90,17 +91,13 @@ def test_a_script_that_ends_too_soon_says_so(project, epochs, said):
     assert said in raised.value.message and raised.value.path == "train.py"
 
 
-def child_processes() -> set[int]:
-    children: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        children |= {int(pid) for pid in (task / "children").read_text().split()}
-    return children
-
-
 @pytest.mark.slow
-def test_accumulation_a_grad_scaler_an_evaluation_every_fifth_step_and_loader_workers(project):
-    before = child_processes()
-    doc = analysed(project, "train_features.py", budget=QUICK)
+def test_accumulation_a_grad_scaler_and_an_evaluation_every_fifth_step(project, monkeypatch):
+    # On a busy machine an iteration of this script took 600 ms, and five of them are more than
+    # the engine spends on one cycle (CYCLE_BUDGET_MS, a bound on cost): lifted here, so that what
+    # is checked is how the cycle is found and measured, whatever the machine's load.
+    monkeypatch.setattr(work_per_call, "CYCLE_BUDGET_MS", 1e9)
+    doc = analysed(project, "train_features.py", budget=QUICK, script_args=("--workers", "0"))
     script = project / "train_features.py"
     # Four backward passes a step: micro-batches of the batch size, the samples a step four times it.
     assert doc["batch_size"] == 32 and doc["iteration"]["micro_batches"] == 4
@@ -113,7 +110,20 @@ def test_accumulation_a_grad_scaler_an_evaluation_every_fifth_step_and_loader_wo
     assert "whole cycles of 5" in differing and doc["attribution"]["recorded_iterations"] == 5
     assert line_of(doc, "train_features.py", marked_line(script, "# EVAL"))["forward_ms"] > 0
     assert line_of(doc, "train_features.py", marked_line(script, "# STEP"))["step_ms"] > 0
-    # The loader's worker processes ended with the script.
+
+
+def child_processes() -> set[int]:
+    children: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        children |= {int(pid) for pid in (task / "children").read_text().split()}
+    return children
+
+
+@pytest.mark.slow
+def test_a_data_loaders_worker_processes_end_with_the_script(project):
+    before = child_processes()
+    doc = analysed(project, "train_features.py", budget=QUICK, script_args=("--workers", "2"))
+    assert doc["batch_size"] == 32 and doc["iteration"]["micro_batches"] == 4
     assert child_processes() <= before
 
 

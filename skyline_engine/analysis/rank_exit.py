@@ -24,8 +24,9 @@ from typing import NoReturn
 WAITED_LINGER_S = 2.0
 
 
-def exit_rank(code: int) -> NoReturn:
-    """End this rank now, with `code`, its streams flushed."""
+def exit_without_finalizing(code: int) -> NoReturn:
+    """End this process now, with `code`, its streams flushed: a rank, or a command whose user
+    code left a thread running that the interpreter's exit would wait for."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe: nothing to keep
             stream.flush()
@@ -39,4 +40,4 @@ def exit_failed_rank(waited: bool) -> NoReturn:
     if waited:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         time.sleep(WAITED_LINGER_S)
-    exit_rank(1)
+    exit_without_finalizing(1)

@@ -8,18 +8,20 @@ import gc
 import os
 import sqlite3
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from skyline_engine import __version__
 from skyline_engine.analysis.document import DocumentDict  # its shape alone: no torch
-from skyline_engine.analysis.rank_exit import exit_rank
+from skyline_engine.analysis.rank_exit import exit_without_finalizing
 from skyline_engine.cli.arguments import DEVICE_HELP, SETTLE_RUNTIME_HELP, parse_size, positive_float, positive_int
 from skyline_engine.cli.progress import Progress
 from skyline_engine.entry.project_root import default_project_root
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure.runtime import settle_runtime
+from skyline_engine.service.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:  # torch is imported only once an analysis starts (a second or two)
     from skyline_engine.analysis.session import AnalysisRequest
@@ -57,9 +59,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """The program: `skyline` and `python -m skyline_engine`."""
+    become_subreaper()  # what the user's code starts stays below this process, even when it leaves
     code = main()
     if launched_by_torchrun(os.environ):
-        exit_rank(code)
+        exit_without_finalizing(code)
+    # The analysis is over: what the user's code started ends with it (a `sleep 3001` it started
+    # held the command's output pipes after it exited), and a thread it left running (not a
+    # daemon) would keep the interpreter's exit waiting for ever.
+    kill_descendants(os.getpid())
+    main_thread = threading.main_thread()
+    if any(t is not main_thread and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        exit_without_finalizing(code)
     # Everything alive now goes to the collector's permanent generation, which the interpreter's
     # last collection at exit skips: with torch and its compiler loaded, exiting took 0.9 s, a
     # third of a cold `skyline profile` of the default example. Outputs are written and closed by

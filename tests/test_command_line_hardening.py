@@ -1,14 +1,19 @@
-"""Where the command line writes what it was asked to write: the path as given when the command
-started (user code may change directory), through a symbolic link as a shell's `>` goes, and
-through a device or a FIFO, never replacing them (run as root, `--json /dev/null` had replaced the
-machine's /dev/null with a regular file). Each case drives the real command."""
+"""The command line against hostile code and options (#37), each case driving the real command.
 
+Outputs go where they were asked for: the path as given when the command started (user code may
+change directory), through a symbolic link as a shell's `>` goes, and through a device or a FIFO,
+never replacing them (run as root, `--json /dev/null` had replaced the machine's /dev/null). Option
+values are refused at parse time, with one line. The command exits once its work is done, ending
+what the user's code left running."""
+
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -145,3 +150,39 @@ def test_absurd_option_values_are_one_line_at_parse_time(tmp_path, arguments, sa
     result = run_skyline(*arguments, cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert said in result.stderr.splitlines()[-1]
+
+
+LEAVES_A_THREAD_AND_A_PROCESS = ENTRY_POINT.replace(
+    "    return torch.nn.Linear(8, 2)",
+    """    import subprocess
+    import sys
+    import threading
+    import time
+
+    threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon
+    marker = os.environ["SKYLINE_TEST_MARKER"]
+    subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(3001)  # {marker}"], start_new_session=True)
+    return torch.nn.Linear(8, 2)""",
+)
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_the_command_exits_and_ends_what_the_users_code_left_running(project):
+    # A non-daemon thread kept `skyline profile` from exiting after its report; a process the code
+    # started (in a session of its own) outlived it, holding its output pipes.
+    (project / "entry_point.py").write_text(LEAVES_A_THREAD_AND_A_PROCESS)
+    marker = uuid.uuid4().hex
+    command = [sys.executable, "-m", "skyline_engine", "memory", "entry_point.py", "--device", "cpu", "-o", "m.sqlite"]
+    env = dict(os.environ, SKYLINE_TEST_MARKER=marker)
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert (project / "m.sqlite").is_file() and processes_with(marker) == []
