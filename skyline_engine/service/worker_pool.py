@@ -47,8 +47,14 @@ from skyline_engine.service.worker_messages import WorkerProtocolError, check_me
 
 log = logging.getLogger("skyline.service")
 
-# The worker's messages carry whole analysis documents; anything larger means a broken stream.
-MAX_WORKER_MESSAGE_BYTES = 256 << 20
+# The worker's messages carry whole analysis documents: a small GPT's, with each operation of its
+# iteration for a trace, is 434 KB, its longest array 1,004 items. Anything larger means a broken
+# or forged stream, and is refused before it is decoded: a forged array header of 12 million
+# items, decoded under the former 256 MiB cap alone, grew the service from 22 MB to 1.77 GB.
+MAX_WORKER_MESSAGE_BYTES = 16 << 20
+MAX_WORKER_ARRAY_ITEMS = 100_000
+MAX_WORKER_MAP_ITEMS = 10_000
+MAX_WORKER_STRING_BYTES = 1 << 20
 # The end of a worker's stderr kept for its crash report: room for faulthandler's stacks of a
 # few dozen threads. Bytes, not lines: one line may be gigabytes long.
 STDERR_TAIL_BYTES = 64 << 10
@@ -161,7 +167,16 @@ class WorkerProcess:
             self._stdin.close()
 
     def _read_messages(self) -> None:
-        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=MAX_WORKER_MESSAGE_BYTES, strict_map_key=False)
+        unpacker = msgpack.Unpacker(
+            raw=False,
+            strict_map_key=False,
+            max_buffer_size=MAX_WORKER_MESSAGE_BYTES,
+            max_array_len=MAX_WORKER_ARRAY_ITEMS,
+            max_map_len=MAX_WORKER_MAP_ITEMS,
+            max_str_len=MAX_WORKER_STRING_BYTES,
+            max_bin_len=MAX_WORKER_STRING_BYTES,
+            max_ext_len=MAX_WORKER_STRING_BYTES,
+        )
         fd = self._stdout.fileno()
         try:
             while True:
