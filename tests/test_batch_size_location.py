@@ -72,6 +72,16 @@ def test_positional_default():
     }
 
 
+def test_a_lambda_providers_default():
+    # `skyline_input_provider = lambda batch_size=16: ...` was told it had no `batch_size` default.
+    source = "import torch\n\nskyline_input_provider = lambda batch_size=16: (torch.zeros(batch_size),)\n"
+    (code,) = provider_codes(source, "<lambda>")
+    location = find(source, code)
+    assert (location.line, location.value, location.editable) == (3, 16, True)
+    assert literal_bytes(source, location) == b"16"
+    assert rewrite_batch_size(source, 64, PATH, code) == source.replace("batch_size=16", "batch_size=64")
+
+
 def test_keyword_only_default():
     source = "def skyline_input_provider(*, seed=0, batch_size=64, device='cuda'):\n    pass\n"
     location = find(source)

@@ -124,10 +124,13 @@ def split_lines(source: str) -> list[str]:
     return lines
 
 
-def _definition_of(tree: ast.Module, code: CodeType) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+def _definition_of(tree: ast.Module, code: CodeType) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | None:
     """The `def` compiled into `code`: of its name, and starting at its first line (a decorated
-    function's code starts at its first decorator)."""
+    function's code starts at its first decorator); or the `lambda` that starts on that line
+    (`skyline_input_provider = lambda batch_size=16: ...` was told it had no default)."""
     for node in ast.walk(tree):
+        if isinstance(node, ast.Lambda) and code.co_name == "<lambda>" and node.lineno == code.co_firstlineno:
+            return node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
             first_line = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
             if first_line == code.co_firstlineno:
