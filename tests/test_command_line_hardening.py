@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_skyline
+from engine_helpers import marked_line
 
 ENTRY_POINT = """import os
 
@@ -186,3 +187,17 @@ def test_the_command_exits_and_ends_what_the_users_code_left_running(project):
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert (project / "m.sqlite").is_file() and processes_with(marker) == []
+
+
+@pytest.mark.slow
+def test_an_interrupt_raised_by_the_users_code_is_told_at_its_line(project):
+    # It printed `skyline: interrupted` alone, as for a Ctrl-C, with nothing to find.
+    source = ENTRY_POINT.replace(
+        "        model(x).sum().backward()\n", "        raise KeyboardInterrupt  # INTERRUPTS\n"
+    )
+    (project / "entry_point.py").write_text(source)
+    result = run_skyline("profile", "entry_point.py", "--device", "cpu", "--quiet", cwd=project)
+    assert result.returncode == 130
+    assert result.stderr.splitlines() == [
+        f"skyline: interrupted at entry_point.py:{marked_line(source, '# INTERRUPTS')}"
+    ]

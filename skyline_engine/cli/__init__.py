@@ -52,9 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     except SkylineError as exc:
         print(f"skyline: error: {exc.format()}", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR
-    except KeyboardInterrupt:
-        print("skyline: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        where = _interrupted_at(exc, args)
+        print(f"skyline: interrupted{f' at {where}' if where else ''}", file=sys.stderr)
         return 130
+
+
+def _interrupted_at(exc: KeyboardInterrupt, args: argparse.Namespace) -> str | None:
+    """The user's line that was running when the interrupt came (Ctrl-C) or that raised it; None
+    outside their code, or for a command without a project (`serve`)."""
+    from skyline_engine.entry.user_frames import ProjectFiles, innermost_user_frame
+
+    if not getattr(args, "entry_point", None):
+        return None
+    try:
+        files = ProjectFiles(_project_root(args, Path.cwd()))
+    except (OSError, SkylineError):
+        return None
+    frame = innermost_user_frame(exc.__traceback__, files)
+    return f"{files.relative(frame.filename)}:{frame.lineno}" if frame else None
 
 
 def run() -> None:
