@@ -121,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
         "--set-batch-size",
         type=BATCH_SIZE,
         metavar="N",
-        help="rewrite the batch_size default in the entry point to N, then profile at N",
+        help="rewrite the batch size's literal to N and profile at N (an entry point's batch_size default, "
+        "first; a training script's literal once its model got batches of N)",
     )
     profile.add_argument(
         "--memory-capacity",
