@@ -798,5 +798,7 @@ def test_help_works_on_a_runtimepath_install_once_its_tags_are_made(nvim, tmp_pa
     nvim.command(f"helptags {plugin / 'doc'}")  # what the README says to run
     nvim.command("help skyline")
     assert nvim.current.buffer.name == str(plugin / "doc" / "skyline.txt")
+    # At the top of the help, not at the first tag that starts with "skyline" (section 6's).
+    assert "*skyline*" in nvim.current.line and nvim.current.window.cursor[0] <= 3
     nvim.command("checkhealth skyline")
     assert f"help tags in {plugin / 'doc'}" in "\n".join(nvim.current.buffer[:])
