@@ -780,6 +780,8 @@ def test_past_the_samples_per_step_no_time_is_predicted_and_the_message_says_why
         "which a step runs less than one micro-batch): no time is predicted there",
     )
     assert state(nvim)["prediction"].get("samples_per_second") is None  # nil: no key at all
+    # The statusline says so, not `~—/s`.
+    assert nvim.exec_lua("return require('skyline').status()").startswith("skyline b=4096 no time ~")
     assert_no_traceback(nvim)
 
 

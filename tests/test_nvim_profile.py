@@ -222,6 +222,8 @@ def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, tmp_path):
     nvim.input("\\+")
     batch_line = marked_line(project / "train.py", "# BATCH") - 1
     wait_for(lambda: "default=128)" in script_buf[batch_line], "the key to double the literal", timeout=10)
+    status = nvim.exec_lua("return require('skyline').status()")  # not the figures measured at 64
+    assert status == "skyline b=128 measuring" or (status.startswith("skyline ") and "%" in status)
     wait_for_done(nvim, done + 1)
     doc = document(nvim)
     assert doc["batch_size"] == 128 and doc["batch_size_location"]["value"] == 128

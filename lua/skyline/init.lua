@@ -72,14 +72,20 @@ function M.status()
     return state.error and 'skyline: error' or ''
   end
   local shown, mark = measured, ''
-  if state.batch_size ~= measured.batch_size and state.prediction then
+  if state.batch_size ~= measured.batch_size then
+    if not state.prediction then
+      -- A training script's new batch size: nothing is predicted, the re-profile measures it (the
+      -- figures of the one measured would read as this one's).
+      return string.format('skyline b=%d measuring', state.batch_size)
+    end
     shown, mark = state.prediction, state.prediction.measured and '' or '~'
   end
+  -- Where no time is predicted (past the samples per step), say so, not `~—/s`.
+  local speed = shown.samples_per_second and (mark .. compact(shown.samples_per_second) .. '/s') or 'no time'
   local text = string.format(
-    'skyline b=%d %s%s/s %s%s',
+    'skyline b=%d %s %s%s',
     state.batch_size,
-    mark,
-    compact(shown.samples_per_second),
+    speed,
     mark,
     require('skyline.format').bytes(shown.peak_memory_bytes)
   )
