@@ -52,6 +52,16 @@ vim.keymap.set('n', '<Plug>(skyline-batch-dec)', function()
   return require('skyline.batch').repeatable(-1)
 end, { expr = true, desc = 'skyline: smaller batch size' })
 vim.keymap.set('n', '<Plug>(skyline-profile)', '<Cmd>SkylineProfile<CR>', { desc = 'skyline: profile' })
+
+-- The batch-size keys from the start in a buffer that can be profiled (an entry point, a training
+-- script): before any result they say so, where they fell through to `+` and moved the cursor.
+vim.api.nvim_create_autocmd('FileType', {
+  pattern = 'python',
+  group = vim.api.nvim_create_augroup('skyline_batch_keys', { clear = true }),
+  callback = function(args)
+    require('skyline.batch').map_if_profilable(args.buf)
+  end,
+})
 vim.keymap.set('n', '<Plug>(skyline-breakdown)', '<Cmd>SkylineBreakdown<CR>', {
   desc = 'skyline: toggle the breakdown',
 })

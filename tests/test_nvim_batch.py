@@ -186,6 +186,19 @@ def test_the_constant_the_default_names_is_edited(nvim, project):
     assert_no_traceback(nvim)
 
 
+def test_the_keys_answer_before_the_first_profile_and_move_nothing(nvim, project):
+    # They fell through to `+`, which moved the cursor, and said nothing.
+    nvim.exec_lua("require('skyline').setup({engine_args = {'--quick'}, device = 'cpu'})")
+    nvim.command(f"edit {project}/model.py")  # a helper module: no maps before its project is profiled
+    assert nvim.funcs.maparg("\\+", "n") == ""
+    nvim.command(f"edit {project}/entry_point.py")
+    before, cursor = nvim.current.buffer[:], tuple(nvim.current.window.cursor)
+    nvim.input("\\+")
+    wait_for_message(nvim, "no results yet: run :SkylineProfile first")
+    assert nvim.current.buffer[:] == before and tuple(nvim.current.window.cursor) == cursor
+    assert_no_traceback(nvim)
+
+
 def test_keymaps_can_be_switched_off_and_are_never_global(nvim, project):
     nvim.exec_lua("require('skyline').setup({keymaps = false, engine_args = {'--quick'}, device = 'cpu'})")
     nvim.command(f"edit {project}/entry_point.py")

@@ -424,6 +424,14 @@ function M.set_keymaps(buf)
   end)
 end
 
+--- The default maps in `buf` before any profile, where it can be profiled: it defines the
+--- providers, or is a training script (a helper module gets them once its project is profiled).
+function M.map_if_profilable(buf)
+  if project.defines_providers(buf) or project.is_training_script(buf) then
+    M.set_keymaps(buf)
+  end
+end
+
 -- A literal the user typed (or undid) counts like a key press: new prediction, re-profile.
 local function follow_literal(buf)
   local value = state.models
