@@ -140,6 +140,20 @@ def test_checkhealth_reports_no_error(nvim, tmp_path):
     assert "NVML" in report
 
 
+def test_checkhealth_names_a_module_the_engine_cannot_import(nvim, tmp_path):
+    # An engine interpreter with torch and numpy but no msgpack passed every check, and every
+    # profile then failed with "No module named 'msgpack'". Its absence is made here by a module
+    # first on PYTHONPATH that raises as a missing one does (the probe keeps the environment's path).
+    blocker = tmp_path / "no_msgpack"
+    blocker.mkdir()
+    (blocker / "msgpack.py").write_text("raise ModuleNotFoundError(\"No module named 'msgpack'\")\n")
+    nvim.exec_lua("vim.env.PYTHONPATH = ...", str(blocker))
+    nvim.command("checkhealth skyline")
+    report = "\n".join(nvim.current.buffer[:])
+    assert "msgpack is not importable: ModuleNotFoundError: No module named 'msgpack'" in report, report
+    assert "numpy " in report and "torch " in report  # the others, each reported
+
+
 def test_help_tags_generate_and_cover_everything(nvim, tmp_path):
     doc = tmp_path / "doc"
     shutil.copytree(REPO / "doc", doc)  # :helptags writes doc/tags: not into the checkout

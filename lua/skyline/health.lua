@@ -22,6 +22,15 @@ try:
     report["cuda_devices"] = torch.cuda.device_count() if report["cuda"] else 0
 except Exception as exc:
     report["torch_error"] = f"{type(exc).__name__}: {exc}"
+# What the engine imports as it starts (`skyline serve`, an analysis): each reported, so that a
+# missing one is named here and not by every profile ("No module named 'msgpack'").
+report["modules"] = {}
+for name in ("numpy", "msgpack", "greenlet", "skyline_engine.service.engine", "skyline_engine.analysis.session"):
+    try:
+        module = __import__(name, fromlist=["_"])
+        report["modules"][name] = getattr(module, "__version__", None) or "importable"
+    except Exception as exc:
+        report["modules"][name] = {"error": f"{type(exc).__name__}: {exc}"}
 try:
     import pynvml
     pynvml.nvmlInit()
@@ -137,6 +146,24 @@ local function check_engine()
     vim.health.error('torch is not importable: ' .. tostring(report.torch_error), {
       'Install torch into ' .. python,
     })
+  end
+  for _, name in ipairs({
+    'numpy',
+    'msgpack',
+    'greenlet',
+    'skyline_engine.service.engine',
+    'skyline_engine.analysis.session',
+  }) do
+    local found = (report.modules or {})[name]
+    if type(found) == 'string' then
+      vim.health.ok(string.format('%s %s', name, found))
+    else
+      vim.health.error(string.format('%s is not importable: %s', name, tostring(found and found.error)), {
+        'Install the missing package into '
+          .. python
+          .. ' (python -m pip install -e <plugin folder> installs them all)',
+      })
+    end
   end
   if report.cuda then
     vim.health.ok(string.format('CUDA available (%d device(s))', report.cuda_devices))
