@@ -13,10 +13,12 @@ from nvim_helpers import (
     document,
     expected_annotation,
     expected_grade,
+    messages,
     profile,
     state,
     wait_for,
     wait_for_done,
+    wait_for_message,
 )
 
 
@@ -231,4 +233,52 @@ def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, tmp_path):
     assert "default=64)" in (project / "train.py").read_text().splitlines()[batch_line]
     nvim.input("u")  # one undo step
     wait_for(lambda: "default=64)" in script_buf[batch_line], "undo", timeout=10)
+    assert_no_traceback(nvim)
+
+
+TYPO = """import torch
+
+
+def skyline_input_provider(batch_size=16):
+    return (torch.randn(batch_size, 8),)
+
+
+def skyline_modle_provider():  # TYPO
+    return torch.nn.Linear(8, 2)
+
+
+def skyline_iteration_provider(model):
+    def iteration(x):
+        model(x).sum().backward()
+
+    return iteration
+"""
+
+
+def test_a_misspelled_provider_is_named_every_time_and_no_other_entry_point_runs(nvim, tmp_path):
+    # After an earlier profile, :SkylineProfile in a buffer with a misspelled provider profiled the
+    # last entry point instead, silently; a second attempt showed no error at all.
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "tests" / "projects" / "scripts", project)
+    nvim.exec_lua(FAST_SETUP)
+    nvim.command(f"cd {project}")
+    nvim.command(f"edit {project}/train.py")
+    profile(nvim)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "entry_point.py").write_text(TYPO)
+    nvim.command(f"edit {other}/entry_point.py")
+    said = (
+        f"entry_point.py:{marked_line(TYPO, '# TYPO')}: `skyline_modle_provider` looks like `skyline_model_provider`, "
+        "misspelled: the entry point does not define `skyline_model_provider`."
+    )
+    for attempt in (1, 2):
+        before = nvim.vars["skyline_test_failed"]
+        nvim.command("messages clear")
+        nvim.command("SkylineProfile")
+        wait_for(lambda: nvim.vars["skyline_test_failed"] > before, f"attempt {attempt} to fail", timeout=120)  # noqa: B023
+        assert said in nvim.vars["skyline_test_failure"]
+        # In the message area each time, its start (the line is cut to the screen's width).
+        wait_for_message(nvim, f"skyline: entry_point.py:{marked_line(TYPO, '# TYPO')}: `skyline_modle_provider`")
+        assert "profiling entry_point.py" in messages(nvim) and "train.py" not in messages(nvim)
     assert_no_traceback(nvim)

@@ -20,12 +20,12 @@ end
 
 --- :[N]SkylineProfile [entry]: N data-parallel ranks (default: the `world_size` option).
 function M.profile(args)
-  local entry, why = project.resolve_entry(args.args, state.request and state.request.entry)
+  local entry, why, instead = project.resolve_entry(args.args, state.request and state.request.entry)
   if not entry then
     util.error(why)
     return
   end
-  profile.start(entry, { world_size = M.world_size(args.count) })
+  profile.start(entry, { world_size = M.world_size(args.count), instead = instead })
 end
 
 function M.stop()

@@ -179,10 +179,15 @@ local function begin(entry, root)
   return request
 end
 
+-- The message of the last failure the user was shown: the same failure again (each save while
+-- the error stays) updates the diagnostic and the statusline, not the message area; a profile the
+-- user asks for shows it again.
+local last_failure = nil
+
 --- Profiles the entry point `entry` (an absolute path). opts: batch_size (else the entry
 --- buffer's literal, else the file's default), world_size (else the current request's, so that a
 --- re-profile keeps the count of :[N]SkylineProfile, else the option), quiet (no "profiling…"
---- message).
+--- message), instead (why this entry point and not the current buffer, said with that message).
 function M.start(entry, opts)
   opts = opts or {}
   local world_size = opts.world_size or (state.request and state.request.world_size) or config.get().world_size
@@ -212,7 +217,8 @@ function M.start(entry, opts)
     return false
   end
   if not opts.quiet then
-    util.notify('profiling ' .. relative)
+    last_failure = nil
+    util.notify('profiling ' .. relative .. (opts.instead and (' (' .. opts.instead .. ')') or ''))
   end
   redraw_status()
   return true
@@ -231,10 +237,6 @@ function M.stop()
   util.notify('profiling stopped')
   redraw_status()
 end
-
--- The message of the last failure the user was shown: the same failure again (each save while
--- the error stays) updates the diagnostic and the statusline, not the message area.
-local last_failure = nil
 
 -- The profile failed: one line in the message area, the annotations dimmed (and removed at
 -- `rows`, {[buf] = row}: the lines where it failed) until the next result.

@@ -23,15 +23,16 @@ function M.is_python(buf)
   return vim.bo[buf].filetype == 'python' or (path ~= nil and path:match('%.py$') ~= nil)
 end
 
---- Whether the buffer defines all three providers (a `def` at any indentation).
+--- Whether the buffer defines any of the three providers (a `def` at any indentation): it is an
+--- entry point, and one that misses a provider (or misspells it) is told so by the engine.
 function M.defines_providers(buf)
-  local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  local text = '\n' .. table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
   for _, name in ipairs(constants.PROVIDERS) do
-    if not (('\n' .. text):find('\n%s*def%s+' .. name .. '%s*%(')) then
-      return false
+    if text:find('\n%s*def%s+' .. name .. '%s*%(') then
+      return true
     end
   end
-  return true
+  return false
 end
 
 --- Whether the buffer is a training script: it defines none of the providers (the engine's rule,
@@ -52,9 +53,10 @@ local function readable(path)
 end
 
 --- The entry point for :SkylineProfile [arg]: the argument; else the current buffer when it
---- defines the providers or is a training script; else the configured entry point; else the last
+--- defines a provider or is a training script; else the configured entry point; else the last
 --- one profiled.
---- Returns the absolute path, or nil and a message.
+--- Returns the absolute path (and, for the configured or last one, why not the current buffer's),
+--- or nil and a message.
 function M.resolve_entry(arg, last)
   if arg and arg ~= '' then
     local path = M.normalize(arg)
@@ -70,10 +72,10 @@ function M.resolve_entry(arg, last)
   end
   local configured = config.get().entry_point
   if configured then
-    return M.resolve_entry(configured)
+    return M.resolve_entry(configured), nil, 'the configured one: this buffer is no entry point'
   end
   if last then
-    return last
+    return last, nil, 'the last one: this buffer is no entry point'
   end
   if current == nil or not M.is_python(buf) then
     return nil, 'the current buffer is not a Python file; name the entry point: :SkylineProfile path/to/entry_point.py'

@@ -12,6 +12,7 @@ every exception raised by the user's code becomes a `UserCodeError` at the user'
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import io
@@ -367,6 +368,15 @@ def _import(path: Path, code: CodeType, files: ProjectFiles, package: str | None
 def _provider(module: ModuleType, name: str, relative: str) -> Callable[..., Any]:
     fn = getattr(module, name, None)
     if fn is None:
+        near = _near_miss(module, name)
+        if near is not None:  # a typo: the message goes to the line of the misspelled name
+            near_name, near_line = near
+            raise EntryPointError(
+                f"`{near_name}` looks like `{name}`, misspelled: the entry point does not define `{name}`.",
+                path=relative,
+                line=near_line,
+                hint=f"Rename it `{name}`.",
+            )
         raise EntryPointError(
             f"the entry point does not define `{name}`.",
             path=relative,
@@ -381,6 +391,14 @@ def _provider(module: ModuleType, name: str, relative: str) -> Callable[..., Any
         )
     provider: Callable[..., Any] = fn
     return provider
+
+
+def _near_miss(module: ModuleType, name: str) -> tuple[str, int | None] | None:
+    """A function of the module whose name is a near miss of the provider `name`
+    (`skyline_modle_provider`), with its `def` line; None where there is none."""
+    functions = {n: v for n, v in vars(module).items() if inspect.isfunction(v) and n != name}
+    close = difflib.get_close_matches(name, list(functions), n=1, cutoff=0.85)
+    return (close[0], _line(functions[close[0]])) if close else None
 
 
 def _line(fn: Callable[..., Any]) -> int | None:
