@@ -125,6 +125,10 @@ def test_profile_refuses_a_buffer_that_is_not_python(nvim, tmp_path):
     nvim.command(f"edit {tmp_path / 'helpers.py'}")
     nvim.command("SkylineProfile")
     wait_for_message(nvim, "this buffer neither trains (no optimizer step) nor defines skyline_model_provider")
+    # A configured entry point that is not there is said to be missing (it was a message of nil).
+    nvim.exec_lua("require('skyline').setup({entry_point = 'no/such/configured.py'})")
+    nvim.command("SkylineProfile")
+    wait_for_message(nvim, "entry point not found: no/such/configured.py")
     assert_no_traceback(nvim)
     assert state(nvim)["running"] is False
 

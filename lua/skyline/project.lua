@@ -72,7 +72,11 @@ function M.resolve_entry(arg, last)
   end
   local configured = config.get().entry_point
   if configured then
-    return M.resolve_entry(configured), nil, 'the configured one: this buffer is no entry point'
+    local path, why = M.resolve_entry(configured)
+    if not path then
+      return nil, why
+    end
+    return path, nil, 'the configured one: this buffer is no entry point'
   end
   if last then
     return last, nil, 'the last one: this buffer is no entry point'
