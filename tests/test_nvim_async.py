@@ -136,20 +136,28 @@ def test_engine_errors_become_diagnostics_at_their_line(nvim, project):
     statement = 'raise ValueError("broken on purpose")'
     assert (diagnostics[0]["col"], diagnostics[0]["end_col"]) == (8, 8 + len(statement))
     assert state(nvim)["running"] is False and "broken on purpose" in state(nvim)["error"]
+
     # One line in the message area, whatever the message's length; the full text is the
-    # diagnostic's. The same failure again (a save while the error stays) says nothing more.
-    shown = [line for line in messages(nvim).splitlines() if "broken on purpose" in line]
+    # diagnostic's. The same failure again from a save (a re-profile nobody asked for while the
+    # error stays) says nothing more; a profile the user asks for says it again.
+    def said():
+        return [line for line in messages(nvim).splitlines() if "broken on purpose" in line]
+
+    shown = said()
     assert len(shown) == 1 and nvim.funcs.strdisplaywidth(shown[0]) < nvim.options["columns"]
+    nvim.command("write")
+    wait_for(lambda: nvim.vars["skyline_test_failed"] == 2, "the same failure again, after the save")
+    assert said() == shown
     nvim.command("SkylineProfile")
-    wait_for(lambda: nvim.vars["skyline_test_failed"] == 2, "the same failure again")
-    assert [line for line in messages(nvim).splitlines() if "broken on purpose" in line] == shown
+    wait_for(lambda: nvim.vars["skyline_test_failed"] == 3, "the same failure, asked for")
+    wait_for(lambda: said() == shown * 2, "the failure said again when asked for", timeout=10)
 
     # A missing provider: the engine says which; the next profile clears the diagnostics.
     entry = project / "entry_point.py"
     entry.write_text(entry.read_text().replace("def skyline_iteration_provider", "def iteration_provider"))
     nvim.command("edit!")
     nvim.command(f"SkylineProfile {entry}")
-    wait_for(lambda: nvim.vars["skyline_test_failed"] == 3, "the next failure")
+    wait_for(lambda: nvim.vars["skyline_test_failed"] == 4, "the next failure")
     assert "skyline_iteration_provider" in nvim.vars["skyline_test_failure"]
     assert not nvim.exec_lua(
         "return vim.diagnostic.get(vim.fn.bufadd(...), {namespace = require('skyline.diagnostics').ns})", str(model)
