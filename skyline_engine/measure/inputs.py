@@ -49,19 +49,6 @@ def bounded_inputs(inputs: Iterable[Any]) -> tuple[Any, ...] | None:
     return None if len(taken) > MAX_INPUTS else taken
 
 
-def sampleless_shape(inputs: Sequence[Any]) -> torch.Size | None:
-    """The shape of the first input tensor (looking into tuples, lists and dicts), where it has no
-    samples: a leading dimension of 0. None where it has some, or an input cannot be read. (Only
-    the first: another empty tensor may be a placeholder; the first carries the batch.)"""
-    leaves: list[Any] = []
-    try:
-        _walk(inputs, leaves)
-    except _Opaque:
-        return None
-    first = next((leaf for leaf in leaves if isinstance(leaf, torch.Size)), None)
-    return first if first is not None and len(first) > 0 and first[0] == 0 else None
-
-
 def _walk(value: Any, leaves: list[Any]) -> None:
     if isinstance(value, torch.Tensor):
         try:
@@ -113,11 +100,6 @@ class InputShapesSeen:
         self._seen: dict[int, Shapes | None] = {}
         self._emptied: set[int] = set()
 
-    @property
-    def first_batch_size(self) -> int | None:
-        """The batch size whose inputs were checked first (the user's: it is measured first)."""
-        return next(iter(self._seen), None)
-
     def check(self, batch_size: int, inputs: Sequence[Any]) -> None:
         """Remember the inputs' shapes at `batch_size`; InputsIgnoreBatchSize when another batch
         size made the same ones."""
@@ -129,6 +111,16 @@ class InputShapesSeen:
         for other, seen in self._seen.items():
             if other != batch_size and seen == shapes:
                 raise InputsIgnoreBatchSize(other, batch_size, shapes)
+
+    def sampleless(self, batch_size: int) -> torch.Size | None:
+        """At the first batch size checked (the user's: it is measured first), the shape of its
+        first input tensor where that has no samples (a leading dimension of 0; only the first:
+        another empty tensor may be a placeholder, the first carries the batch); None otherwise,
+        and where the inputs cannot be read."""
+        if batch_size != next(iter(self._seen), None):
+            return None
+        first = next((leaf for leaf in self._seen[batch_size] or () if isinstance(leaf, torch.Size)), None)
+        return first if first is not None and len(first) > 0 and first[0] == 0 else None
 
     def emptied(self, batch_size: int) -> Emptied | None:
         """An input tensor empty at one of `batch_size` and a batch size seen before it, and not at

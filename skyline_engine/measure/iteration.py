@@ -40,7 +40,7 @@ from skyline_engine.measure.compilation import (
 from skyline_engine.measure.debug_modes import anomaly_detection_note
 from skyline_engine.measure.distributed import unused_parameters_advice
 from skyline_engine.measure.held_modules import modules_held_by
-from skyline_engine.measure.inputs import MAX_INPUTS, InputShapesSeen, bounded_inputs, sampleless_shape
+from skyline_engine.measure.inputs import MAX_INPUTS, InputShapesSeen, bounded_inputs
 from skyline_engine.measure.memory import (
     LiveTensors,
     MemoryProfile,
@@ -482,8 +482,9 @@ class IterationRunner:
                 hint=_TUPLE_HINT,
             )
         inputs = taken
-        empty = sampleless_shape(inputs)
-        if empty is not None and self._input_shapes.first_batch_size in (None, batch_size):
+        self._input_shapes.check(batch_size, inputs)
+        empty = self._input_shapes.sampleless(batch_size)
+        if empty is not None:
             raise EntryPointError(
                 f"`{INPUT_PROVIDER}` made an input with no samples at your batch size {batch_size} (shape "
                 f"{tuple(empty)}): the iteration would train on nothing, and its speed would be no one's.",
@@ -491,7 +492,6 @@ class IterationRunner:
                 line=line,
                 hint="Make the inputs' first dimension the batch size, e.g. `torch.randn(batch_size, 8)`.",
             )
-        self._input_shapes.check(batch_size, inputs)
         emptied = self._input_shapes.emptied(batch_size)
         if emptied is not None:
             message = (
