@@ -7,7 +7,7 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 
 def _library_roots() -> tuple[str, ...]:
@@ -60,8 +60,19 @@ class ProjectFiles:
 
 def innermost_user_frame(tb: TracebackType | None, files: ProjectFiles) -> traceback.FrameSummary | None:
     """The deepest frame of a traceback that lies in a project file."""
+    return _innermost(traceback.extract_tb(tb), files)
+
+
+def innermost_user_frame_of_stack(frame: FrameType | None, files: ProjectFiles) -> traceback.FrameSummary | None:
+    """The deepest frame in a project file of the stack that `frame` tops (a signal handler's
+    `frame`: where the code was when the signal came)."""
+    return _innermost(traceback.extract_stack(frame), files)
+
+
+def _innermost(frames: traceback.StackSummary, files: ProjectFiles) -> traceback.FrameSummary | None:
+    """The last of `frames` (outermost first) that lies in a project file."""
     found = None
-    for frame in traceback.extract_tb(tb):
+    for frame in frames:
         if files.contains(frame.filename):
             found = frame
     return found

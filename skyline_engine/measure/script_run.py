@@ -37,7 +37,7 @@ from torch.utils.hooks import RemovableHandle
 
 from skyline_engine.entry.loader import user_code_error
 from skyline_engine.entry.script import TrainingScript
-from skyline_engine.entry.user_frames import ProjectFiles
+from skyline_engine.entry.user_frames import innermost_user_frame_of_stack
 from skyline_engine.errors import EntryPointError
 
 # Thrown at most this many times into a script that catches it (`except BaseException`) and runs on.
@@ -96,7 +96,7 @@ class ScriptRun:
         self._alarm: Any = None  # SIGALRM's handler before ours; None where there is no timer
         self._timer: tuple[tuple[float, float], float] = ((0.0, 0.0), 0.0)  # one set before, and when
         self._alarms = 0  # NoStepInTime raised so far
-        self.stopped_at: tuple[str, int] | None = None  # the user's line it ran when the timer first went off
+        self.stopped_at: tuple[str, int | None] | None = None  # the user's line it ran when the timer first went off
 
     def __enter__(self) -> ScriptRun:
         self._engine = greenlet.getcurrent()
@@ -174,7 +174,8 @@ class ScriptRun:
         if script is not self._script:  # the step came as the timer went off
             return
         if self.stopped_at is None:
-            self.stopped_at = _innermost_user_line(frame, self.script.files)
+            where = innermost_user_frame_of_stack(frame, self.script.files)
+            self.stopped_at = (self.script.files.relative(where.filename), where.lineno) if where else None
         self._alarms += 1
         if self._alarms <= _STOP_ATTEMPTS:
             raise NoStepInTime
@@ -221,15 +222,6 @@ class ScriptRun:
 
         optimizer.step = step_then_pause  # type: ignore[method-assign]
         self._unwrap = lambda: _restore(optimizer, step_then_pause, stepped)
-
-
-def _innermost_user_line(frame: FrameType | None, files: ProjectFiles) -> tuple[str, int] | None:
-    """The project path and line of the innermost frame of `frame`'s stack in a project file."""
-    while frame is not None:
-        if files.contains(frame.f_code.co_filename):
-            return files.relative(frame.f_code.co_filename), frame.f_lineno
-        frame = frame.f_back
-    return None
 
 
 def _restore(optimizer: torch.optim.Optimizer, wrapper: Any, stepped: Any) -> None:
