@@ -3,6 +3,9 @@ annotations on the document's lines, the breakdown float, stale marking, profile
 
 import itertools
 import shutil
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO
 from engine_helpers import marked_line
@@ -196,13 +199,20 @@ def test_a_leak_found_by_the_real_engine_is_a_warning_over_the_line_that_made_it
     assert_no_traceback(nvim)
 
 
-def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, tmp_path):
-    # A buffer that defines no provider and steps an optimizer is a training script: profiled as
-    # itself (not the configured or last entry point), stopped before its checkpoint is saved.
+@pytest.fixture
+def scripts_project(nvim, tmp_path) -> Path:
+    """A copy of tests/projects/scripts, the editor set up and working in it."""
     project = tmp_path / "project"
     shutil.copytree(REPO / "tests" / "projects" / "scripts", project)
     nvim.exec_lua(FAST_SETUP)
     nvim.command(f"cd {project}")
+    return project
+
+
+def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, scripts_project):
+    # A buffer that defines no provider and steps an optimizer is a training script: profiled as
+    # itself (not the configured or last entry point), stopped before its checkpoint is saved.
+    project = scripts_project
     nvim.command(f"edit {project}/model.py")
     model_buf = nvim.current.buffer
     nvim.command(f"edit {project}/train.py")
@@ -255,14 +265,10 @@ def skyline_iteration_provider(model):
 """
 
 
-def test_a_misspelled_provider_is_named_every_time_and_no_other_entry_point_runs(nvim, tmp_path):
+def test_a_misspelled_provider_is_named_every_time_and_no_other_entry_point_runs(nvim, scripts_project, tmp_path):
     # After an earlier profile, :SkylineProfile in a buffer with a misspelled provider profiled the
     # last entry point instead, silently; a second attempt showed no error at all.
-    project = tmp_path / "project"
-    shutil.copytree(REPO / "tests" / "projects" / "scripts", project)
-    nvim.exec_lua(FAST_SETUP)
-    nvim.command(f"cd {project}")
-    nvim.command(f"edit {project}/train.py")
+    nvim.command(f"edit {scripts_project}/train.py")
     profile(nvim)
     other = tmp_path / "other"
     other.mkdir()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import os
 import sqlite3
@@ -296,10 +295,7 @@ def _analyze(
         progress("loading PyTorch", 0.0)  # a second or two on a cold start: say so at once
         from skyline_engine.analysis.session import analyze
 
-        request = dataclasses.replace(
-            _request(args, cwd, batch_size, predict, timeline), write_batch_size=write_batch_size
-        )
-        document = analyze(request, progress).to_dict()
+        document = analyze(_request(args, cwd, batch_size, predict, timeline, write_batch_size), progress).to_dict()
     finally:
         progress.finish()
     _write_outputs(wanted, document, cwd)
@@ -318,7 +314,12 @@ def _write_outputs(wanted: Sequence[Output], document: DocumentDict, cwd: Path) 
 
 
 def _request(
-    args: argparse.Namespace, cwd: Path, batch_size: int | None, predict: bool, timeline: bool
+    args: argparse.Namespace,
+    cwd: Path,
+    batch_size: int | None,
+    predict: bool,
+    timeline: bool,
+    write_batch_size: bool = False,
 ) -> AnalysisRequest:
     from skyline_engine.analysis.session import AnalysisRequest
 
@@ -337,6 +338,7 @@ def _request(
         collective_timeout_s=getattr(args, "collective_timeout", None),
         script_args=tuple(getattr(args, "script_args", None) or ()),
         step_timeout_s=getattr(args, "step_timeout", None),
+        write_batch_size=write_batch_size,
     )
 
 
