@@ -345,7 +345,8 @@ class IterationRunner:
     def _until_optimizer_state_settles(self, run: Run) -> None:
         """Steady state needs optimizer state that has stopped growing (LBFGS's history of updates,
         measure/optimizer_state.py): run until SETTLED_CALLS calls in a row leave it as large as it
-        was, within STEADY_STATE_ITERATIONS and STEADY_STATE_S. Where it does not settle, the
+        was and no history of a set length is still filling, within STEADY_STATE_ITERATIONS and
+        STEADY_STATE_S. Where it does not settle, the
         retention check after the timing finds the growth, and says so."""
         started = time.perf_counter()
         state_bytes = self._steps.state_bytes()
@@ -356,7 +357,7 @@ class IterationRunner:
             run()
             before, state_bytes = state_bytes, self._steps.state_bytes()
             unchanged = unchanged + 1 if state_bytes == before else 0
-            if unchanged == SETTLED_CALLS:
+            if unchanged >= SETTLED_CALLS and not self._steps.history_filling():
                 return
 
     def work_at(self, batch_size: int) -> WorkPerCall:

@@ -42,6 +42,21 @@ class StepsSeen:
         return sum(storages.values())
 
 
+    def history_filling(self) -> bool:
+        """Whether an optimizer that keeps a history of a set length (`history_size` in its param
+        group: LBFGS's) has not filled it yet. Its state stops growing for a step whose update it
+        skips (no positive curvature, on a new batch), and three such steps in a row had ended the
+        warm-up with the history half full: a leak of 680 KB an iteration, 1 analysis in 12."""
+        for optimizer in list(self._optimizers):
+            sizes = [group["history_size"] for group in optimizer.param_groups if "history_size" in group]
+            if not sizes:
+                continue
+            histories = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, list)]
+            if not histories or any(len(history) < min(sizes) for history in histories):
+                return True
+        return False
+
+
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """The bytes the tensors of `optimizer`'s state hold, each storage once, the lists in it walked
     (LBFGS's history); a sparse tensor's, its indices' and values'."""
