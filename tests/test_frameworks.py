@@ -64,6 +64,8 @@ def test_a_lightning_module_trained_by_trainer_fit(project):
     # The optimizer steps inside Lightning, called from `trainer.fit`: its time stands there.
     assert line_of(doc, "lightning_train.py", marked_line(script, "trainer.fit(Classifier(), loader)"))["step_ms"] > 0
     assert doc["optimizer_state"] and doc["iteration"]["micro_batches"] == 1
+    # Other batch sizes: Trainer.fit run again with the literal set in memory.
+    assert len(doc["models"]["samples"]) >= 2
 
 
 @pytest.mark.slow
@@ -81,3 +83,4 @@ def test_a_hugging_face_model_trained_by_trainer_train(project):
     assert train["forward_ms"] > 0 and train["backward_ms"] > 0 and train["step_ms"] > 0
     assert {"model.bert.encoder.layer.0", "model.bert.encoder.layer.1"} <= modules_in(doc["operations"])
     assert doc["optimizer_state"]
+    assert len(doc["models"]["samples"]) >= 2  # Trainer.train run again at other batch sizes

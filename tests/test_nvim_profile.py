@@ -228,14 +228,18 @@ def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, scripts_proje
         assert {row: text for row, (text, _) in annotations(nvim, buf).items()} == expected
     assert not (project / "checkpoint.pt").exists()
 
-    # The batch-size key doubles the script's literal in its buffer (unsaved), and the re-profile
-    # measures the script at 128, set in memory: nothing is predicted for a script.
+    # The batch-size key doubles the script's literal in its buffer (unsaved) and shows what the
+    # script's models say at 128 (a run of the script measured it), and the re-profile measures the
+    # script at 128, set in memory.
+    assert doc["models"] is not None
     done = nvim.vars["skyline_test_done"]
     nvim.input("\\+")
     batch_line = marked_line(project / "train.py", "# BATCH") - 1
     wait_for(lambda: "default=128)" in script_buf[batch_line], "the key to double the literal", timeout=10)
     status = nvim.exec_lua("return require('skyline').status()")  # not the figures measured at 64
-    assert status == "skyline b=128 measuring" or (status.startswith("skyline ") and "%" in status)
+    assert (status.startswith("skyline b=128 ") and "/s " in status) or (
+        status.startswith("skyline ") and "%" in status
+    )
     wait_for_done(nvim, done + 1)
     doc = document(nvim)
     assert doc["batch_size"] == 128 and doc["batch_size_location"]["value"] == 128

@@ -7,14 +7,22 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import REPO, run_skyline
 from engine_helpers import QUICK, analysed, marked_line
+from skyline_engine.analysis.fitting import NOT_ASKED
+from skyline_engine.analysis.script_sizes import ScriptBatchSizes, ScriptTarget, UsersIteration, in_both_orders
 from skyline_engine.entry.rewrite import set_script_batch_size
 from skyline_engine.entry.script import is_script
 from skyline_engine.entry.script_batch_size import find_script_batch_size
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure import work_per_call
+from skyline_engine.measure.iteration import Sample
+from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.measure.script_run import STEP_TIMEOUT_S
+from skyline_engine.measure.timing import TimingStats
+from skyline_engine.predict.recommendation import TIMED_IN_TURN, Recommendation
 
 SCRIPTS = REPO / "tests" / "projects" / "scripts"
 
@@ -40,7 +48,7 @@ def line_of(doc: dict, path: str, number: int) -> dict:
 
 @pytest.mark.slow
 def test_a_training_script_is_measured_on_its_own_iterations_and_stopped(project):
-    doc = analysed_script(project)
+    doc = analysed_script(project, predict=False)
     train = project / "train.py"
     assert doc["entry_point"] == "train.py"
     assert doc["batch_size"] == 64  # what the model was called with: the argparse default
@@ -62,7 +70,80 @@ def test_a_training_script_is_measured_on_its_own_iterations_and_stopped(project
     # Weights at the lines that created them, the optimizer's state at its construction.
     assert line_of(doc, "model.py", marked_line(project / "model.py", "self.head ="))["memory_bytes"] > 0
     assert doc["optimizer_state"] and doc["peak_memory_operation"] is not None
-    assert doc["models"] is None and "training script" in doc["models_withheld"]
+    assert doc["models"] is None and doc["models_withheld"] == NOT_ASKED
+
+
+@pytest.mark.slow
+def test_other_batch_sizes_run_the_script_again_with_the_literal_set_in_memory(project):
+    train = project / "train.py"
+    text = train.read_bytes()
+    doc = analysed_script(project)
+    assert train.read_bytes() == text  # set in memory, never on disk
+    models = doc["models"]
+    samples = {s["batch_size"]: s for s in models["samples"]}
+    assert {32, 64, 128} <= set(samples) and doc["models_withheld"] is None
+    # Each run trains at its own batch size, measured as the first: more activations, more memory.
+    peaks = [samples[b]["peak_memory_bytes"] for b in (32, 64, 128)]
+    assert peaks == sorted(set(peaks))
+    assert samples[64]["peak_memory_bytes"] == doc["iteration"]["peak_memory_bytes"]
+    # The first run keeps nothing of an earlier iteration alive (the optimizer's finder once read
+    # the script's variables, and that snapshot held a batch, its logits and loss): a later run at
+    # the user's batch size measures the same bytes.
+    sizes = ScriptBatchSizes(
+        ScriptTarget(train, project, ("--checkpoint", str(project / "checkpoint.pt")), STEP_TIMEOUT_S),
+        UsersIteration(64, 1, 1.0),
+        torch.device("cpu"),
+        QUICK,
+        lambda phase, fraction: None,
+    )
+    assert sizes.measure(64, timed=False).memory.peak_bytes == doc["iteration"]["peak_memory_bytes"]
+    assert not (project / "checkpoint.pt").exists()
+    advice = models["recommendation"]
+    if advice["batch_size"] is not None:  # a recommendation compares runs in both orders
+        assert advice["timed"] == TIMED_IN_TURN
+        assert {advice["batch_size"], 64} <= {c["batch_size"] for c in models["checks"]}
+
+
+@pytest.mark.slow
+def test_a_literal_that_does_not_set_the_batch_size_withholds_the_models(project):
+    # The option's default is 64, and so is the loader's own literal: the option is found, but
+    # setting it changes nothing the model gets.
+    train = project / "train.py"
+    train.write_text(train.read_text().replace("batch_size=args.batch_size", "batch_size=64"))
+    doc = analysed_script(project)
+    assert doc["batch_size"] == 64 and doc["models"] is None
+    assert "still got batches of 64" in doc["models_withheld"] and doc["iteration"]["repetitions"] >= 3
+
+
+@pytest.mark.slow
+def test_a_batch_size_beyond_the_scripts_data_is_a_probe_that_fails_at_its_literal(project):
+    doc = analysed_script(project, "--samples", "96")
+    line = marked_line(project / "train.py", "# BATCH")
+    (said,) = [w for w in doc["warnings"] if "gave the model batches of 96" in w]
+    assert said.startswith(f"train.py:{line}: Batch size 128, set at train.py:{line}")
+    assert 128 in doc["models"]["failing_batch_sizes"]
+    assert 32 in {s["batch_size"] for s in doc["models"]["samples"]}
+
+
+def sample(batch_size: int, ms: float) -> Sample:
+    memory = MemoryProfile(0, (batch_size,), ("addmm",), ((0, "forward_backward"),))
+    return Sample(batch_size, TimingStats(ms, 0.0, 30, 1), memory)
+
+
+@pytest.mark.parametrize(("before_ms", "stands"), [(10.0, True), (8.0, False)])
+def test_a_scripts_recommendation_stands_where_both_orders_of_its_runs_agree(before_ms, stands):
+    # Timed after the suggestion (the confirming runs), 64 took 16 ms and 128 took 16 ms: 128 twice
+    # as fast. Timed before it (the models' runs, the user's first), 64 took 10 ms (128 25 % faster,
+    # more than the noise), or 8 ms (as fast as 128: the runs' order made the difference).
+    samples = [sample(64, before_ms), sample(128, 16.0)]
+    checks = [sample(64, 16.0), sample(128, 16.0)]
+    made = Recommendation(128, 8000.0, True, "the knee", 4000.0, TIMED_IN_TURN)
+    kept = in_both_orders(made, 64, samples, checks)
+    if stands:
+        assert kept is made
+    else:
+        assert kept.batch_size is None
+        assert "no faster than yours timed before it" in kept.reason and "their order decides" in kept.reason
 
 
 @pytest.mark.slow
@@ -71,6 +152,8 @@ def test_the_command_line_sets_the_batch_size_and_no_literal_is_offered(project)
     assert doc["batch_size"] == 16
     assert doc["batch_size_location"] is None
     assert any("the command line sets it (`--batch-size 16`)" in w for w in doc["warnings"])
+    # Other batch sizes are set where the command line sets it, in the arguments of their runs.
+    assert {8, 16, 32} <= {s["batch_size"] for s in doc["models"]["samples"]}
 
 
 @pytest.mark.slow
@@ -110,6 +193,9 @@ def test_accumulation_a_grad_scaler_and_an_evaluation_every_fifth_step(project, 
     assert "whole cycles of 5" in differing and doc["attribution"]["recorded_iterations"] == 5
     assert line_of(doc, "train_features.py", marked_line(script, "# EVAL"))["forward_ms"] > 0
     assert line_of(doc, "train_features.py", marked_line(script, "# STEP"))["step_ms"] > 0
+    # Each other batch size's run accumulates four micro-batches too, and is measured in cycles of 5.
+    samples = doc["models"]["samples"]
+    assert len(samples) >= 2 and {s["micro_batches"] for s in samples} == {4}
 
 
 def child_processes() -> set[int]:
@@ -179,9 +265,11 @@ def test_a_batch_size_asked_for_is_set_at_the_scripts_literal_in_memory(project)
     assert f"Batch size 16 was set at train.py:{location['line']} for this analysis, in memory" in " ".join(
         doc["warnings"]
     )
-    # Where the command line sets it, no literal is the batch size's: it is changed there.
-    with pytest.raises(EntryPointError, match=r"the command line sets it \(`--batch-size 8`\)"):
-        analysed_script(project, "--batch-size", "8", batch_size=16)
+    # Where the command line sets it, it is set there, in the arguments; never written to a file.
+    doc = analysed_script(project, "--batch-size", "8", batch_size=16, predict=False)
+    assert doc["batch_size"] == 16 and train.read_bytes() == text
+    with pytest.raises(EntryPointError, match=r"the command line sets it \(`--batch-size 8`\); change it there"):
+        analysed_script(project, "--batch-size", "8", batch_size=16, write_batch_size=True)
 
 
 def test_a_file_with_any_provider_is_an_entry_point():

@@ -472,7 +472,7 @@ def test_on_a_gpu_the_slowdown_while_recorded_is_the_hosts_launch_in_each_span()
 
 def test_the_breakdowns_warnings_say_what_to_do():
     from skyline_engine.analysis.breakdown_notes import breakdown_notes
-    from skyline_engine.analysis.session import ONE_SAMPLE
+    from skyline_engine.analysis.fitting import ONE_SAMPLE
 
     distorted = Breakdown(
         [], OperationNode("iteration", "", "module"), [], [], Untracked(7.0, 0), Attribution(3, 3.0, 3.0, 0.3, 0.5)

@@ -91,7 +91,8 @@ function M.literal_value(buf)
 end
 
 -- The entry point's buffer (loaded if needed) and its literal, or nil and a message. A training
--- script's literal is set without models: nothing is predicted, the re-profile measures it.
+-- script's literal is set even where its profile has no models (its batch size could not be
+-- changed in memory, say): nothing is predicted then, the re-profile measures it.
 local function target()
   if not state.models then
     if state.running then
@@ -156,7 +157,7 @@ function M.show_hint()
   end
   if not shown then
     if not state.models and state.batch_size ~= document.batch_size then
-      -- A training script: nothing predicted, the re-profile measures the new batch size.
+      -- A training script without models: nothing predicted, the re-profile measures the new batch size.
       require('skyline.highlights').setup()
       vim.api.nvim_buf_set_extmark(buf, M.ns, found.row, 0, {
         virt_text = { { string.format('measuring %d…', state.batch_size), 'SkylineBatch' } },
@@ -242,7 +243,7 @@ end
 local function changed_to(value)
   state.batch_size = value
   state.prediction = models.at(state.models, value)
-  if state.prediction then -- none for a training script: measured, not predicted
+  if state.prediction then -- none for a training script without models: measured, not predicted
     warn_if_unreliable(state.prediction)
   end
   M.show_hint()
@@ -350,7 +351,8 @@ end
 local function parse(arg, current)
   if arg == 'max' then
     if not state.models then
-      return nil, 'max is what the batch-size models predict to fit, and a training script is measured, not predicted'
+      local why = state.document and state.document.models_withheld or 'the last profile has none'
+      return nil, 'max is what the batch-size models predict to fit, and there are none: ' .. why
     end
     local max = state.models.max_batch_size
     if max == nil then

@@ -92,6 +92,7 @@
 ---@field measured boolean
 ---@field reason string clauses separated by `; `
 ---@field users_samples_per_second number? the user's batch size, timed in the same rounds
+---@field timed string? how the two were compared: `timed beside it`, or a script's `timed in runs before and after it`
 
 --- A least-squares line: `models.run_time_ms` (and the base of `models.peak_memory_bytes`).
 ---@class skyline.FittedLine

@@ -74,7 +74,7 @@ function M.status()
   local shown, mark = measured, ''
   if state.batch_size ~= measured.batch_size then
     if not state.prediction then
-      -- A training script's new batch size: nothing is predicted, the re-profile measures it (the
+      -- A new batch size nothing predicts (a training script without models): the re-profile measures it (the
       -- figures of the one measured would read as this one's).
       return string.format('skyline b=%d measuring', state.batch_size)
     end

@@ -47,7 +47,8 @@ function M.summary(advice, yours)
   local compared = M.compared(advice)
   if compared then
     local whose = yours and string.format('yours (%s)', format.integer(yours)) or 'yours'
-    text = text .. string.format(', %s %s timed beside it', compared, whose)
+    -- `timed`: absent from documents before the field, whose comparisons were all side by side.
+    text = text .. string.format(', %s %s %s', compared, whose, advice.timed or 'timed beside it')
   end
   return text
 end

@@ -108,6 +108,7 @@ class RecommendationDict(TypedDict):
     measured: bool
     reason: str
     users_samples_per_second: float | None
+    timed: str
 
 
 class ModelsDict(TypedDict):

@@ -39,8 +39,11 @@ class Probing:
         progress: Progress,
         user_batch_size: int,
         users_memory: MemoryProfile,
+        measure_memory_only: MeasureMemory | None = None,
     ) -> None:
         self.measure_memory = measure_memory
+        # What measures a batch size for the memory model alone (a script's runs time the others too).
+        self.measure_memory_only = measure_memory_only or measure_memory
         self.usable = usable_memory_bytes
         self.progress = progress
         self.user_batch_size = user_batch_size
@@ -131,7 +134,7 @@ class Probing:
         if self._beyond_a_failure(batch_size):
             return False
         try:
-            self.memory_only[batch_size] = self.measure_memory(batch_size)
+            self.memory_only[batch_size] = self.measure_memory_only(batch_size)
             return True
         except OutOfMemoryAtBatchSize:
             self.notes.append(

@@ -2,30 +2,41 @@
 
 run the script up to its first optimizer step (its setup: the model, the data, where parameters
 are created) → one whole iteration, seeing which module it trains and with how many samples → the
-measurement sequence on the script's own iterations (analysis/sequence.py) → stop the script → the
-document
+measurement sequence on the script's own iterations (analysis/sequence.py) → stop the script →
+other batch sizes, each in a run of the script of its own with its batch size changed in memory,
+the models and the confirming runs (analysis/script_sizes.py) → the document
 
 The iterations are the script's, from one optimizer step to the next, its data loading included
-(measure/script_run.py). Other batch sizes are not measured yet (that needs the script run again
-with its batch size changed in memory), so the document has no models and says why.
+(measure/script_run.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
-from skyline_engine.analysis.sequence import IterationSource, measure_batch_size
+from skyline_engine.analysis.fitting import NOT_ASKED
+from skyline_engine.analysis.script_sizes import (
+    ScriptBatchSizes,
+    ScriptPredictions,
+    ScriptTarget,
+    UsersIteration,
+    backward_passes,
+    predict_script_sizes,
+)
+from skyline_engine.analysis.script_source import ScriptSource
+from skyline_engine.analysis.sequence import BatchSizeMeasurement, measure_batch_size
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
-from skyline_engine.attribute.memory_growth import MemoryGrowth
+from skyline_engine.attribute.memory_growth import GROWING_MEMORY
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.batch_size import BatchSizeLocation
 from skyline_engine.entry.rewrite import set_script_batch_size
@@ -33,78 +44,58 @@ from skyline_engine.entry.script import TrainingScript, load_training_script
 from skyline_engine.entry.script_batch_size import ScriptBatchSize, find_script_batch_size
 from skyline_engine.entry.user_output import first_lines_of_user_output
 from skyline_engine.errors import EntryPointError
-from skyline_engine.measure.device import describe_device, torch_version
+from skyline_engine.measure.device import DeviceInfo, describe_device, torch_version
 from skyline_engine.measure.iteration import Sample
-from skyline_engine.measure.memory import LiveTensors
 from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_model import OutermostCalls, watching_outermost_calls
 from skyline_engine.measure.script_run import STEP_TIMEOUT_S, ScriptRun
-from skyline_engine.measure.timing import Clock, TimingBudget, TimingStats, clock_for, measure_iteration_time
-from skyline_engine.measure.work_per_call import CallWork, WorkPerCall, cycle_fits, find_cycle
+from skyline_engine.measure.timing import TimingBudget, clock_for
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
 
-SCRIPT_MODELS_WITHHELD = (
-    "A training script is measured at its own batch size only: other batch sizes (the script run again with "
-    "the value changed) are not measured yet, so nothing is predicted. For predictions, profile an entry point "
-    "(docs/entry-points.md)."
-)
+
+@dataclass(frozen=True)
+class _UsersRun:
+    """The user's batch size, measured in the first run of the script, which has ended: plain data
+    and none of the run's objects (its model alive would count in the memory of the next runs)."""
+
+    script: TrainingScript
+    device: torch.device
+    info: DeviceInfo
+    found: ScriptBatchSize
+    measured: BatchSizeMeasurement
+    iteration: UsersIteration
+    warnings: list[str]
+
+    def document(self, **parts: Any) -> AnalysisDocument:
+        """The document of the user's batch size's breakdown, with `parts` (samples, models, warnings…)."""
+        measured = self.measured
+        return _script_document(
+            self.script,
+            self.info,
+            self.found,
+            measured.sample.batch_size,
+            breakdown=measured.breakdown,
+            memory_growth=measured.growth,
+            **parts,
+        )
 
 
-class ScriptSource(IterationSource):
-    """The iterations of a running script at its own batch size: each from one optimizer step to
-    the next. Where they differ in a cycle (an evaluation every few steps: more passes through the
-    model), they are measured in whole cycles, as an entry point's calls are
-    (measure/work_per_call.py); the passes are counted by a forward hook on the model, removed by
-    `close`."""
-
-    def __init__(
-        self, run: ScriptRun, model: torch.nn.Module, batch_size: int, clock: Clock, budget: TimingBudget
-    ) -> None:
-        self.run = run
-        self.batch_size = batch_size
-        self.clock = clock
-        self.budget = budget
-        self.live_tensors = LiveTensors()
-        self.work = WorkPerCall()
-        self.cycle = 1
-        self._iterations = 0  # of the script, from the first measured on
-        self._cycle_end = 0
-        self._forwards = 0
-        self._hook = model.register_forward_hook(self._ran_model)
-
-    def close(self) -> None:
-        self._hook.remove()
-
-    def warm_up(self) -> float:
-        for _ in range(self.budget.warmup_iterations - 1):
-            self.run_recorded()
-        return self.clock.time_ms(self.run_recorded)
-
-    def run_recorded(self) -> None:
-        forwards = self._forwards
-        self.run.iteration()
-        self._iterations += 1
-        self.work.add(CallWork(1, self._forwards - forwards), self._iterations)
-
-    def time(self) -> TimingStats:
-        return measure_iteration_time(self.run_recorded, self.clock, self.budget, cycle=self.cycle)
-
-    def measure_in_cycles(self, run_time_ms: float) -> int | None:
-        cycle = find_cycle(self.work, self.run_recorded, run_time_ms)
-        if not cycle_fits(cycle, run_time_ms):
-            return None
-        self.cycle = cycle
-        self._cycle_end = self.work.last_cycle_end() or self._iterations
-        return cycle
-
-    def align_to_cycle(self) -> None:
-        while (self._iterations - self._cycle_end) % self.cycle:
-            self.run_recorded()
-
-    def _ran_model(self, module: torch.nn.Module, args: object, output: object) -> None:
-        self._forwards += 1
+def _script_document(
+    script: TrainingScript, info: DeviceInfo, found: ScriptBatchSize, batch_size: int, **parts: Any
+) -> AnalysisDocument:
+    return build_document(
+        project_root=str(script.files.root),
+        entry_point=script.relative_path,
+        torch_version=torch_version(),
+        device=info,
+        batch_size=batch_size,
+        batch_size_location=found.location,
+        runtime_changes=runtime_changes(os.environ, False),
+        script=True,
+        **parts,
+    )
 
 
 def analyze_script(
@@ -118,16 +109,95 @@ def analyze_script(
     step_timeout_s: float | None = None,
     timeline: bool = False,
     memory_capacity_bytes: int | None = None,
+    predict: bool = True,
     progress: Progress,
     partial: Partial | None = None,
 ) -> AnalysisDocument:
     """The document of the training script at `path`, run with `script_args` and, where given, its
-    batch-size literal set to `batch_size` in memory (and written to the file with
-    `write_batch_size`, once the model showed it is its batch size); stopped where it runs when it
-    does not step within `step_timeout_s` (None: measure/script_run.py's default)."""
+    batch size set to `batch_size` in memory (and written to the file with `write_batch_size`,
+    once the model showed the literal is its batch size); stopped where it runs when it does not
+    step within `step_timeout_s` (None: measure/script_run.py's default). With `predict`, other
+    batch sizes are measured in runs of their own and the models fitted."""
+    timeout_s = step_timeout_s or STEP_TIMEOUT_S
     script = load_training_script(path, project_root, script_args, batch_size)
+    if write_batch_size and script.literal_set is None:
+        _cannot_write(script, script_args)
+    with first_lines_of_user_output() as output:
+        users = _users_batch_size(
+            script, request_budget, timeout_s, timeline, memory_capacity_bytes, write_batch_size, progress, partial
+        )
+        target = ScriptTarget(path, project_root, tuple(script_args), timeout_s)
+        predictions = _predictions(users, target, request_budget, predict, progress, partial)
+    result = users.document(
+        samples=predictions.samples,
+        models=predictions.models,
+        warnings=users.warnings + predictions.notes,
+        memory_only=predictions.memory_only,
+        models_withheld=predictions.models_withheld,
+        checks=predictions.checks,
+        recommendation=predictions.recommendation,
+        iteration=users.measured.sample,
+    )
+    progress("done", 1.0)
+    return with_output_note(result, output)
+
+
+def _predictions(
+    users: _UsersRun,
+    target: ScriptTarget,
+    budget: TimingBudget,
+    predict: bool,
+    progress: Progress,
+    partial: Partial | None,
+) -> ScriptPredictions:
+    """The models of the script's batch sizes, or why there are none."""
+    sample, growth = users.measured.sample, users.measured.growth
+    if not predict:
+        return ScriptPredictions([sample], None, NOT_ASKED)
+    if growth is not None and growth.skews_peaks(sample.peak_memory_bytes):
+        return ScriptPredictions([sample], None, GROWING_MEMORY)
+    unchangeable = _why_unchangeable(users.found)
+    if unchangeable is not None:
+        return ScriptPredictions([sample], None, unchangeable)
+    if partial is not None:  # the user's batch size, timed in full, before the other runs
+        partial(users.document(samples=[sample], models=None, warnings=users.warnings))
+    sizes = ScriptBatchSizes(target, users.iteration, users.device, budget, progress)
+    return predict_script_sizes(sizes, sample, users.info, budget, progress)
+
+
+def _why_unchangeable(found: ScriptBatchSize) -> str | None:
+    """Why other batch sizes cannot be measured: no literal or option that sets the batch size."""
+    if found.from_arguments is not None or (found.location is not None and found.location.editable):
+        return None
+    why = found.reason or (found.location.reason if found.location else None) or "no literal was found"
+    return (
+        f"Nothing is predicted: other batch sizes are measured by running the script again with its batch size "
+        f"changed where it is set, and {why}."
+    )
+
+
+def _cannot_write(script: TrainingScript, script_args: tuple[str, ...]) -> None:
+    """--set-batch-size where the command line sets the batch size: it is changed there."""
+    given = find_script_batch_size(script.source, script.relative_path, tuple(script_args), None)
+    raise EntryPointError(
+        f"Cannot set the batch size in {script.relative_path}: {given.reason}; change it there.",
+        path=script.relative_path,
+    )
+
+
+def _users_batch_size(
+    script: TrainingScript,
+    budget: TimingBudget,
+    timeout_s: float,
+    timeline: bool,
+    memory_capacity_bytes: int | None,
+    write_batch_size: bool,
+    progress: Progress,
+    partial: Partial | None,
+) -> _UsersRun:
+    """The first run of the script, at the user's batch size: measured, broken down and stopped."""
     creation = CreationSites(CallSites(script.files))
-    with first_lines_of_user_output() as output, ScriptRun(script, step_timeout_s or STEP_TIMEOUT_S) as run:
+    with ScriptRun(script, timeout_s) as run:
         progress(f"running {script.relative_path} up to its first optimizer step", 0.0)
         with creation.finding_optimizers(script.relative_path):
             with creation.recording_modules():  # where each parameter is created: its line's memory
@@ -135,50 +205,45 @@ def analyze_script(
             with watching_outermost_calls() as calls:
                 run.iteration()  # a whole iteration, from one step to the next
             model, batch_size = _trained_model(script, calls, run)
-            _check_literal_set(script, batch_size)
+            _check_batch_size_set(script, batch_size)
             written = write_batch_size and script.literal_set is not None
             if written:
-                set_script_batch_size(path, project_root, batch_size, script.argv)
+                set_script_batch_size(script.path, Path(script.files.root), batch_size, script.argv)
             device = next(model.parameters()).device
             info = describe_device(device, memory_capacity_bytes)
             found = find_script_batch_size(script.source, script.relative_path, script.argv, batch_size)
-            source = ScriptSource(run, model, batch_size, clock_for(device), request_budget)
+            source = ScriptSource(run, model, batch_size, clock_for(device), budget)
+            notes = _batch_size_notes(found, batch_size, None if written else script.literal_set)
 
-            def document(
-                sample: Sample, breakdown: Breakdown, warnings: list[str], growth: MemoryGrowth | None = None
-            ) -> AnalysisDocument:
-                return build_document(
-                    project_root=str(script.files.root),
-                    entry_point=script.relative_path,
-                    torch_version=torch_version(),
-                    device=info,
-                    batch_size=batch_size,
-                    samples=[sample],
-                    breakdown=breakdown,
-                    models=None,
-                    batch_size_location=found.location,
-                    warnings=warnings,
-                    models_withheld=SCRIPT_MODELS_WITHHELD,
-                    memory_growth=growth,
-                    runtime_changes=runtime_changes(os.environ, False),
-                    script=True,
-                )
+            def first(sample: Sample, breakdown: Breakdown) -> None:
+                if partial is not None:
+                    partial(
+                        _script_document(
+                            script,
+                            info,
+                            found,
+                            batch_size,
+                            samples=[sample],
+                            breakdown=breakdown,
+                            models=None,
+                            warnings=notes,
+                        )
+                    )
 
             progress(f"measuring batch size {batch_size}", 0.1)
-            notes = _batch_size_notes(found, batch_size, None if written else script.literal_set)
-            with source.live_tensors.frozen(), contextlib.closing(source):
+            with source.live_tensors.frozen(), contextlib.closing(source), backward_passes(model) as passes:
                 measured = measure_batch_size(
                     source,
                     IterationRecording(creation, model, device, calls.others(model)),
                     timeline=timeline,
-                    on_first=None if partial is None else lambda s, b: partial(document(s, b, notes)),
+                    on_first=first,
                 )
     growth = measured.growth
     differing = source.work.script_warning(measured.breakdown.attribution.recorded_iterations)
     warnings = ([differing] if differing else []) + notes + ([growth.warning()] if growth else [])
-    result = document(measured.sample, measured.breakdown, warnings, growth)
-    progress("done", 1.0)
-    return with_output_note(result, output)
+    sample = measured.sample
+    iteration = UsersIteration(batch_size, sample.micro_batches, passes() / source.iterations, source.cycle)
+    return _UsersRun(script, device, info, found, measured, iteration, warnings)
 
 
 def _trained_model(script: TrainingScript, calls: OutermostCalls, run: ScriptRun) -> tuple[torch.nn.Module, int]:
@@ -200,16 +265,16 @@ def _trained_model(script: TrainingScript, calls: OutermostCalls, run: ScriptRun
     return model, batch_size
 
 
-def _check_literal_set(script: TrainingScript, batch_size: int) -> None:
-    """That the literal set in memory is the one the model's batch size comes from: a literal found
-    by its kind alone may be another loader's (an evaluation's `batch_size=256`)."""
+def _check_batch_size_set(script: TrainingScript, batch_size: int) -> None:
+    """That the batch size set in memory is the model's: a literal found by its kind alone may be
+    another loader's (an evaluation's `batch_size=256`)."""
     literal, set_to = script.literal_set, script.batch_size_set
-    if literal is not None and set_to != batch_size:
+    if set_to is not None and set_to != batch_size:
         raise EntryPointError(
-            f"Batch size {set_to} was set at {literal.path}:{literal.line}, but the model got batches of "
-            f"{batch_size}: that literal is not the batch size this script trains with.",
-            path=literal.path,
-            line=literal.line,
+            f"Batch size {set_to} was set at {script.where_set()}, but the model got batches of {batch_size}: "
+            "that is not the batch size this script trains with.",
+            path=literal.path if literal else script.relative_path,
+            line=literal.line if literal else None,
             hint="Change the batch size where the script sets it for training, or give its option after `--`.",
         )
 

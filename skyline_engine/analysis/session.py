@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
+from skyline_engine.analysis.fitting import NOT_ASKED, ONE_SAMPLE, busy_machine_note, fit_models
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script import analyze_script
 from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
@@ -55,15 +56,6 @@ from skyline_engine.predict.recommendation import (
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
-
-ONE_SAMPLE = (
-    "Only one batch size could be measured, so nothing is predicted: lower the batch size (--batch-size) so "
-    "that half and twice it can be measured too."
-)
-NOT_ASKED = "The analysis was asked for the breakdown alone, without predictions."
-
-# From this share of the CPUs kept busy by other processes while timing, a warning says so.
-BUSY_MACHINE = 0.25
 
 
 def no_progress(phase: str, fraction: float) -> None:
@@ -153,6 +145,7 @@ def _analyze_script(
         step_timeout_s=request.step_timeout_s,
         timeline=request.timeline,
         memory_capacity_bytes=request.memory_capacity_bytes,
+        predict=request.predict,
         progress=progress,
         partial=partial,
     )
@@ -247,7 +240,7 @@ class _Analysis:
                 )
             self.progress("fitting the batch-size models", 0.9)
             memory = {**probing.memory, **probing.memory_only}
-            models = _fit_models(samples, memory, self.device, probing.failing, self.batch_size)
+            models = fit_models(samples, memory, self.device, probing.failing, self.batch_size)
             confirmed = self._confirm(runner, models, samples, probing) if models else Confirmed(models)
         models = confirmed.models
         warnings = (
@@ -429,14 +422,9 @@ class _Analysis:
         samples = [Sample(b, stats[b], memory[b], micro_batches[b]) for b in sizes]
         if users.batch_size not in stats:
             samples.append(dataclasses.replace(users, micro_batches=micro_batches[users.batch_size]))
-        busy = contention.others_share is not None and contention.others_share >= BUSY_MACHINE
+        busy = busy_machine_note(contention, "side by side, so the comparison between them holds better than")
         if busy and not confirming:
-            notes.append(
-                f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were "
-                "timed: iterations ran slower than on a quiet machine and vary more. The batch sizes were timed "
-                "side by side, so the comparison between them holds better than the times themselves; re-run on "
-                "a quiet machine for times to quote."
-            )
+            notes.append(busy)
         return sorted(samples, key=lambda s: s.batch_size), notes
 
     def _users_batch_size(self, runner: IterationRunner, creation: CreationSites) -> BatchSizeMeasurement:
@@ -510,27 +498,6 @@ def _micro_batches(runner: IterationRunner, users: Sample, sizes: list[int]) -> 
     if runner.passes_per_call(users.batch_size) != k:
         return dict.fromkeys(sizes, k)
     return {b: runner.passes_per_call(b) or k for b in sizes}
-
-
-def _fit_models(
-    samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo, failing: list[int], users: int
-) -> BatchSizeModels | None:
-    """The batch-size models of the timed `samples` (`users`: the user's batch size). Where their
-    micro-batches differ (accumulation to a fixed number of samples per step), the run-time line is
-    one micro-batch's, and an iteration runs as many samples as the user's does."""
-    if len(samples) < 2:
-        return None
-    sizes = [s.batch_size for s in samples]
-    if len({s.micro_batches for s in samples}) > 1:
-        user = next((s for s in samples if s.batch_size == users), samples[0])
-        per_step = user.micro_batches * user.batch_size
-        one_micro_batch = [s.run_time_ms / s.micro_batches for s in samples]
-        capacity = device.memory_capacity_bytes
-        return BatchSizeModels.fit(sizes, one_micro_batch, memory, capacity, failing=failing, samples_per_step=per_step)
-    times = [s.run_time_ms for s in samples]
-    return BatchSizeModels.fit(
-        sizes, times, memory, device.memory_capacity_bytes, micro_batches=samples[0].micro_batches, failing=failing
-    )
 
 
 def batch_size_location(entry: EntryPoint) -> BatchSizeLocation | None:

@@ -20,7 +20,7 @@ from types import CodeType
 from skyline_engine.entry.batch_size import BatchSizeLocation, check_new_batch_size, location_span
 from skyline_engine.entry.contract import PROVIDERS
 from skyline_engine.entry.loader import ImportScope, compile_source, read_source
-from skyline_engine.entry.script_batch_size import literal_to_set
+from skyline_engine.entry.script_batch_size import arguments_with_batch_size, literal_to_set
 from skyline_engine.entry.user_frames import ProjectFiles
 
 
@@ -54,11 +54,17 @@ class TrainingScript:
     source: str  # the text that runs, line endings kept
     code: CodeType
     files: ProjectFiles
-    argv: tuple[str, ...]  # the script's arguments, after its name
-    # The batch-size literal the analysis set in memory, as the file has it (its value the file's),
-    # and the value it was set to.
+    argv: tuple[str, ...]  # the script's arguments, after its name (its batch size set there, where it was)
+    # The batch-size literal the analysis set in memory, as the file has it (its value the file's;
+    # None where the batch size was set in the arguments), and the value it was set to.
     literal_set: BatchSizeLocation | None = None
     batch_size_set: int | None = None
+
+    def where_set(self) -> str:
+        """Where `batch_size_set` was set: the literal, or the command line's option."""
+        if self.literal_set is not None:
+            return f"{self.literal_set.path}:{self.literal_set.line}"
+        return "the batch-size option of the script's arguments"
 
     @contextmanager
     def as_main(self) -> Iterator[dict[str, object]]:
@@ -85,17 +91,23 @@ def load_training_script(
     path: Path, project_root: Path, argv: tuple[str, ...] = (), batch_size: int | None = None
 ) -> TrainingScript:
     """The script at `path`, compiled (a syntax error is an `EntryPointError` at its line); with
-    its batch-size literal set to `batch_size` where given, in memory only (the literal
-    `--set-batch-size` would rewrite, entry/script_batch_size.py: an EntryPointError where there
-    is no one such literal). Line numbers stay those of the file."""
+    its batch size set to `batch_size` where given, in memory only: in `argv` where they give the
+    batch-size option, else at the literal `--set-batch-size` would rewrite
+    (entry/script_batch_size.py: an EntryPointError where there is no one such literal). Line
+    numbers stay those of the file."""
     files = ProjectFiles(project_root)
     relative = files.relative(str(path))
     source = read_source(path, relative)
     literal = None
+    argv = tuple(argv)
     if batch_size is not None:
         check_new_batch_size(batch_size)
-        literal = literal_to_set(source, relative, tuple(argv))
-        start, end = location_span(source, literal)
-        source = source[:start] + str(batch_size) + source[end:]
+        arguments = arguments_with_batch_size(source, argv, batch_size)
+        if arguments is not None:
+            argv = arguments
+        else:
+            literal = literal_to_set(source, relative, argv)
+            start, end = location_span(source, literal)
+            source = source[:start] + str(batch_size) + source[end:]
     code = compile_source(source, path, relative)
-    return TrainingScript(path, relative, source, code, files, tuple(argv), literal, batch_size)
+    return TrainingScript(path, relative, source, code, files, argv, literal, batch_size)

@@ -9,7 +9,8 @@ option (`-- --batch-size 64`), the value is the command line's and no literal is
 
 `--set-batch-size` rewrites a script before it runs (and `--batch-size` sets the literal in memory
 for one analysis), so it cannot tell by the value: it takes the first kind of the three that the
-script has, and only where that kind is one literal.
+script has, and only where that kind is one literal. Where the command line gives the option, another
+batch size is set there instead, in the arguments (`arguments_with_batch_size`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,25 @@ def literal_to_set(source: str, path: str, argv: tuple[str, ...]) -> BatchSizeLo
     )
 
 
+def arguments_with_batch_size(source: str, argv: tuple[str, ...], batch_size: int) -> tuple[str, ...] | None:
+    """`argv` with each batch-size option it gives set to `batch_size` (`--batch-size 64` and
+    `--batch-size=64` alike); None where it gives none (or the source does not parse)."""
+    found = _Found.of(source, argv)
+    if found is None or found.given is None:
+        return None
+    names = found.option_names
+    changed = list(argv)
+    for index, argument in enumerate(argv):
+        name, equals, _ = argument.partition("=")
+        if name not in names:
+            continue
+        if equals:
+            changed[index] = f"{name}={batch_size}"
+        elif index + 1 < len(argv):
+            changed[index + 1] = str(batch_size)
+    return tuple(changed)
+
+
 @dataclass(frozen=True)
 class _Found:
     """What a script's source says of its batch size: the option and value the command line gives
@@ -115,6 +135,7 @@ class _Found:
 
     given: tuple[str, int] | None
     kinds: list[tuple[str, list[ast.expr]]]
+    option_names: tuple[str, ...] = ()
 
     @staticmethod
     def of(source: str, argv: tuple[str, ...]) -> _Found | None:
@@ -124,13 +145,15 @@ class _Found:
         except (SyntaxError, ValueError):
             return None
         options = _argparse_options(tree)
+        option_names = tuple(name for names, _ in options for name in names)
         return _Found(
-            given=_from_arguments(argv, [name for names, _ in options for name in names]),
+            given=_from_arguments(argv, list(option_names)),
             kinds=[
                 ("`--batch-size` options", [default for _, default in options]),
                 ("`batch_size=` keywords", _keywords(tree)),
                 ("`BATCH_SIZE` constants", _constants(tree)),
             ],
+            option_names=option_names,
         )
 
 

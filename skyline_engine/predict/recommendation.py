@@ -51,6 +51,11 @@ FALLING_TIMES = 0.05
 # spreads of 11-17 % gave a knee at 467; 105-252 %, a knee at 2,841, and 1,024 measured 9.5×
 # faster than 128 in rounds where 128 ran at a third of its earlier speed.)
 MAX_SPREAD = 0.25
+# How a recommended batch size and the user's were compared (`Recommendation.timed`): in the same
+# interleaved rounds (an entry point's), or in runs one after another, in both orders (a training
+# script's: analysis/script_sizes.py).
+TIMED_BESIDE = "timed beside it"
+TIMED_IN_TURN = "timed in runs before and after it"
 
 NOTHING_FITS = (
     "not even batch size 1 is predicted to fit in the memory planned for; plan for a larger device "
@@ -78,6 +83,8 @@ class Recommendation:
     measured: bool  # `samples_per_second` is a measurement (always, with a batch size)
     reason: str
     users_samples_per_second: float | None = None  # the user's batch size, timed beside it
+    # How the two were compared, as said after "yours (N)": TIMED_BESIDE, or TIMED_IN_TURN.
+    timed: str = TIMED_BESIDE
 
     @classmethod
     def none(cls, reason: str) -> Recommendation:
@@ -90,6 +97,7 @@ class Recommendation:
             "measured": self.measured,
             "reason": self.reason,
             "users_samples_per_second": self.users_samples_per_second,
+            "timed": self.timed,
         }
 
 
@@ -232,7 +240,7 @@ def _worth_timing(models: BatchSizeModels, users: int, batch_size: int, why: str
     rate = models.predict(batch_size).samples_per_second
     yours = _measured_rate(models, users) or models.predict(users).samples_per_second
     if rate is None or not yours or rate < yours * (1 + NOISE_FLOOR):
-        gain = _compared(rate / yours) if rate and yours else "no faster than"
+        gain = compared(rate / yours) if rate and yours else "no faster than"
         return Candidate(
             None,
             f"{batch_size:,} ({what}) is predicted to run {gain} yours: a change must be at least {NOISE_FLOOR:.0%} "
@@ -278,12 +286,14 @@ def recommend(
     samples: Sequence[Sample],
     checks: Sequence[Sample] = (),
     not_timed: Mapping[int, str] | None = None,
+    timed: str = TIMED_BESIDE,
 ) -> Recommendation:
     """The recommendation of the `models` (fitted to `samples`, the user's batch size `users`
     among them), from the `candidate` and what was measured: `checks`, batch sizes timed after
     the models were fitted, in rounds with the user's (which `checks` holds again); `not_timed`,
     why a batch size could not be timed (it ran out of memory, the user's code failed there). The
-    candidate's measurement is compared with the user's from the same rounds."""
+    candidate's measurement is compared with the user's from the same rounds (`timed`: how they
+    were timed, as the reasons say it)."""
     chosen = candidate(models, users)
     batch_size = chosen.batch_size
     if batch_size is None:
@@ -305,13 +315,13 @@ def recommend(
     needed = noise(yours, theirs)
     if gain < 1 + needed:
         return Recommendation.none(
-            f"{batch_size:,}, which the models suggest, ran {_compared(gain)} yours ({users:,}) timed beside it: a "
+            f"{batch_size:,}, which the models suggest, ran {compared(gain)} yours ({users:,}) {timed}: a "
             f"change must be at least {needed:.0%} faster to clear the noise"
         )
-    return Recommendation(batch_size, theirs.samples_per_second, True, chosen.why, yours.samples_per_second)
+    return Recommendation(batch_size, theirs.samples_per_second, True, chosen.why, yours.samples_per_second, timed)
 
 
-def _compared(gain: float) -> str:
+def compared(gain: float) -> str:
     """`only 4% faster than`, `no faster than`, `20% slower than`: a gain too small to act on (or
     `only 2.2× as fast as`, where the noise is more)."""
     if gain >= 2:

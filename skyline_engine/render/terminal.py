@@ -33,6 +33,7 @@ from skyline_engine.analysis.document import (
     PhaseCurveDict,
 )
 from skyline_engine.predict.peak_memory import PeakMemoryModel
+from skyline_engine.predict.recommendation import TIMED_BESIDE
 from skyline_engine.units import bar, format_bytes, format_ms, format_rate
 from skyline_engine.vocabulary import (
     FORWARD_BACKWARD,
@@ -279,7 +280,8 @@ def _advice(doc: DocumentDict) -> str:
     how = "measured" if advice["measured"] else "predicted"
     text = f"use {batch_size:,} for {format_rate(rate, SAMPLES)} ({how})"
     if yours:
-        text += f", {_compared(rate / yours)} yours ({doc['batch_size']:,}) timed beside it"
+        timed = advice.get("timed", TIMED_BESIDE)  # absent from documents before the field
+        text += f", {_compared(rate / yours)} yours ({doc['batch_size']:,}) {timed}"
     return f"{text}\n{_clauses(advice['reason'])}"
 
 

@@ -2,7 +2,6 @@
 evaluation every 5 steps, a `while True` loop and a DataLoader with worker processes."""
 
 import argparse
-import itertools
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +18,12 @@ def evaluate(model, batches):
     return total
 
 
+def forever(loader):
+    # Not itertools.cycle, which keeps every batch it yields: its memory grows through the first epoch.
+    while True:
+        yield from loader
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch-size", type=int, default=32)
@@ -31,7 +36,7 @@ def main():
     model = Classifier()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu")
-    batches = itertools.cycle(loader)
+    batches = forever(loader)
     step = 0
     while True:
         for _ in range(args.accumulate):

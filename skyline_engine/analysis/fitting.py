@@ -1,0 +1,52 @@
+"""What an entry point's analysis and a script's share once their batch sizes are measured: the
+batch-size models fitted to the samples, and the notes on the measurements."""
+
+from __future__ import annotations
+
+from skyline_engine.measure.contention import CpuContention
+from skyline_engine.measure.device import DeviceInfo
+from skyline_engine.measure.iteration import Sample
+from skyline_engine.measure.memory import MemoryProfile
+from skyline_engine.predict.batch_models import BatchSizeModels
+
+ONE_SAMPLE = (
+    "Only one batch size could be measured, so nothing is predicted: lower the batch size (--batch-size) so "
+    "that half and twice it can be measured too."
+)
+NOT_ASKED = "The analysis was asked for the breakdown alone, without predictions."
+# From this share of the CPUs kept busy by other processes while timing, a warning says so.
+BUSY_MACHINE = 0.25
+
+
+def fit_models(
+    samples: list[Sample], memory: dict[int, MemoryProfile], device: DeviceInfo, failing: list[int], users: int
+) -> BatchSizeModels | None:
+    """The batch-size models of the timed `samples` (`users`: the user's batch size). Where their
+    micro-batches differ (accumulation to a fixed number of samples per step), the run-time line is
+    one micro-batch's, and an iteration runs as many samples as the user's does."""
+    if len(samples) < 2:
+        return None
+    sizes = [s.batch_size for s in samples]
+    if len({s.micro_batches for s in samples}) > 1:
+        user = next((s for s in samples if s.batch_size == users), samples[0])
+        per_step = user.micro_batches * user.batch_size
+        one_micro_batch = [s.run_time_ms / s.micro_batches for s in samples]
+        capacity = device.memory_capacity_bytes
+        return BatchSizeModels.fit(sizes, one_micro_batch, memory, capacity, failing=failing, samples_per_step=per_step)
+    times = [s.run_time_ms for s in samples]
+    return BatchSizeModels.fit(
+        sizes, times, memory, device.memory_capacity_bytes, micro_batches=samples[0].micro_batches, failing=failing
+    )
+
+
+def busy_machine_note(contention: CpuContention, compared: str) -> str | None:
+    """The warning that other processes kept the CPUs busy while the batch sizes were timed
+    (`compared`: how they were timed, and how far their comparison holds), or None."""
+    share = contention.others_share
+    if share is None or share < BUSY_MACHINE:
+        return None
+    return (
+        f"Other processes kept {share:.0%} of the CPUs busy while the batch sizes were timed: iterations ran "
+        f"slower than on a quiet machine and vary more. The batch sizes were timed {compared} the times "
+        "themselves; re-run on a quiet machine for times to quote."
+    )
