@@ -23,10 +23,10 @@ local function completion(method)
 end
 
 command('SkylineProfile', 'profile', {
-  nargs = '?',
+  nargs = '*',
   count = 0,
   complete = completion('complete_entry'),
-  desc = 'skyline: profile an entry point (default: this buffer, or the configured one)',
+  desc = 'skyline: profile a training script or an entry point (default: this buffer); script arguments after --',
 })
 command('SkylineStop', 'stop', { nargs = 0, desc = 'skyline: stop the running profile' })
 command('SkylineBreakdown', 'breakdown', { nargs = 0, desc = 'skyline: toggle the breakdown float' })

@@ -9,6 +9,7 @@ function cases.the_defaults_come_from_the_schema()
   eq({
     engine_args = {},
     root_markers = { '.git', 'pyproject.toml', 'setup.py', 'setup.cfg' },
+    script_args = {},
     world_size = 1,
     virt_text_pos = 'eol_right_align',
     costs = 'both',
@@ -30,6 +31,7 @@ function cases.the_defaults_come_from_the_schema()
     'project_root',
     'root_markers',
     'entry_point',
+    'script_args',
     'time_limit_s',
     'memory_capacity',
     'world_size',
@@ -58,6 +60,7 @@ function cases.a_bad_option_is_named_and_changes_nothing()
     { { python = 3 }, 'python: expected string, got number' },
     { { engine_args = '--quick' }, 'engine_args: expected a list of strings, got --quick' },
     { { root_markers = { '.git', 1 } }, 'root_markers: expected a list of strings' },
+    { { script_args = '--epochs 1' }, 'script_args: expected a list of strings, got --epochs 1' },
     { { time_limit_s = 0 }, 'time_limit_s: expected a positive number' },
     { { virt_text_pos = 'inline' }, 'virt_text_pos: expected one of eol, eol_right_align, right_align' },
     { { cost_thresholds = 0.5 }, 'cost_thresholds: expected table, got number' },
@@ -112,6 +115,18 @@ function cases.good_options_merge_over_the_defaults()
   -- Each apply starts from the defaults: options of an earlier setup() do not linger.
   eq(nil, config.get().device)
   eq({ true, {} }, { config.apply() })
+end
+
+function cases.profile_arguments_split_at_the_first_double_dash()
+  local split = require('skyline.commands').split_profile_args
+  eq({ nil, nil }, { split({}) }, 'nothing: this buffer, the last arguments')
+  eq({ 'train.py', nil }, { split({ 'train.py' }) }, 'a file')
+  eq({ nil, { '--epochs', '1' } }, { split({ '--', '--epochs', '1' }) }, 'arguments for this buffer')
+  eq({ 'train.py', { '--x', '--', 'y' } }, { split({ 'train.py', '--', '--x', '--', 'y' }) }, 'the first -- splits')
+  eq({ nil, {} }, { split({ '--' }) }, 'an empty list: no arguments, not the last ones')
+  local entry, why = split({ 'train.py', '--epochs', '1' })
+  eq(false, entry, 'two files, or arguments without --')
+  units.holds(why, 'its own arguments go after `--`')
 end
 
 return cases

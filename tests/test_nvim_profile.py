@@ -250,6 +250,24 @@ def test_a_training_scripts_buffer_is_profiled_as_the_script(nvim, scripts_proje
     assert_no_traceback(nvim)
 
 
+def test_a_scripts_own_arguments_follow_double_dash_and_stay_for_its_re_profiles(nvim, scripts_project):
+    # `:SkylineProfile -- ARGS` runs the buffer's script as `python train.py ARGS` would; a plain
+    # :SkylineProfile of the same script keeps them; `--` alone clears them.
+    project = scripts_project
+    nvim.command(f"edit {project}/train.py")
+    checkpoint = project / "elsewhere.pt"
+    profile(nvim, f"SkylineProfile -- --batch-size 16 --checkpoint {checkpoint}")
+    doc = document(nvim)
+    assert doc["batch_size"] == 16 and doc.get("batch_size_location") is None  # the command line sets it
+    assert {8, 16, 32} <= {s["batch_size"] for s in doc["models"]["samples"]}  # set in their runs' arguments
+    profile(nvim)
+    assert document(nvim)["batch_size"] == 16
+    profile(nvim, "SkylineProfile --")
+    assert document(nvim)["batch_size"] == 64  # the option's default, in the file
+    assert not checkpoint.exists() and not (project / "checkpoint.pt").exists()
+    assert_no_traceback(nvim)
+
+
 TYPO = """import torch
 
 

@@ -35,6 +35,10 @@ ACCEPTED = [
     (methods.ANALYZE, "time_limit_s", 9_999_999.5, 9_999_999.5),
     (methods.ANALYZE, "memory_capacity_bytes", 1, 1),
     (methods.ANALYZE, "memory_capacity_bytes", 2**62 - 1, 2**62 - 1),
+    (methods.ANALYZE, "script_args", [], ()),
+    (methods.ANALYZE, "script_args", ["--epochs", "1", ""], ("--epochs", "1", "")),
+    (methods.ANALYZE, "script_args", ["a"] * 1000, ("a",) * 1000),
+    (methods.ANALYZE, "script_args", ["é" * (PATH_LIMIT // 2)], ("é" * (PATH_LIMIT // 2),)),
 ]
 
 INTEGER = "an integer"
@@ -44,6 +48,7 @@ BATCH = "an integer from 1 to 2147483647"
 WORLD = "an integer from 1 to 64"
 SECONDS = "a positive number of seconds"
 BYTES = "a positive number of bytes"
+ARGUMENTS = "a list of at most 1000 strings without NUL characters, each at most 4096 bytes"
 
 # (method's parameters, parameter, value refused, what the message says it must be, how it names the value)
 REFUSED = [
@@ -77,6 +82,11 @@ REFUSED = [
     (methods.ANALYZE, "memory_capacity_bytes", 2**62, BYTES, str(2**62)),
     (methods.ANALYZE, "memory_capacity_bytes", True, BYTES, "a boolean"),
     (methods.ANALYZE, "memory_capacity_bytes", 1.5e9, BYTES, "1500000000.0"),
+    (methods.ANALYZE, "script_args", "--epochs 1", ARGUMENTS, "'--epochs 1'"),
+    (methods.ANALYZE, "script_args", ["--epochs", 1], ARGUMENTS, "an array"),
+    (methods.ANALYZE, "script_args", ["a\0b"], ARGUMENTS, "an array"),
+    (methods.ANALYZE, "script_args", ["a"] * 1001, ARGUMENTS, "an array"),
+    (methods.ANALYZE, "script_args", ["a" * (PATH_LIMIT + 1)], ARGUMENTS, "an array"),
 ]
 
 REQUIRED = {"entry_point": "entry_point.py", "protocol_version": 1, "batch_size": 8, "analysis_id": 1}
@@ -134,4 +144,5 @@ def test_optional_parameters_left_out_or_nil_are_absent_and_unknown_ones_ignored
         "time_limit_s": None,
         "memory_capacity_bytes": None,
         "world_size": None,
+        "script_args": None,
     }

@@ -18,14 +18,41 @@ function M.world_size(count)
   return require('skyline.config').get().world_size
 end
 
---- :[N]SkylineProfile [entry]: N data-parallel ranks (default: the `world_size` option).
+--- The entry (or nil) and the script arguments (nil without `--`) of `:SkylineProfile [entry] [-- args]`,
+--- or nil and why not.
+---@param fargs string[]
+---@return string|false|nil entry, string[]|string|nil script_args
+function M.split_profile_args(fargs)
+  local dashes = nil
+  for i, arg in ipairs(fargs) do
+    if arg == '--' then
+      dashes = i
+      break
+    end
+  end
+  local before = dashes and vim.list_slice(fargs, 1, dashes - 1) or fargs
+  if #before > 1 then
+    return false,
+      'name one entry point or script; its own arguments go after `--`: :SkylineProfile train.py -- --epochs 1'
+  end
+  return before[1], dashes and vim.list_slice(fargs, dashes + 1) or nil
+end
+
+--- :[N]SkylineProfile [entry] [-- args]: N data-parallel ranks (default: the `world_size` option);
+--- a training script's own arguments after `--` (default: the last profile's of that script, else
+--- the `script_args` option).
 function M.profile(args)
-  local entry, why, instead = project.resolve_entry(args.args, state.request and state.request.entry)
+  local arg, script_args = M.split_profile_args(args.fargs)
+  if arg == false then
+    util.error(script_args)
+    return
+  end
+  local entry, why, instead = project.resolve_entry(arg, state.request and state.request.entry)
   if not entry then
     util.error(why)
     return
   end
-  profile.start(entry, { world_size = M.world_size(args.count), instead = instead })
+  profile.start(entry, { world_size = M.world_size(args.count), instead = instead, script_args = script_args })
 end
 
 function M.stop()

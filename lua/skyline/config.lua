@@ -92,6 +92,12 @@ M.schema = {
     description = 'Profiled when :SkylineProfile has no argument and the current buffer is not an entry point.',
   },
   {
+    name = 'script_args',
+    default = {},
+    validator = string_list,
+    description = "A training script's own arguments (its sys.argv[1:]) when :SkylineProfile gives none after `--`.",
+  },
+  {
     name = 'time_limit_s',
     default = nil,
     validator = positive_number,

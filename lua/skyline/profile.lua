@@ -186,11 +186,14 @@ local last_failure = nil
 
 --- Profiles the entry point `entry` (an absolute path). opts: batch_size (else the entry
 --- buffer's literal, else the file's default), world_size (else the current request's, so that a
---- re-profile keeps the count of :[N]SkylineProfile, else the option), quiet (no "profiling…"
+--- re-profile keeps the count of :[N]SkylineProfile, else the option), script_args (else the
+--- current request's where it profiled the same file, else the option), quiet (no "profiling…"
 --- message), instead (why this entry point and not the current buffer, said with that message).
 function M.start(entry, opts)
   opts = opts or {}
   local world_size = opts.world_size or (state.request and state.request.world_size) or config.get().world_size
+  local same_entry = state.request and state.request.entry == entry
+  local script_args = opts.script_args or (same_entry and state.request.script_args) or config.get().script_args
   local root = project.root(entry)
   local relative = project.relative(root, entry)
   if not relative then
@@ -202,6 +205,7 @@ function M.start(entry, opts)
   local batch_size = opts.batch_size or (entry_buf and batch.literal_value(entry_buf))
   local request = begin(entry, root)
   request.world_size = world_size
+  request.script_args = script_args
   state.running = true
   state.progress = { phase = 'starting', fraction = 0 }
   local sent = engine.profile(engine.spec(root), {
@@ -211,6 +215,8 @@ function M.start(entry, opts)
     time_limit_s = config.get().time_limit_s,
     memory_capacity_bytes = util.parse_size(config.get().memory_capacity),
     world_size = world_size,
+    -- A list, never a dict: an empty Lua table would otherwise reach msgpack as a map.
+    script_args = #script_args > 0 and script_args or nil,
   })
   if not sent then
     state.running, state.progress = false, nil

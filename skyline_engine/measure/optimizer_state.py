@@ -41,7 +41,6 @@ class StepsSeen:
             storages.update(_state_storages(optimizer))
         return sum(storages.values())
 
-
     def history_filling(self) -> bool:
         """Whether an optimizer that keeps a history of a set length (`history_size` in its param
         group: LBFGS's) has not filled it yet. Its state stops growing for a step whose update it

@@ -56,6 +56,7 @@ ANALYZE = [
     p.Param("time_limit_s", p.positive_seconds),
     p.Param("memory_capacity_bytes", p.positive_bytes),
     p.Param("world_size", p.world_size),
+    p.Param("script_args", p.script_arguments),
 ]
 PREDICT = [p.Param("batch_size", p.batch_size, required=True)]
 CANCEL = [p.Param("analysis_id", p.integer, required=True)]
@@ -217,6 +218,7 @@ class Dispatcher:
             "batch_size": args["batch_size"],
             "memory_capacity_bytes": args["memory_capacity_bytes"],
             "world_size": args["world_size"] or 1,
+            "script_args": list(args["script_args"] or ()),
         }
         analyses.start(request, args["time_limit_s"], respond)
         return RESPONDED

@@ -15,6 +15,8 @@ from skyline_engine.service.protocol import INVALID_PARAMS, RpcError, describe_v
 MAX_BATCH_SIZE = (1 << 31) - 1
 # The most data-parallel ranks an analysis may run; lua/skyline/config.lua checks only that it is >= 1.
 MAX_WORLD_SIZE = 64
+# A training script's arguments: as many as a command line holds, each as long as a path.
+MAX_SCRIPT_ARGUMENTS = 1000
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,18 @@ def world_size(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORLD_SIZE:
         raise ValueError(f"an integer from 1 to {MAX_WORLD_SIZE}")
     return value
+
+
+def script_arguments(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > MAX_SCRIPT_ARGUMENTS or not all(map(_argument, value)):
+        raise ValueError(
+            f"a list of at most {MAX_SCRIPT_ARGUMENTS} strings without NUL characters, each at most 4096 bytes"
+        )
+    return tuple(value)
+
+
+def _argument(value: Any) -> bool:
+    return isinstance(value, str) and "\0" not in value and len(value.encode("utf-8", "surrogatepass")) <= 4096
 
 
 def positive_bytes(value: Any) -> int:

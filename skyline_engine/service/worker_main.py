@@ -202,6 +202,7 @@ def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> DocumentDi
         batch_size=job.get("batch_size"),
         memory_capacity_bytes=job.get("memory_capacity_bytes"),
         world_size=job.get("world_size") or 1,
+        script_args=tuple(job.get("script_args") or ()),
         device=job.get("device", "auto"),
         budget=dataclasses.replace(TimingBudget(), **job.get("budget", {})),
         memory_limit_source="--worker-memory-limit" if limited else "inherited by the worker",

@@ -33,7 +33,7 @@ class SkylinePlugin:
 
     @pynvim.function("SkylineRpcProfile", sync=False)
     def profile(self, args: list[Any]) -> None:
-        """args: [engine spec, request {request, entry_point, batch_size?, time_limit_s?}]."""
+        """args: [engine spec, request {request, entry_point, batch_size?, time_limit_s?, script_args?, …}]."""
         spec, request = args
         self.hub.analyze(spec, request)
 

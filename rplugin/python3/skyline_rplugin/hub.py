@@ -15,7 +15,7 @@ from typing import Any
 from .connection import EngineConnection
 from .wire import Emit, Spec
 
-ANALYZE_PARAMS = ("entry_point", "batch_size", "time_limit_s", "memory_capacity_bytes", "world_size")
+ANALYZE_PARAMS = ("entry_point", "batch_size", "time_limit_s", "memory_capacity_bytes", "world_size", "script_args")
 
 
 class EngineHub:
