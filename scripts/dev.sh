@@ -21,9 +21,9 @@ setup() {
     return
   fi
   # pyproject asks for torch>=2.1; when no torch is importable, pin 2.13.0 first, so that the range
-  # does not pick whatever is newest. pip takes the build PyPI has for the platform, which on Linux
-  # includes CUDA (several GB); install torch into $VENV yourself first to choose another, such as
-  # a CPU build (README.md, "Set-up and the two commands").
+  # does not pick whatever is newest. pip takes the build its index has for the platform: PyPI's
+  # Linux wheel includes CUDA (several GB), an index with CPU builds installs in seconds; install
+  # torch into $VENV yourself first to choose another (README.md, "Set-up and the two commands").
   if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
     echo "skyline: installing torch 2.13.0" >&2
     "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"

@@ -160,3 +160,48 @@ def test_breakdown_is_consistent(tmp_path, case):
     if case == "backward_twice":
         # Both backward passes ran; their work lands on the lines that created the nodes.
         assert call["backward_ms"] > 0
+
+
+BLOCKS = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)  # BLOCK
+        return x.pow(2).mean()
+
+
+def skyline_model_provider():
+    return Net()
+
+
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 16),)
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(x):
+        model(x).backward()
+        optimizer.step()
+
+    return iteration
+"""
+
+
+def test_a_module_list_never_called_itself_stands_where_its_blocks_are_called(tmp_path):
+    # Its row in the float jumps to a line: the one that calls its blocks, not nowhere.
+    doc = analysed(tmp_path, "entry.py", source=BLOCKS, predict=False)
+    (model,) = [c for c in doc["operations"]["children"] if c["name"] == "model"]
+    (blocks,) = [c for c in model["children"] if c["module"] == "model.blocks"]
+    line = {"path": "entry.py", "line": marked_line(BLOCKS, "# BLOCK")}
+    assert blocks["contexts"] == [line]
+    assert all(child["contexts"] == [line] for child in blocks["children"])

@@ -115,9 +115,13 @@ class OperationNode:
         return node
 
     def add_up(self) -> None:
-        """A module's totals: the sums over its children."""
+        """A module's totals: the sums over its children. A module never called itself (a
+        ModuleList, whose blocks the code calls one by one) stands where its first child was
+        called: without a line, its row in the float had no place to jump to."""
         for child in self.children.values():
             child.add_up()
+        if self.kind == "module" and not self.contexts:
+            self.contexts = next((list(c.contexts) for c in self.children.values() if c.contexts), [])
         if self.kind == "module":
             self.forward_ms = sum(c.forward_ms for c in self.children.values())
             self.backward_ms = sum(c.backward_ms for c in self.children.values())
