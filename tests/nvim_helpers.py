@@ -130,6 +130,8 @@ def quit_editor(editor: pynvim.Nvim) -> None:
 
 @pytest.fixture
 def nvim(nvim_session):
+    # Each test reads its own messages' full texts (see `messages`).
+    plugin_log(nvim_session.home).unlink(missing_ok=True)
     editor = attach(nvim_session.argv)
     editor.exec_lua(EVENT_COUNTERS)
     yield editor
@@ -206,8 +208,21 @@ def document(editor) -> dict:
     return editor.exec_lua("return require('skyline.state').document")
 
 
-def messages(editor) -> str:
+def plugin_log(home: Path) -> Path:
+    return home / "state" / "nvim" / "skyline" / "plugin.log"
+
+
+def shown_messages(editor) -> str:
+    """The message history: what the message area showed."""
     return editor.exec_lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+
+
+def messages(editor) -> str:
+    """The message history, then the plugin's log: a message too wide for one line of the message
+    area is shown cut short there (lua/skyline/util.lua) and written whole to the log."""
+    shown = shown_messages(editor)
+    log = editor.exec_lua("return vim.fs.joinpath(require('skyline.util').log_dir(), 'plugin.log')")
+    return shown + "\n" + (Path(log).read_text(encoding="utf-8") if Path(log).exists() else "")
 
 
 def wait_for_message(editor, text: str) -> str:

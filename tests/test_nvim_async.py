@@ -16,6 +16,7 @@ from nvim_helpers import (
     messages,
     profile,
     serving_remotely,
+    shown_messages,
     state,
     wait_for,
     wait_for_done,
@@ -141,7 +142,7 @@ def test_engine_errors_become_diagnostics_at_their_line(nvim, project):
     # diagnostic's. The same failure again from a save (a re-profile nobody asked for while the
     # error stays) says nothing more; a profile the user asks for says it again.
     def said():
-        return [line for line in messages(nvim).splitlines() if "broken on purpose" in line]
+        return [line for line in shown_messages(nvim).splitlines() if "broken on purpose" in line]
 
     shown = said()
     assert len(shown) == 1 and nvim.funcs.strdisplaywidth(shown[0]) < nvim.options["columns"]
@@ -214,7 +215,7 @@ def test_a_remote_engine_needs_the_right_token(nvim, project, remote_engine, tmp
     doc = document(nvim)
     assert doc["project_root"] == str(project)
     assert annotations(nvim, nvim.current.buffer)
-    assert "refused" not in messages(nvim).split("connected to the engine")[-1]
+    assert "refused" not in shown_messages(nvim).split("connected to the engine")[-1]
     nvim.command("SkylineConnect local")
     wait_for_message(nvim, "the next profile uses the local engine")
     assert_no_traceback(nvim)

@@ -121,7 +121,7 @@ def test_profile_refuses_a_buffer_that_is_not_python(nvim, tmp_path):
     notes.write_text("not python\n")
     nvim.command(f"edit {notes}")
     nvim.command("SkylineProfile")
-    wait_for_message(nvim, "the current buffer is not a Python file")
+    wait_for_message(nvim, "not a Python buffer: :SkylineProfile path/to/train.py")
     nvim.command(f"edit {tmp_path / 'helpers.py'}")
     nvim.command("SkylineProfile")
     wait_for_message(nvim, "this buffer neither trains (no optimizer step) nor defines skyline_model_provider")
@@ -210,3 +210,28 @@ def test_the_remote_plugin_imports_neither_torch_nor_the_engine():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_messages_stay_one_line_at_80_columns_and_raise_no_prompt(nvim, tmp_path):
+    # Several messages in one tick, some wider than the room beside 'showcmd' and 'ruler' (68
+    # cells at 80 columns): one line, cut short, its messages whole in the plugin's log.
+    nvim.options["columns"] = 80
+    nvim.command("enew")  # no Python file
+    commands = [
+        "SkylineProfile",
+        "SkylineProfile a.py b.py",
+        "SkylineBatchSize 8",
+        f"SkylineConnect 127.0.0.1:1 {tmp_path}/no/such/token/file/anywhere/at/all",
+    ]
+    nvim.exec_lua("for _, command in ipairs(...) do vim.cmd(command) end", commands)  # in one tick
+    text = wait_for_message(nvim, "cannot read a token from")
+    mode = nvim.api.get_mode()
+    assert mode["mode"] == "n" and not mode["blocking"]  # no hit-enter prompt ('r')
+    shown = nvim.exec_lua("return vim.api.nvim_exec2('messages', {output = true}).output").splitlines()
+    (line,) = [line for line in shown if line.startswith("skyline: ")]
+    assert nvim.funcs.strdisplaywidth(line) < nvim.vvars["echospace"] and line.endswith(" …")
+    assert line.startswith("skyline: not a Python buffer") and "no results yet" not in line  # the first lead
+    # The whole of each, in the log.
+    for whole in ("its own arguments go after `--`", "no results yet", f"{tmp_path}/no/such/token"):
+        assert whole in text
+    assert_no_traceback(nvim)

@@ -6,9 +6,7 @@ local util = require('skyline.util')
 
 local M = {}
 
-function M.log_dir()
-  return vim.fs.joinpath(vim.fn.stdpath('state'), 'skyline')
-end
+M.log_dir = util.log_dir
 
 --- What the remote plugin starts (or connects to) for project `root`. A different spec makes
 --- it replace the engine: one engine serves one project root.

@@ -252,7 +252,7 @@ local function fail(message, kind, rows)
   virtual_text.mark_all_stale(rows or {})
   if message ~= last_failure then
     last_failure = message
-    util.error_line(message)
+    util.error(message)
   end
   fire('SkylineProfileFailed', { message = message, kind = kind })
   redraw_status()

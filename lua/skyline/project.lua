@@ -82,7 +82,7 @@ function M.resolve_entry(arg, last)
     return last, nil, 'the last one: this buffer is no entry point'
   end
   if current == nil or not M.is_python(buf) then
-    return nil, 'the current buffer is not a Python file; name the entry point: :SkylineProfile path/to/entry_point.py'
+    return nil, 'not a Python buffer: :SkylineProfile path/to/train.py'
   end
   return nil,
     string.format(

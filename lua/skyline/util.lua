@@ -1,34 +1,71 @@
 -- Small helpers shared by the modules: messages, trailing-edge debouncing, addresses.
 local M = {}
 
---- A message prefixed with the plugin's name; `level` defaults to INFO. Shown from the main
---- loop: inside an RPC request (the remote plugin delivering an event, any API client) an
---- error message would otherwise become that request's error instead of reaching the user.
-function M.notify(message, level)
-  vim.schedule(function()
-    vim.notify('skyline: ' .. message, level or vim.log.levels.INFO)
+-- Messages asked for in one tick of the main loop, shown together once it ends.
+local pending = {}
+
+-- `text` cut to `room` screen cells, ending in ` …` where it was cut (wide characters take two).
+local function cut(text, room)
+  if vim.fn.strdisplaywidth(text) <= room then
+    return text, false
+  end
+  local shown = vim.fn.strcharpart(text, 0, room - 2) .. ' …'
+  while vim.fn.strdisplaywidth(shown) > room do
+    shown = vim.fn.strcharpart(shown, 0, vim.fn.strchars(shown) - 3) .. ' …'
+  end
+  return shown, true
+end
+
+--- Where the plugin and the engine write their logs (`:checkhealth skyline` names it).
+function M.log_dir()
+  return vim.fs.joinpath(vim.fn.stdpath('state'), 'skyline')
+end
+
+-- Appends `text` to the plugin's log.
+local function log(text)
+  local dir = M.log_dir()
+  pcall(function()
+    vim.fn.mkdir(dir, 'p')
+    local lines = vim.split(text, '\n', { plain = true })
+    lines[1] = os.date('%Y-%m-%d %H:%M:%S ') .. lines[1]
+    vim.fn.writefile(lines, vim.fs.joinpath(dir, 'plugin.log'), 'a')
   end)
+end
+
+-- Shows the pending messages as one line of the message area, at the highest level among them:
+-- several lines, or one wider than the space left beside 'showcmd' and 'ruler' (v:echospace),
+-- raise the hit-enter prompt (at 80 columns, 68 cells). A message cut short is written whole to
+-- the plugin's log.
+local function flush()
+  local messages = pending
+  pending = {}
+  local level = vim.log.levels.DEBUG
+  local texts = {}
+  for _, message in ipairs(messages) do
+    level = math.max(level, message.level)
+    texts[#texts + 1] = vim.trim(message.text):gsub('%s*\n%s*', ' ')
+  end
+  local text, was_cut = cut('skyline: ' .. table.concat(texts, ' · '), math.max(20, vim.v.echospace - 1))
+  if was_cut then
+    for _, message in ipairs(messages) do
+      log(message.text)
+    end
+  end
+  vim.notify(text, level)
+end
+
+--- A message prefixed with the plugin's name; `level` defaults to INFO. Shown from the main
+--- loop (inside an RPC request, an error message would otherwise become that request's error
+--- instead of reaching the user), in one line with the others of the same tick (`flush`).
+function M.notify(message, level)
+  pending[#pending + 1] = { text = message, level = level or vim.log.levels.INFO }
+  if #pending == 1 then
+    vim.schedule(flush)
+  end
 end
 
 function M.error(message)
   M.notify(message, vim.log.levels.ERROR)
-end
-
---- `message` as an error in one line of the message area, cut to fit it: never a hit-enter
---- prompt. For messages whose full text is shown elsewhere (a diagnostic, state().error).
-function M.error_line(message)
-  vim.schedule(function()
-    local lines = vim.split(vim.trim(message), '\n', { plain = true })
-    local text = 'skyline: ' .. lines[1]
-    local room = math.max(20, vim.v.echospace - 1)
-    if vim.fn.strdisplaywidth(text) > room or #lines > 1 then
-      text = vim.fn.strcharpart(text, 0, room - 2) .. ' …'
-      while vim.fn.strdisplaywidth(text) > room do -- wide characters take two cells
-        text = vim.fn.strcharpart(text, 0, vim.fn.strchars(text) - 3) .. ' …'
-      end
-    end
-    vim.notify(text, vim.log.levels.ERROR)
-  end)
 end
 
 function M.warn(message)
