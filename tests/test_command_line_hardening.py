@@ -13,13 +13,14 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from conftest import run_skyline
-from engine_helpers import marked_line
+from engine_helpers import analysed, marked_line
 
 ENTRY_POINT = """import os
 
@@ -201,3 +202,44 @@ def test_an_interrupt_raised_by_the_users_code_is_told_at_its_line(project):
     assert result.stderr.splitlines() == [
         f"skyline: interrupted at entry_point.py:{marked_line(source, '# INTERRUPTS')}"
     ]
+
+
+FROZEN_CLOCK = """
+import time
+
+import torch
+
+# What freezegun and some test helpers do: time stands still for the user's code.
+time.perf_counter = lambda: 0.0
+time.perf_counter_ns = lambda: 0
+time.monotonic = lambda: 0.0
+
+
+def skyline_model_provider():
+    return torch.nn.Linear(8, 2)
+
+
+def skyline_input_provider(batch_size=16):
+    return (torch.randn(batch_size, 8),)
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(x):
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+    return iteration
+"""
+
+
+@pytest.mark.slow
+def test_user_code_that_stops_the_clock_does_not_stop_the_engines(tmp_path, monkeypatch):
+    # The engine's clocks were looked up on `time` at each call: a frozen one made every block
+    # 0 ms long and the analysis an `internal` ZeroDivisionError.
+    for name in ("perf_counter", "perf_counter_ns", "monotonic"):
+        monkeypatch.setattr(time, name, getattr(time, name))  # put back after the test
+    doc = analysed(tmp_path, "entry_point.py", source=FROZEN_CLOCK, predict=False)
+    assert time.perf_counter() == 0.0  # the user's code did replace it
+    assert doc["iteration"]["run_time_ms"] > 0 and doc["iteration"]["samples_per_second"] > 0

@@ -267,6 +267,7 @@ def test_analyze_answers_with_the_id_before_anything_about_it():
         "batch_size": 8,
         "memory_capacity_bytes": None,
         "world_size": 1,
+        "script_args": [],
     }
     job.listener.on_progress(job, "measuring", 0.5)
     assert sent.notifications("progress") == [{"analysis_id": 1, "phase": "measuring", "fraction": 0.5}]
@@ -460,6 +461,11 @@ def test_path_mapping_replaces_the_root_as_a_whole_component():
     mapped = mapper.to_client({"a": "/srv/proj", "b": ["/srv/proj/x.py: no", "/srv/project/y.py"], "c": 3})
     assert mapped == {"a": "/Users/me/proj", "b": ["/Users/me/proj/x.py: no", "/srv/project/y.py"], "c": 3}
     assert PathMapper("/srv/proj", None).to_client({"a": "/srv/proj"}) == {"a": "/srv/proj"}
+    # A root that ends a sentence is the root; a sibling folder whose name goes on after a dot is not.
+    said = "the entry point must lie under /srv/proj. Move it into /srv/proj.old or /srv/proj.\nNext"
+    assert mapper.to_client(said) == (
+        "the entry point must lie under /Users/me/proj. Move it into /srv/proj.old or /Users/me/proj.\nNext"
+    )
     assert mapper.entry_to_server("/Users/me/proj/a/b.py") == "a/b.py"
     assert mapper.entry_to_server("a/b.py") == "a/b.py"
 

@@ -12,10 +12,10 @@ import dataclasses
 import functools
 import math
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter  # bound now: user code may replace time's (freezegun)
 from typing import Any, Callable
 
 from skyline_engine.analysis.assembly import build_document, with_output_note
@@ -503,8 +503,8 @@ def remeasure_while_poor_fit(
     each batch size): with accumulation to a fixed number of samples per step, whole iterations
     take about as long at every batch size and no line fits them (they were timed for the whole
     budget, 6.7 s of an 8.2 s analysis)."""
-    started = time.perf_counter()
-    while _poor_fit(timing.stats(), micro_batches or {}) and (left := max_s - (time.perf_counter() - started)) > 0:
+    started = perf_counter()
+    while _poor_fit(timing.stats(), micro_batches or {}) and (left := max_s - (perf_counter() - started)) > 0:
         timing.extend(left)
 
 
@@ -554,12 +554,25 @@ def _does_not_fit(
     entry: EntryPoint,
 ) -> OutOfMemory:
     """The error at the batch size's default (what to change), saying which memory ran out and
-    where in the user's code the allocation failed; at that line when the default is unknown."""
-    path, line = (location.path, location.line) if location else (exc.path or entry.relative_path, exc.line)
+    where in the user's code the allocation failed; at that line when the default is unknown. Where
+    iterations had run at that batch size before, memory grew with each (a leak): the error is at
+    the allocation, and a smaller batch size is no advice (it would run out later)."""
     cause = exc.cause.rstrip(".")
     failed = f"the allocation at {exc.path}:{exc.line} failed ({cause})" if exc.path and exc.line else cause
+    memory = _memory_that_ran_out(device, limit_source)
+    if exc.iterations_before > 0:
+        ran = f"{exc.iterations_before:,} iteration{'s' if exc.iterations_before != 1 else ''}"
+        return OutOfMemory(
+            f"batch size {exc.batch_size} ran {ran}, then ran out of {memory}: {failed}. Memory grew with "
+            "every iteration, so a smaller batch size would run out too, only later.",
+            path=exc.path or entry.relative_path,
+            line=exc.line,
+            hint="Keep no tensors across iterations (append `loss.item()`, not `loss`; `output.detach()`), then "
+            "profile again.",
+        )
+    path, line = (location.path, location.line) if location else (exc.path or entry.relative_path, exc.line)
     return OutOfMemory(
-        f"batch size {exc.batch_size} does not fit in {_memory_that_ran_out(device, limit_source)}: {failed}.",
+        f"batch size {exc.batch_size} does not fit in {memory}: {failed}.",
         path=path,
         line=line,
         hint="Lower the batch size.",

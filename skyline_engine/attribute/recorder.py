@@ -29,11 +29,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import time
 import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from time import perf_counter_ns  # bound now: user code may replace time's (freezegun)
 from typing import Any, Protocol
 
 import torch
@@ -103,11 +103,11 @@ class _CpuTimer:
     """Wall time around each operation."""
 
     def __init__(self) -> None:
-        self.origin = time.perf_counter_ns()
+        self.origin = perf_counter_ns()
 
     @staticmethod
     def mark() -> int:
-        return time.perf_counter_ns()
+        return perf_counter_ns()
 
     def assign(self, record: OperationRecord, start: int, end: int) -> None:
         record.start_ms = (start - self.origin) / 1e6
@@ -299,7 +299,7 @@ class OperationRecorder(TorchDispatchMode):
         self._iteration_thread = threading.get_ident()
         self.timer = _CudaTimer() if self.device.type == "cuda" else _CpuTimer()
         self._steps_running = 0
-        self._entered_ns = time.perf_counter_ns()
+        self._entered_ns = perf_counter_ns()
         if self.lifetimes is not None:  # the gradients alive as it starts: the previous iteration's
             for parameter in self._parameters:
                 if parameter.grad is not None:
@@ -326,7 +326,7 @@ class OperationRecorder(TorchDispatchMode):
                 hook.remove()
             self.timer.resolve()
             if isinstance(self.timer, _CpuTimer):  # device time and host wall time do not compare
-                self.recording.wall_ns += time.perf_counter_ns() - self._entered_ns
+                self.recording.wall_ns += perf_counter_ns() - self._entered_ns
 
     def start_iteration(self) -> None:
         self.recording.iteration_starts.append(len(self.recording.operations))
@@ -367,7 +367,7 @@ class OperationRecorder(TorchDispatchMode):
 
     def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._steps_running == 0:
-            self._step_entered_ns = time.perf_counter_ns()
+            self._step_entered_ns = perf_counter_ns()
         self._steps_running += 1
         if len(self.recording.iteration_starts) == 1:
             self.recording.optimizer_steps[id(optimizer)] += 1
@@ -376,7 +376,7 @@ class OperationRecorder(TorchDispatchMode):
         # A step that raised never calls its post-hook; the next iteration's recorder starts at 0.
         self._steps_running = max(0, self._steps_running - 1)
         if self._steps_running == 0 and isinstance(self.timer, _CpuTimer):
-            self.recording.steps_wall_ns += time.perf_counter_ns() - self._step_entered_ns
+            self.recording.steps_wall_ns += perf_counter_ns() - self._step_entered_ns
 
     def _is_users(self, module: torch.nn.Module) -> bool:
         kind = type(module)
@@ -418,7 +418,7 @@ class OperationRecorder(TorchDispatchMode):
         """The operation's time and the recorder's own work after it, inside a step or not: the
         rest of the wall time is the Python between operations. (The recorder's own work counted
         as that Python made a step of 40 long products read as mostly Python.)"""
-        own = time.perf_counter_ns() - end
+        own = perf_counter_ns() - end
         self.recording.recorder_ns += own
         if self._steps_running:
             self.recording.steps_operations_ns += end - start

@@ -122,9 +122,14 @@ def resolve_entry_path(entry: str, project_root: Path, base: Path | None = None)
             f"the entry point {entry!r} lies outside the project root {root}.",
             hint="Run from the project's folder or pass --project-root.",
         ) from None
-    if not path.exists():
+    try:
+        exists, is_file = path.exists(), path.is_file()
+    except OSError as exc:  # a name longer than the file system allows, a loop of links
+        shown = entry if len(entry) <= 80 else entry[:60] + "…"
+        raise EntryPointError(f"the entry point {shown!r} cannot be opened: {exc.strerror}.") from None
+    if not exists:
         raise EntryPointError(f"the entry point {entry!r} does not exist (looked for {path}).")
-    if not path.is_file():
+    if not is_file:
         raise EntryPointError(f"the entry point {entry!r} is not a file.")
     return path
 

@@ -10,7 +10,7 @@ the machine others took. Linux only; elsewhere nothing is said.
 from __future__ import annotations
 
 import os
-import time
+from time import monotonic  # bound now: user code may replace time's (freezegun)
 
 
 class CpuContention:
@@ -39,7 +39,7 @@ class CpuContention:
     def _now(self) -> tuple[float, float, int]:
         """(wall seconds, our CPU seconds, every process's busy ticks or -1)."""
         times = os.times()
-        return time.monotonic(), times.user + times.system, self._busy_ticks()
+        return monotonic(), times.user + times.system, self._busy_ticks()
 
     def _busy_ticks(self) -> int:
         try:

@@ -16,9 +16,9 @@ import functools
 import inspect
 import math
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from time import perf_counter  # bound now: user code may replace time's (freezegun)
 from typing import Any, Callable, cast
 
 import torch
@@ -111,12 +111,22 @@ class OutOfMemoryAtBatchSize(Exception):
     stack), not the exception: the failed iteration's frames (and the activations they hold)
     must be freed before a smaller batch size is tried."""
 
-    def __init__(self, batch_size: int, cause: BaseException, where: tuple[str | None, int | None]) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        cause: BaseException,
+        where: tuple[str | None, int | None],
+        iterations_before: int = 0,
+    ) -> None:
         # A MemoryError (Python's, or torch's under an address-space limit) often has no text.
         self.cause = str(cause) or type(cause).__name__
         super().__init__(f"out of memory at batch size {batch_size}: {self.cause}")
         self.batch_size = batch_size
         self.path, self.line = where
+        # Iterations that had run at this batch size in the steady state (after the warm-up:
+        # the optimizers' state made and settled): where there were any, memory that grows with
+        # each one (tensors kept across iterations) ran out, not the batch size.
+        self.iterations_before = iterations_before
 
 
 @dataclass(frozen=True)
@@ -223,6 +233,8 @@ class IterationRunner:
         self.notes: list[str] = []  # what the user should know about how the iteration was measured
         self._steps = StepsSeen()  # optimizer steps while measuring (`with runner:`)
         self._calls = 0  # of the iteration, all told
+        # Calls that returned in the steady state (after the warm-up), by batch size.
+        self._completed: collections.Counter[int] = collections.Counter()
         self._forwards = 0  # passes through the model (`_remember_output`)
         self._anomaly_detection = False  # seen on while the iteration ran (measure/debug_modes.py)
         self._told_of_anomaly_detection = False
@@ -322,11 +334,11 @@ class IterationRunner:
         (inference, evaluation) has nothing to step, and one that updates its parameters itself
         (`p -= lr * p.grad`) has no optimizer state: either is in steady state at once, unwarned.
         True either way: there is nothing more to wait for."""
-        started = time.perf_counter()
+        started = perf_counter()
         ran = self.budget.warmup_iterations
         # The first of these iterations decides whether gradients reach the parameters at all.
         with counting_gradients(self.model) as gradients:
-            while ran < STEADY_STATE_ITERATIONS and time.perf_counter() - started < STEADY_STATE_S:
+            while ran < STEADY_STATE_ITERATIONS and perf_counter() - started < STEADY_STATE_S:
                 before = _parameter_versions(self.model)
                 with counting_steps() as steps:
                     run()
@@ -348,11 +360,11 @@ class IterationRunner:
         was and no history of a set length is still filling, within STEADY_STATE_ITERATIONS and
         STEADY_STATE_S. Where it does not settle, the
         retention check after the timing finds the growth, and says so."""
-        started = time.perf_counter()
+        started = perf_counter()
         state_bytes = self._steps.state_bytes()
         unchanged = 0
         for _ in range(STEADY_STATE_ITERATIONS):
-            if time.perf_counter() - started >= STEADY_STATE_S:
+            if perf_counter() - started >= STEADY_STATE_S:
                 return
             run()
             before, state_bytes = state_bytes, self._steps.state_bytes()
@@ -527,13 +539,15 @@ class IterationRunner:
                 raise self._iteration_error(exc, batch_size) from exc
             # Raised below, outside this handler: raised here it would keep `exc`, and through its
             # traceback the failed iteration's tensors, alive (CUDA could free nothing).
-            out_of_memory = OutOfMemoryAtBatchSize(batch_size, exc, self._user_line(exc))
+            ran = self._completed[batch_size]
+            out_of_memory = OutOfMemoryAtBatchSize(batch_size, exc, self._user_line(exc), ran)
         finally:
             self._note_compiled(batch_size, compiler_work() - before)
         if out_of_memory is not None:
             raise out_of_memory
         self._ran_at.add(batch_size)
         if self._steady:
+            self._completed[batch_size] += 1
             work = CallWork(self._steps.count - steps_before, self._forwards - forwards_before)
             self._work[batch_size].add(work, self._calls)
 

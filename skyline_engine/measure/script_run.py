@@ -25,8 +25,8 @@ from __future__ import annotations
 import functools
 import signal
 import threading
-import time
 import weakref
+from time import monotonic  # bound now: user code may replace time's (freezegun)
 from types import FrameType
 from typing import Any, Callable
 
@@ -104,7 +104,7 @@ class ScriptRun:
         self._hook = register_optimizer_step_post_hook(self._stepped)
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
             # A timer already set (pytest-timeout's, a user's alarm) goes on once the run ends.
-            self._timer = (signal.getitimer(signal.ITIMER_REAL), time.monotonic())
+            self._timer = (signal.getitimer(signal.ITIMER_REAL), monotonic())
             self._alarm = signal.signal(signal.SIGALRM, self._out_of_time)
         return self
 
@@ -117,7 +117,7 @@ class ScriptRun:
                 signal.signal(signal.SIGALRM, self._alarm)
                 (delay, interval), set_at = self._timer
                 if delay > 0:
-                    signal.setitimer(signal.ITIMER_REAL, max(1e-3, delay - (time.monotonic() - set_at)), interval)
+                    signal.setitimer(signal.ITIMER_REAL, max(1e-3, delay - (monotonic() - set_at)), interval)
             if self._hook is not None:
                 self._hook.remove()
             self._unwrap()

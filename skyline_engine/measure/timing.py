@@ -26,9 +26,9 @@ slow iteration is never judged from one or two.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from time import perf_counter, perf_counter_ns  # bound now: user code may replace time's (freezegun)
 from typing import Callable, Protocol
 
 import numpy as np
@@ -47,9 +47,9 @@ class CpuClock:
     """Wall-clock time of a block of iterations."""
 
     def time_ms(self, run_block: Callable[[], None]) -> float:
-        start = time.perf_counter_ns()
+        start = perf_counter_ns()
         run_block()
-        return (time.perf_counter_ns() - start) / 1e6
+        return (perf_counter_ns() - start) / 1e6
 
 
 class CudaClock:
@@ -202,8 +202,8 @@ class InterleavedTiming:
         round, even once it is precise itself: one that sat out while the machine got busier
         would keep its quieter time while the others take the busier one, and the line through
         them would bend (tests/test_timing.py)."""
-        started = time.perf_counter()
-        while (time.perf_counter() - started < max_s and not self.precise()) or not self.enough_blocks():
+        started = perf_counter()
+        while (perf_counter() - started < max_s and not self.precise()) or not self.enough_blocks():
             self.round()
 
     def extend(self, max_s: float) -> None:
@@ -213,9 +213,9 @@ class InterleavedTiming:
         means would keep it."""
         for times in self.times.values():
             times.time_again()
-        started = time.perf_counter()
+        started = perf_counter()
         for _ in range(self._rounds):
-            if time.perf_counter() - started >= max_s:
+            if perf_counter() - started >= max_s:
                 return
             self.round()
 

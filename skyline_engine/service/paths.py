@@ -16,8 +16,9 @@ class PathMapper:
     def __init__(self, server_root: str, client_root: str | None) -> None:
         self.server_root = server_root.rstrip("/") or "/"
         self.client_root = (client_root.rstrip("/") or "/") if client_root else None
-        # The root as a whole path component: `/srv/proj` in `/srv/proj/a.py`, not in `/srv/project`.
-        self._pattern = re.compile(re.escape(self.server_root) + r"(?![^/\s'\"`),;:\]])")
+        # The root as a whole path component: `/srv/proj` in `/srv/proj/a.py`, and before the
+        # full stop that ends a sentence ("… under /srv/proj."), not in `/srv/project` or `/srv/proj.old`.
+        self._pattern = re.compile(re.escape(self.server_root) + r"(?=$|[/\s'\"`),;:\]]|\.(?:$|\s))")
 
     def to_client(self, value: Any) -> Any:
         """A copy of `value` (a document, an error) with server paths rewritten for the client."""
