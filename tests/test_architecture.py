@@ -4,7 +4,8 @@
 
 Each folder of `skyline_engine` may import only the folders before it (and `errors`; `units`:
 how a number reads, which a warning written early needs as much as a renderer; `vocabulary`: the
-names of an iteration's parts, which the meters write and the renderers read); render and
+names of an iteration's parts, which the meters write and the renderers read; `processes`: ending
+the processes user code starts, which a worker, a rank and the command line all do); render and
 service are peers that never import each other; nothing in the engine imports pynvim, and the
 remote plugin never imports the engine. Read from the source with `ast`, so an import inside a
 function counts too. And the document's declared shape imports neither torch nor numpy: a reader
@@ -37,8 +38,8 @@ RANKS = {
     "cli": 7,
     "__main__": 8,
 }
-ALWAYS_ALLOWED = {"skyline_engine", "errors", "units", "vocabulary"}  # the package (its version), errors,
-# number formats, the names of the parts of an iteration
+ALWAYS_ALLOWED = {"skyline_engine", "errors", "units", "vocabulary", "processes"}  # the package (its version),
+# errors, number formats, the names of the parts of an iteration, ending the processes user code starts
 
 
 def part_of(module: str) -> str:

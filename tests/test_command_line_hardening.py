@@ -243,3 +243,45 @@ def test_user_code_that_stops_the_clock_does_not_stop_the_engines(tmp_path, monk
     doc = analysed(tmp_path, "entry_point.py", source=FROZEN_CLOCK, predict=False)
     assert time.perf_counter() == 0.0  # the user's code did replace it
     assert doc["iteration"]["run_time_ms"] > 0 and doc["iteration"]["samples_per_second"] > 0
+
+
+STARTS_A_BACKGROUND_SLEEP = ENTRY_POINT.replace(
+    "    return torch.nn.Linear(8, 2)",
+    """    os.system(f"sleep {os.environ['SKYLINE_TEST_MARKER']} &")  # the shell's orphan holds our output
+    return torch.nn.Linear(8, 2)""",
+)
+
+
+@pytest.mark.slow
+def test_a_ranks_background_process_ends_with_it_and_holds_nothing_up(project):
+    # Each rank's `sleep 301 &` held the rank's inherited output, and the launcher waited for it:
+    # 63 s for a 61 s sleep. The timeout is a guard against that hang, not a measure of speed.
+    (project / "entry_point.py").write_text(STARTS_A_BACKGROUND_SLEEP)
+    marker = f"301.{uuid.uuid4().int % 10**9}"
+    command = [sys.executable, "-m", "skyline_engine", "profile", "entry_point.py", "--nproc", "2", "--quiet"]
+    env = dict(os.environ, SKYLINE_TEST_MARKER=marker)
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "samples/s" in result.stdout and processes_with(marker) == []
+
+
+CRASHES_ON_RANK_1 = ENTRY_POINT.replace(
+    "    def iteration(x):\n",
+    """    def iteration(x):
+        if os.environ.get("RANK") == "1":
+            import ctypes
+
+            ctypes.string_at(0)  # CRASH: a segfault, as a broken extension makes one
+""",
+)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_a_segfault_is_named_at_the_line_it_was_running(project):
+    # "rank 1 was killed by SIGSEGV without an error of its own", though faulthandler had
+    # printed the stacks: now the line is read from them.
+    (project / "entry_point.py").write_text(CRASHES_ON_RANK_1)
+    result = run_skyline("profile", "entry_point.py", "--nproc", "2", cwd=project)
+    assert result.returncode == 1
+    line = marked_line(CRASHES_ON_RANK_1, "# CRASH")
+    assert f"entry_point.py:{line}: rank 1 was killed by SIGSEGV while running this line" in result.stderr

@@ -280,7 +280,7 @@ def test_the_rank_named_is_the_likeliest_cause(tmp_path, written, named):
         1: ProcessFailure(local_rank=1, pid=1, exitcode=-signal.SIGKILL, error_file=str(tmp_path / "none")),
         0: ProcessFailure(local_rank=0, pid=2, exitcode=1, error_file=str(tmp_path / "none")),
     }
-    assert _rank_failure(ChildFailedError("rank_main", failures), tmp_path).message.startswith(named)
+    assert _rank_failure(ChildFailedError("rank_main", failures), tmp_path, str(tmp_path)).message.startswith(named)
 
 
 @pytest.mark.slow

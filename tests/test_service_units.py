@@ -16,6 +16,7 @@ import pytest
 from service_fakes import DEVICE, dispatcher, document
 from skyline_engine.cli.arguments import parse_size
 from skyline_engine.cli.serve import is_loopback, parse_listen
+from skyline_engine.entry.user_frames import user_frame_in_faulthandler_dump
 from skyline_engine.service import failures
 from skyline_engine.service.failures import Failure
 from skyline_engine.service.paths import PathMapper
@@ -563,14 +564,14 @@ Current thread 0x00007f0000000002 (most recent call first):
 
 
 def test_the_users_innermost_frame_is_read_from_the_current_threads_stack():
-    assert failures.innermost_user_frame(DUMP.splitlines(), "/srv/proj") == ("model.py", 12)
+    assert user_frame_in_faulthandler_dump(DUMP.splitlines(), "/srv/proj") == ("model.py", 12)
 
 
 def test_only_the_last_dump_counts():
     older = DUMP.replace("line 12", "line 99")
     lines = (older + "later output\n" + DUMP).splitlines()
-    assert failures.innermost_user_frame(lines, "/srv/proj") == ("model.py", 12)
-    assert failures.innermost_user_frame(["nothing here"], "/srv/proj") == (None, None)
+    assert user_frame_in_faulthandler_dump(lines, "/srv/proj") == ("model.py", 12)
+    assert user_frame_in_faulthandler_dump(["nothing here"], "/srv/proj") == (None, None)
 
 
 def test_deaths_say_which():

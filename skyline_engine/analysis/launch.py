@@ -10,6 +10,7 @@ names the rank that failed first, with the file and line where there is one.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -25,7 +26,9 @@ from typing import Any
 from skyline_engine.analysis.document import AnalysisDocument
 from skyline_engine.analysis.rank_exit import exit_failed_rank
 from skyline_engine.analysis.session import AnalysisRequest, Progress, no_progress
+from skyline_engine.entry.user_frames import user_frame_in_faulthandler_dump
 from skyline_engine.errors import SkylineError
+from skyline_engine.processes import become_subreaper, kill_descendants
 
 # How long a collective waits for the other ranks before the analysis fails.
 COLLECTIVE_TIMEOUT_S = 120.0
@@ -61,7 +64,7 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
             with watcher, _launcher_logs_quiet(), _temporary_files_in(folder):
                 results = elastic_launch(config, rank_main)(request, threads, folder)
         except ChildFailedError as exc:
-            raise _rank_failure(exc, Path(folder)) from None
+            raise _rank_failure(exc, Path(folder), str(request.project_root)) from None
         except Exception as exc:  # noqa: BLE001 (the rendezvous, before any rank ran: say what it was)
             raise _launch_failure(exc) from None
     document = results.get(0)
@@ -107,7 +110,16 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
 
     if threads is not None:
         torch.set_num_threads(threads)
+    if folder:
+        # The processes the user's code starts stay below this rank, orphans too (a `sleep 45 &`
+        # from os.system), so that they end with it: one holding the rank's inherited output
+        # made the launcher wait for it, 54 s for a `sleep 45`.
+        become_subreaper()
     rank_number = int(os.environ.get("RANK", "0"))
+    if folder:
+        # A crash (SIGSEGV in an extension) writes the Python stacks where the failure report
+        # reads the user's line from (`_rank_failure`); kept open for the process's life.
+        faulthandler.enable(file=open(Path(folder) / f"rank{rank_number}.fault", "w"))  # noqa: SIM115 (open until the process ends)
     progress = _progress_writer(Path(folder) / "progress") if folder and rank_number == 0 else no_progress
     timeout_s = request.collective_timeout_s or COLLECTIVE_TIMEOUT_S
     if folder:
@@ -118,17 +130,20 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
     except _StoppedByLauncher as exc:
         if folder:
             _write_json(Path(folder) / f"rank{rank_number}.json", _hung_error(exc, request, timeout_s))
+            kill_descendants(os.getpid())
             exit_failed_rank(waited=False)
         raise SystemExit(1) from None
     except BaseException as exc:
         if folder:
             error = _error(exc)
             _write_json(Path(folder) / f"rank{rank_number}.json", error)
+            kill_descendants(os.getpid())
             exit_failed_rank(waited=_waited(error))
         raise
     finally:
         if folder:  # from here on, being stopped is no news: exit quietly, not with a traceback
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            kill_descendants(os.getpid())
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -221,8 +236,9 @@ def _collective_text(exc: BaseException) -> str:
     return text
 
 
-def _rank_failure(exc: Any, folder: Path) -> SkylineError:
-    """The error of the rank that caused the failure, as it wrote it; else how its process ended."""
+def _rank_failure(exc: Any, folder: Path, project_root: str) -> SkylineError:
+    """The error of the rank that caused the failure, as it wrote it; else how its process ended,
+    at the user's line its crash stacks name (faulthandler's, in its fault file)."""
     errors = {}
     for path in folder.glob("rank*.json"):
         with contextlib.suppress(ValueError, OSError):
@@ -242,10 +258,22 @@ def _rank_failure(exc: Any, folder: Path) -> SkylineError:
         return SkylineError(f"rank {cause} failed: {written['message'] if written else 'for no reason it gave'}")
     code = exc.failures[cause].exitcode
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+    crashed_in, crashed_at = _crash_line(folder / f"rank{cause}.fault", project_root)
+    where = " while running this line" if crashed_in and crashed_at else ""
     return SkylineError(
-        f"rank {cause} {how} without an error of its own"
-        + (" (the system may have run out of memory)." if code == -signal.SIGKILL else ".")
+        f"rank {cause} {how}{where} without an error of its own"
+        + (" (the system may have run out of memory)." if code == -signal.SIGKILL else "."),
+        path=crashed_in,
+        line=crashed_at,
     )
+
+
+def _crash_line(fault_file: Path, project_root: str) -> tuple[str | None, int | None]:
+    try:
+        lines = fault_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None, None
+    return user_frame_in_faulthandler_dump(lines, project_root)
 
 
 def _blame(error: dict[str, Any] | None) -> int:

@@ -20,7 +20,7 @@ from skyline_engine.cli.progress import Progress
 from skyline_engine.entry.project_root import default_project_root
 from skyline_engine.errors import SkylineError
 from skyline_engine.measure.runtime import settle_runtime
-from skyline_engine.service.processes import become_subreaper, kill_descendants
+from skyline_engine.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:  # torch is imported only once an analysis starts (a second or two)
     from skyline_engine.analysis.session import AnalysisRequest

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -86,3 +88,40 @@ def user_traceback_text(tb: TracebackType | None, files: ProjectFiles, limit: in
         source = f" | {f.line.strip()}" if f.line else ""
         lines.append(f"  {files.relative(f.filename)}:{f.lineno} in {f.name}{source}")
     return "\n".join(lines)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.*)$')
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
+
+
+def user_frame_in_faulthandler_dump(lines: Iterable[str], project_root: str) -> tuple[str | None, int | None]:
+    """The user's innermost frame in the last faulthandler dump among `lines` (a crashed worker's
+    stderr, a rank's fault file), as (path, line) relative to the project root; (None, None) when
+    there is none."""
+    files = ProjectFiles(project_root)
+    for frames in _last_dump(list(lines)):
+        for filename, line in frames:  # most recent call first
+            if files.contains(filename):
+                return files.relative(filename), line
+    return None, None
+
+
+def _last_dump(lines: list[str]) -> list[list[tuple[str, int]]]:
+    """The frames of each thread in the last dump, the current thread's first."""
+    threads: list[tuple[bool, list[tuple[str, int]]]] = []
+    previous_was_dump = False
+    for line in lines:
+        header = _THREAD.match(line)
+        frame = _FRAME.match(line)
+        if header:
+            if not previous_was_dump:
+                threads = []  # a new dump begins
+            threads.append((line.startswith("Current"), []))
+            previous_was_dump = True
+        elif frame and threads:
+            threads[-1][1].append((frame.group("file"), int(frame.group("line"))))
+            previous_was_dump = True
+        elif line.strip():
+            previous_was_dump = False  # blank lines separate a dump's threads; other text ends it
+    threads.sort(key=lambda thread: not thread[0])
+    return [frames for _, frames in threads]

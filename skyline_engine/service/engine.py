@@ -11,8 +11,8 @@ import logging
 import threading
 from typing import Any, Callable
 
+from skyline_engine.processes import become_subreaper
 from skyline_engine.service.config import ServiceConfig
-from skyline_engine.service.processes import become_subreaper
 from skyline_engine.service.worker_pool import Job, JobListener, WorkerPool
 
 log = logging.getLogger("skyline.service")

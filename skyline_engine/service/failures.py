@@ -10,13 +10,9 @@ code in those stacks gives the error its line.
 
 from __future__ import annotations
 
-import re
 import signal
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
-
-from skyline_engine.entry.user_frames import ProjectFiles
 
 # What an `analysis_error` may carry at most, whatever the worker (the user's code) printed or
 # raised: the start of the message, the end of the details (the last words are the telling ones).
@@ -100,9 +96,6 @@ _SIGNAL_MEANINGS: dict[int, str] = {
     signal.SIGKILL: "killed",
     signal.SIGTERM: "terminated",
 }
-
-_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.*)$')
-_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
 
 
 def oom_kill_count() -> int | None:
@@ -188,35 +181,3 @@ def garbled_error(detail: str) -> Failure:
         f"the analysis worker sent a malformed message ({detail}) and was stopped. Does the code write "
         "to a file descriptor it did not open (the worker's message channel)?",
     )
-
-
-def innermost_user_frame(stderr_tail: Iterable[str], project_root: str) -> tuple[str | None, int | None]:
-    """The user's innermost frame in the last faulthandler dump of `stderr_tail`, as (path, line)
-    relative to the project root; (None, None) when there is none."""
-    files = ProjectFiles(project_root)
-    for frames in _last_dump(list(stderr_tail)):
-        for filename, line in frames:  # most recent call first
-            if files.contains(filename):
-                return files.relative(filename), line
-    return None, None
-
-
-def _last_dump(lines: list[str]) -> list[list[tuple[str, int]]]:
-    """The frames of each thread in the last dump, the current thread's first."""
-    threads: list[tuple[bool, list[tuple[str, int]]]] = []
-    previous_was_dump = False
-    for line in lines:
-        header = _THREAD.match(line)
-        frame = _FRAME.match(line)
-        if header:
-            if not previous_was_dump:
-                threads = []  # a new dump begins
-            threads.append((line.startswith("Current"), []))
-            previous_was_dump = True
-        elif frame and threads:
-            threads[-1][1].append((frame.group("file"), int(frame.group("line"))))
-            previous_was_dump = True
-        elif line.strip():
-            previous_was_dump = False  # blank lines separate a dump's threads; other text ends it
-    threads.sort(key=lambda thread: not thread[0])
-    return [frames for _, frames in threads]

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from skyline_engine.processes import become_subreaper, kill_descendants
 from skyline_engine.service.failures import Failure
-from skyline_engine.service.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:
     from skyline_engine.analysis.document import AnalysisDocument, DocumentDict

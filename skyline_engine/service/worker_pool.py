@@ -39,8 +39,10 @@ from typing import IO, Any, Callable, Protocol
 import msgpack
 
 import skyline_engine
+from skyline_engine import processes
+from skyline_engine.entry.user_frames import user_frame_in_faulthandler_dump
 from skyline_engine.measure.runtime import settle_runtime
-from skyline_engine.service import failures, processes
+from skyline_engine.service import failures
 from skyline_engine.service.config import ServiceConfig
 from skyline_engine.service.failures import Failure
 from skyline_engine.service.worker_messages import WorkerProtocolError, check_message
@@ -587,7 +589,7 @@ class Job:
             )
             error = failures.death_error(returncode, oom_killed=oom_killed, last_phase=self.last_phase)
         tail = self.worker.stderr_tail()
-        path, line = failures.innermost_user_frame(tail, str(self.pool.config.project_root))
+        path, line = user_frame_in_faulthandler_dump(tail, str(self.pool.config.project_root))
         if path is not None and line is not None:
             error = error.at(path, line)
         return replace(error, details="\n".join(tail[-DETAILS_LINES:]) or None)
