@@ -41,11 +41,9 @@ class EngineService:
         return self.pool.device(self.config.worker_start_timeout_s)
 
     def start_job(self, request: dict[str, Any], listener: JobListener, time_limit_s: float | None) -> Job | None:
-        """A job for `request` in a fresh worker (not started yet), or None when shutting down."""
-        if self.stopping.is_set():
-            return None
-        worker = self.pool.take()
-        if worker is None:
+        """A job for `request` (not started yet; it takes a fresh worker once it holds the device),
+        or None when shutting down."""
+        if self.stopping.is_set() or self.pool.closed:
             return None
         with self._lock:
             analysis_id = next(self._ids)
@@ -56,7 +54,7 @@ class EngineService:
             device=self.config.device,
             budget=self.config.budget.to_dict(),
         )
-        return Job(analysis_id, request, worker, self.pool, listener, time_limit_s or self.config.time_limit_s)
+        return Job(analysis_id, request, self.pool, listener, time_limit_s or self.config.time_limit_s)
 
     def on_close(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run `callback` when the service stops; returns a function that unregisters it."""

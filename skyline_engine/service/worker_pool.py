@@ -360,6 +360,10 @@ class WorkerPool:
                 return
             self._spare = self._spawn()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def take(self) -> WorkerProcess | None:
         """A worker for a new analysis (the spare when it is alive), or None once closed."""
         with self._lock:
@@ -440,14 +444,16 @@ class Job:
         self,
         analysis_id: int,
         request: dict[str, Any],
-        worker: WorkerProcess,
         pool: WorkerPool,
         listener: JobListener,
         time_limit_s: float,
     ) -> None:
         self.analysis_id = analysis_id
         self.request = request
-        self.worker = worker
+        # Taken from the pool once the job holds the device: six clients waiting had started six
+        # workers (torch imported in each: 1.8 GB), and on CUDA a waiting worker's context would
+        # shrink the memory the measuring one sees.
+        self._worker: WorkerProcess | None = None
         self.pool = pool
         self.listener = listener
         self.time_limit_s = time_limit_s
@@ -461,8 +467,14 @@ class Job:
         self._thread = threading.Thread(target=self._run, name=f"analysis-{analysis_id}", daemon=True)
 
     @property
-    def worker_pid(self) -> int:
-        return self.worker.pid
+    def worker(self) -> WorkerProcess:
+        assert self._worker is not None, "the job has no worker before it holds the device"
+        return self._worker
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker's process id; None while the job waits for the device (it has none yet)."""
+        return self._worker.pid if self._worker is not None else None
 
     def start(self) -> None:
         self._thread.start()
@@ -470,31 +482,40 @@ class Job:
     def stop(self) -> None:
         """Cancel: the worker is killed at once (user code cannot be interrupted politely)."""
         self.stopped = True
-        self.worker.kill()
+        if self._worker is not None:
+            self._worker.kill()
 
     def _run(self) -> None:
         holding = False
         try:
             holding = self._take_the_device()
             if holding:
+                self._worker = self.pool.take()
+                if self._worker is None:  # the service is shutting down
+                    return
+                if self.stopped:  # cancelled while the worker was taken: stop() saw none to kill
+                    self._worker.kill()
                 self.worker.send_job(self.request)
                 self._follow()
         except Exception:  # a bug here must not leave the worker running (or a zombie) or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
-            self.worker.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.worker.wait(EXIT_GRACE_S)
+            if self._worker is not None:
+                self._worker.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._worker.wait(EXIT_GRACE_S)
             self.listener.on_error(self, Failure("internal", "internal error in the engine service; see its log."))
         finally:
-            self.worker.close()
-            # Reaped (by _follow, normally) before the next analysis measures; one stopped while it
-            # waited for the device was only killed, and a kill that had not landed yet when close()
-            # polled it left a zombie for the service's life (the fuzz tests found one).
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.worker.wait(EXIT_GRACE_S)
+            if self._worker is not None:
+                self._worker.close()
+                # Reaped (by _follow, normally) before the next analysis measures: a kill that had not
+                # landed yet when close() polled it left a zombie for the service's life (the fuzz
+                # tests found one).
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._worker.wait(EXIT_GRACE_S)
             if holding:
                 self.pool.device_slot.release()
-            self.pool.release()
+            if self._worker is not None:
+                self.pool.release()
 
     def _take_the_device(self) -> bool:
         """Wait until no other analysis measures on the device; False when stopped meanwhile."""
