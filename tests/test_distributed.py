@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -323,3 +324,28 @@ def test_a_missing_backend_says_so():
     result = run_skyline("profile", "entry_point.py", "--nproc", "2", "--device", "cuda", "--quiet", cwd=PROJECT)
     assert result.returncode == 1
     assert "this PyTorch build has no nccl backend (--device cpu uses gloo)." in result.stderr
+
+
+def test_ranks_beyond_the_machines_cores_or_memory_are_refused_saying_what_they_need():
+    # 64 ranks were accepted on a 2-core machine, ~320 MB each; checked with injected figures.
+    from skyline_engine.analysis.launch import RANK_MEMORY_BYTES, ranks_beyond_the_machine
+
+    cores = ranks_beyond_the_machine(3, on_cpu=True, cores=2, available_bytes=64 << 30)
+    assert cores is not None and "3 ranks on the CPU need a core each, and this machine has 2" in cores.message
+    assert cores.hint == "Use --nproc 2 or fewer, or a GPU per rank."
+    memory = ranks_beyond_the_machine(8, on_cpu=False, cores=2, available_bytes=2 << 30)
+    assert memory is not None and memory.message.startswith("8 ranks need about 2.5 GiB (320.0 MiB each")
+    assert "2.0 GiB of memory is available" in memory.message
+    assert ranks_beyond_the_machine(2, on_cpu=True, cores=2, available_bytes=2 * RANK_MEMORY_BYTES) is None
+
+
+@pytest.mark.slow
+def test_more_ranks_than_cores_is_refused_before_any_starts(tmp_path):
+    cores = os.cpu_count() or 1
+    if cores >= 64:
+        pytest.skip("no world size above this machine's cores is within the 64 allowed")
+    shutil.copytree(REPO / "examples" / "default", tmp_path / "project")
+    result = run_skyline("profile", "entry_point.py", "--nproc", cores + 1, "--device", "cpu", cwd=tmp_path / "project")
+    assert result.returncode == 1
+    assert f"{cores + 1} ranks on the CPU need a core each, and this machine has {cores}" in result.stderr
+    assert "rank 0" not in result.stderr  # refused before the launcher started any

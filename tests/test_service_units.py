@@ -637,6 +637,16 @@ def test_before_initialize_frames_are_limited_to_the_pending_size():
     assert [(m[1], m[2]) for m in answers] == [(1, None), (2, None)]
 
 
+def test_the_largest_initialize_fits_before_authentication():
+    # The pending limit is small to keep skimming unauthenticated frames cheap; the largest
+    # `initialize` the protocol allows (a 4,096-byte client root of 2-byte characters counts as
+    # 4,096 bytes, a 64-character token) must still get through.
+    params = {"protocol_version": 1, "token": "t" * 64, "client_root": "/" + "é" * 2047 + "r"}
+    assert len(params["client_root"].encode()) == 4096
+    frame = msgpack.packb([0, (1 << 32) - 1, "initialize", [params]])
+    assert len(frame) < PENDING_MAX_FRAME_BYTES
+
+
 # --- messages from workers ------------------------------------------------------------------
 
 

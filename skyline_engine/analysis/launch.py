@@ -28,11 +28,18 @@ from skyline_engine.analysis.rank_exit import exit_failed_rank
 from skyline_engine.analysis.session import AnalysisRequest, Progress, no_progress
 from skyline_engine.entry.user_frames import user_frame_in_faulthandler_dump
 from skyline_engine.errors import SkylineError
+from skyline_engine.measure.device import cpu_capacity, resolve_device
 from skyline_engine.processes import become_subreaper, kill_descendants
+from skyline_engine.units import format_bytes
 
 # How long a collective waits for the other ranks before the analysis fails.
 COLLECTIVE_TIMEOUT_S = 120.0
 MAX_WORLD_SIZE = 64
+
+
+# What a rank takes before its model does: a Python process with torch imported and the default
+# example's model (about 320 MB measured on this project's 2-core CPU machine).
+RANK_MEMORY_BYTES = 320 << 20
 
 
 def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress) -> AnalysisDocument:
@@ -45,6 +52,10 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
         raise SkylineError(f"the number of processes must be from 2 to {MAX_WORLD_SIZE}, not {request.world_size}.")
     if request.port:
         _check_port_free(request.port)
+    on_cpu = resolve_device(request.device).type == "cpu"
+    too_many = ranks_beyond_the_machine(request.world_size, on_cpu, os.cpu_count() or 1, cpu_capacity()[0])
+    if too_many is not None:
+        raise too_many
     threads = max(1, (os.cpu_count() or 1) // request.world_size)
     with tempfile.TemporaryDirectory(prefix="skyline-ranks-") as folder:
         config = LaunchConfig(
@@ -234,6 +245,26 @@ def _collective_text(exc: BaseException) -> str:
     if "timeout" in text.lower() or "timed out" in text.lower():
         return f"{text} (a collective waited for the other ranks past the timeout: another rank hangs or crashed)"
     return text
+
+
+def ranks_beyond_the_machine(world_size: int, on_cpu: bool, cores: int, available_bytes: int) -> SkylineError | None:
+    """Why `world_size` ranks do not fit this machine, or None: on the CPU, each needs a core (with
+    more ranks than cores they take turns, and their times would be the machine's, not the
+    training's), and every rank needs RANK_MEMORY_BYTES of the memory available."""
+    if on_cpu and world_size > cores:
+        return SkylineError(
+            f"{world_size} ranks on the CPU need a core each, and this machine has {cores}: with more ranks than "
+            "cores they take turns, and their times would not be the training's.",
+            hint=f"Use --nproc {cores} or fewer, or a GPU per rank.",
+        )
+    needed = world_size * RANK_MEMORY_BYTES
+    if needed > available_bytes:
+        return SkylineError(
+            f"{world_size} ranks need about {format_bytes(needed)} ({format_bytes(RANK_MEMORY_BYTES)} each: "
+            f"torch and a small model), and {format_bytes(available_bytes)} of memory is available.",
+            hint="Use fewer ranks (--nproc), or free memory.",
+        )
+    return None
 
 
 def _rank_failure(exc: Any, folder: Path, project_root: str) -> SkylineError:
