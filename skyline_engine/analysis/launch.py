@@ -52,7 +52,10 @@ def analyze_on_ranks(request: AnalysisRequest, progress: Progress = no_progress)
         raise SkylineError(f"the number of processes must be from 2 to {MAX_WORLD_SIZE}, not {request.world_size}.")
     if request.port:
         _check_port_free(request.port)
-    on_cpu = resolve_device(request.device).type == "cpu"
+    try:
+        on_cpu = resolve_device(request.device).type == "cpu"
+    except SkylineError:  # a device that is not there: the ranks say so, with the backend they lack
+        on_cpu = False
     too_many = ranks_beyond_the_machine(request.world_size, on_cpu, os.cpu_count() or 1, cpu_capacity()[0])
     if too_many is not None:
         raise too_many
