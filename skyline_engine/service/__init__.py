@@ -13,7 +13,8 @@ The flow, module by module:
                     per analysis (time limit, crashes)
     worker_messages what a worker may send, checked as untrusted input
     worker_main     the worker process's own program: imports torch, runs one analysis, exits
-    failures        why a worker ended, in words; the user's frame from faulthandler's stacks
+    failures        why a worker ended, in words (the user's frame from faulthandler's stacks:
+                    entry/user_frames.py; ending what a worker started: skyline_engine/processes.py)
     paths           client_root: server paths → the client's
     tokens          the TCP token and its 0600 file
 
