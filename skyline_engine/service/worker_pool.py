@@ -325,11 +325,15 @@ _worker_pids: set[int] = set()
 
 def end_orphans() -> None:
     """End the processes re-parented to the service (a subreaper) because the worker above them
-    died without ending them: a crash, the out-of-memory killer."""
+    died without ending them (a crash, the out-of-memory killer, a fork chain that outran the
+    worker's own kills), and reap those that ended. Listed under the lock, so that a worker being
+    started is never taken for one; ended outside it, so that starting workers never waits on
+    kills (an orphan's pid cannot be reused before the service reaps it)."""
     with _workers_lock:
-        ended = processes.end_orphans(keep=_worker_pids)
-    if ended:
-        log.info("ended %d processes a worker left behind: %s", len(ended), ", ".join(map(str, ended)))
+        orphans = [pid for pid in processes.own_children() if pid not in _worker_pids]
+    if orphans:
+        processes.end_orphans(orphans)
+        log.info("ended %d processes a worker left behind: %s", len(orphans), ", ".join(map(str, orphans[:20])))
 
 
 @dataclass(frozen=True)
