@@ -28,7 +28,6 @@ from skyline_engine.analysis.script_sizes import (
     ScriptPredictions,
     ScriptTarget,
     UsersIteration,
-    backward_passes,
     predict_script_sizes,
 )
 from skyline_engine.analysis.script_source import ScriptSource
@@ -45,7 +44,7 @@ from skyline_engine.entry.script_batch_size import ScriptBatchSize, find_script_
 from skyline_engine.entry.user_output import first_lines_of_user_output
 from skyline_engine.errors import EntryPointError
 from skyline_engine.measure.device import DeviceInfo, describe_device, torch_version
-from skyline_engine.measure.iteration import Sample
+from skyline_engine.measure.iteration import Sample, counting_gradients
 from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_model import OutermostCalls, watching_outermost_calls
 from skyline_engine.measure.script_run import STEP_TIMEOUT_S, ScriptRun
@@ -231,7 +230,7 @@ def _users_batch_size(
                     )
 
             progress(f"measuring batch size {batch_size}", 0.1)
-            with source.live_tensors.frozen(), contextlib.closing(source), backward_passes(model) as passes:
+            with source.live_tensors.frozen(), contextlib.closing(source), counting_gradients(model) as gradients:
                 measured = measure_batch_size(
                     source,
                     IterationRecording(creation, model, device, calls.others(model)),
@@ -242,7 +241,9 @@ def _users_batch_size(
     differing = source.work.script_warning(measured.breakdown.attribution.recorded_iterations)
     warnings = ([differing] if differing else []) + notes + ([growth.warning()] if growth else [])
     sample = measured.sample
-    iteration = UsersIteration(batch_size, sample.micro_batches, passes() / source.iterations, source.cycle)
+    iteration = UsersIteration(
+        batch_size, sample.micro_batches, gradients.backward_passes / source.iterations, source.cycle
+    )
     return _UsersRun(script, device, info, found, measured, iteration, warnings)
 
 

@@ -18,11 +18,9 @@ orders by more than the noise (`ScriptPredictions._confirm`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,7 +34,7 @@ from skyline_engine.entry.script import TrainingScript, load_training_script
 from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo
-from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample, after_accumulation
+from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample, counting_gradients
 from skyline_engine.measure.memory import MemoryProfile, is_out_of_memory, measure_memory, release_cached_memory
 from skyline_engine.measure.script_model import watching_outermost_calls
 from skyline_engine.measure.script_run import ScriptRun
@@ -165,9 +163,9 @@ class ScriptBatchSizes:
         source.cycle = self.cycle
         with source.live_tensors.frozen(), contextlib.closing(source):
             warmup_ms = source.warm_up()
-            with backward_passes(model) as passes:  # over one whole cycle, where iterations differ in one
+            with counting_gradients(model) as gradients:  # over one whole cycle, where iterations differ in one
                 memory = measure_memory(self.device, self._whole_cycle(source), source.live_tensors)
-            micro_batches = self.users.micro_batches_at(passes() / self.cycle)
+            micro_batches = self.users.micro_batches_at(gradients.backward_passes / self.cycle)
             timing = source.time() if timed else TimingStats(warmup_ms, 0.0, 1, 1)
         return Sample(batch_size, timing, memory, micro_batches)
 
@@ -194,23 +192,6 @@ class ScriptBatchSizes:
         )
         failed.batch_size = batch_size
         return failed
-
-
-@contextlib.contextmanager
-def backward_passes(model: torch.nn.Module) -> Iterator[Callable[[], int]]:
-    """The backward passes that reached the model meanwhile: the most gradients any one parameter
-    accumulated (a parameter a pass does not reach would undercount a total)."""
-    counts: collections.Counter[int] = collections.Counter()
-
-    def counting(index: int) -> Callable[[torch.Tensor], None]:
-        return lambda _: counts.update((index,))
-
-    handles = [after_accumulation(p, counting(i)) for i, p in enumerate(model.parameters()) if p.requires_grad]
-    try:
-        yield lambda: max(counts.values(), default=0)
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @dataclass

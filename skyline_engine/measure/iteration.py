@@ -73,8 +73,22 @@ STEADY_STATE_S = 10.0
 SETTLED_CALLS = 3
 
 
-class _Count:
-    count = 0
+class GradientCount:
+    """Gradients accumulated into a model's parameters, by parameter (`counting_gradients`)."""
+
+    def __init__(self) -> None:
+        self.by_parameter: collections.Counter[int] = collections.Counter()
+
+    @property
+    def count(self) -> int:
+        """All of them."""
+        return sum(self.by_parameter.values())
+
+    @property
+    def backward_passes(self) -> int:
+        """The backward passes that reached the model: the most any one parameter accumulated (a
+        parameter a pass does not reach would make a total undercount them)."""
+        return max(self.by_parameter.values(), default=0)
 
 
 def after_accumulation(parameter: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> RemovableHandle:
@@ -89,15 +103,15 @@ def after_accumulation(parameter: torch.Tensor, hook: Callable[[torch.Tensor], N
 
 
 @contextlib.contextmanager
-def counting_gradients(model: torch.nn.Module) -> Iterator[_Count]:
+def counting_gradients(model: torch.nn.Module) -> Iterator[GradientCount]:
     """How many gradients were accumulated into the model's parameters meanwhile (a backward pass
-    that reached them)."""
-    gradients = _Count()
+    that reached them), by parameter."""
+    gradients = GradientCount()
 
-    def accumulated(_: torch.Tensor) -> None:
-        gradients.count += 1
+    def counting(index: int) -> Callable[[torch.Tensor], None]:
+        return lambda _: gradients.by_parameter.update((index,))
 
-    handles = [after_accumulation(p, accumulated) for p in model.parameters() if p.requires_grad]
+    handles = [after_accumulation(p, counting(i)) for i, p in enumerate(model.parameters()) if p.requires_grad]
     try:
         yield gradients
     finally:
