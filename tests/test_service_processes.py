@@ -99,45 +99,23 @@ def test_they_end_when_the_service_is_killed(root, escapes):
         service.stop()
 
 
-FORK_CHAIN = '''"""A fork chain in a session of its own, as hostile code starts one; capped (FORKS) so that a
-service that cannot stop it still does not fill the machine's process table."""
-
-import subprocess
-import sys
-
-import torch
-
-from model import TinyModel
-
-FORKS = 20000
-CHAIN = f"""
+# Capped (FORKS): a service that cannot stop it must still not fill the machine's process table.
+FORK_CHAIN = """
 import os
 os.setsid()
-for _ in range({FORKS}):
+for _ in range(20000):  # FORKS
     if os.fork():
         os._exit(0)
 """
 
 
-def skyline_model_provider():
-    subprocess.Popen([sys.executable, "-c", CHAIN, "MARKER"])
-    return TinyModel()
-
-
-def skyline_input_provider(batch_size=16):
-    return (torch.randn(batch_size, 8),)
-
-
-def skyline_iteration_provider(model):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def iteration(x):
-        optimizer.zero_grad()
-        model(x).backward()
-        optimizer.step()
-
-    return iteration
-'''
+def starting_a_fork_chain(tiny_entry_point: str, marker: str) -> str:
+    """The tiny entry point, its model provider first starting a fork chain in a session of its
+    own, as hostile code starts one; `marker` in the chain's command line."""
+    start = f"    import subprocess, sys\n    subprocess.Popen([sys.executable, '-c', {FORK_CHAIN!r}, {marker!r}])\n"
+    provider = "def skyline_model_provider():\n"
+    assert provider in tiny_entry_point
+    return tiny_entry_point.replace(provider, provider + start)
 
 
 def with_marker(marker: str) -> list[int]:
@@ -158,7 +136,8 @@ def test_a_fork_chain_is_ended_as_a_group_and_leaves_no_zombies(root, service):
     # they come.
     marker = f"skyline-fork-chain-{os.getpid()}-{time.monotonic_ns()}"
     (root / "forks").mkdir(exist_ok=True)
-    (root / "forks" / "entry_point.py").write_text(FORK_CHAIN.replace("MARKER", marker))
+    tiny = (root / "tiny" / "entry_point.py").read_text()
+    (root / "forks" / "entry_point.py").write_text(starting_a_fork_chain(tiny, marker))
     (root / "forks" / "model.py").write_text((root / "tiny" / "model.py").read_text())
     _, method, final = service.client.analyze("forks/entry_point.py")
     assert method == "analysis", final
