@@ -20,14 +20,17 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import QUICK
+from skyline_engine.analysis.probing import Probing
+from skyline_engine.analysis.script_sizes import ScriptConfirming, UsersIteration, in_both_orders
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure import iteration as iteration_module
 from skyline_engine.measure.iteration import IterationRunner, Sample
 from skyline_engine.measure.memory import MemoryProfile
-from skyline_engine.measure.timing import TimingStats
+from skyline_engine.measure.timing import TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.recommendation import (
     NOISE_FLOOR,
+    TIMED_IN_TURN,
     Candidate,
     candidate,
     line_shortfall,
@@ -238,6 +241,54 @@ def test_a_probe_below_the_line_ends_the_trusted_range_at_the_largest_timed():
         "the largest measured: throughput at 1,024 fell below the run-time line (see the warnings), so nothing past "
         "256 is predicted"
     )
+
+
+class RunsInTurn:
+    """A script's batch sizes as analysis/script_sizes.py's confirming step meets them: each
+    measured in a run of its own, here at the time `ms` gives it, the order of the runs kept."""
+
+    def __init__(self, users: int, ms: Callable[[int], float]) -> None:
+        self.users = UsersIteration(users, 1, 1.0)
+        self.ms = ms
+        self.runs: list[Sample] = []
+
+    def measure(self, batch_size: int) -> Sample:
+        self.runs.append(sample(batch_size, self.ms(batch_size)))
+        return self.runs[-1]
+
+    def progress(self, phase: str, fraction: float) -> None:
+        pass
+
+
+def test_a_scripts_suggestion_moved_by_the_cut_is_timed_in_runs_of_its_own_too():
+    # The user's 128 with 64 and 256 on the line (the models' runs, the user's first): 512 is
+    # suggested and probed, runs 50% slow, and the range ends at 256. 256 was timed only after
+    # the user's: its run and the user's again follow, so that both orders say it is faster.
+    line_ms = lambda b: b / 64 + 0.75  # noqa: E731
+    runs = RunsInTurn(128, lambda b: line_ms(b) * (1.5 if b > 256 else 1.0))
+    timed = [sample(b, line_ms(b)) for b in (64, 128, 256)]
+    probing = Probing(memory, GiB, lambda phase, fraction: None, 128, memory(128))
+    confirmed = ScriptConfirming(runs, fit(timed), timed, probing, TimingBudget()).run()
+    assert [s.batch_size for s in runs.runs] == [512, 128, 256, 128]
+    assert confirmed.models.line_bends_at == 512 and confirmed.models.trusted_range == (64, 256)
+    assert confirmed.checks == sorted([runs.runs[3], runs.runs[2], runs.runs[0]], key=lambda s: s.batch_size)
+    advice = confirmed.recommendation
+    assert (advice.batch_size, advice.timed) == (256, TIMED_IN_TURN)
+    assert advice.users_samples_per_second == runs.runs[3].samples_per_second
+    # A recommendation from the models' runs alone (the user's first) stands on one order: none.
+    from_samples = recommend(confirmed.models, 128, timed, [], timed=TIMED_IN_TURN)
+    assert from_samples.batch_size == 256
+    withheld = in_both_orders(from_samples, 128, timed, [])
+    assert withheld.batch_size is None and withheld.reason.startswith(
+        "256, which the models suggest, was timed only in a run after yours (128)"
+    )
+    # Where the suggestion stays the one timed, nothing more runs.
+    straight_runs = RunsInTurn(128, line_ms)
+    assert (
+        ScriptConfirming(straight_runs, fit(timed), timed, probing, TimingBudget()).run().recommendation.batch_size
+        == 512
+    )
+    assert [s.batch_size for s in straight_runs.runs] == [512, 128]
 
 
 class InjectedTimes:

@@ -23,6 +23,7 @@ from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.script_run import STEP_TIMEOUT_S
 from skyline_engine.measure.timing import TimingStats
 from skyline_engine.predict.recommendation import TIMED_IN_TURN, Recommendation
+from skyline_engine.processes import own_children
 
 SCRIPTS = REPO / "tests" / "projects" / "scripts"
 
@@ -198,19 +199,12 @@ def test_accumulation_a_grad_scaler_and_an_evaluation_every_fifth_step(project, 
     assert len(samples) >= 2 and {s["micro_batches"] for s in samples} == {4}
 
 
-def child_processes() -> set[int]:
-    children: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        children |= {int(pid) for pid in (task / "children").read_text().split()}
-    return children
-
-
 @pytest.mark.slow
 def test_a_data_loaders_worker_processes_end_with_the_script(project):
-    before = child_processes()
+    before = set(own_children())
     doc = analysed(project, "train_features.py", budget=QUICK, script_args=("--workers", "2"))
     assert doc["batch_size"] == 32 and doc["iteration"]["micro_batches"] == 4
-    assert child_processes() <= before
+    assert set(own_children()) <= before
 
 
 NEVER_STEPS = """import torch

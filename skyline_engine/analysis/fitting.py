@@ -1,13 +1,17 @@
 """What an entry point's analysis and a script's share once their batch sizes are measured: the
-batch-size models fitted to the samples, and the notes on the measurements."""
+batch-size models fitted to the samples, the notes on the measurements, and what the confirming
+step found."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.batch_models import BatchSizeModels
+from skyline_engine.predict.recommendation import Recommendation
 
 ONE_SAMPLE = (
     "Only one batch size could be measured, so nothing is predicted: lower the batch size (--batch-size) so "
@@ -50,3 +54,16 @@ def busy_machine_note(contention: CpuContention, compared: str) -> str | None:
         f"slower than on a quiet machine and vary more. The batch sizes were timed {compared} the times "
         "themselves; re-run on a quiet machine for times to quote."
     )
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """What the confirming step found (an entry point's in analysis/session.py, a script's in
+    analysis/script_sizes.py): the models (their trusted range cut where the line bends, the
+    batch sizes the user's code failed at), the batch sizes it timed against the user's (the
+    user's again among them), the recommendation, and what to warn of."""
+
+    models: BatchSizeModels | None
+    checks: list[Sample] = field(default_factory=list)
+    recommendation: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from skyline_engine.analysis.fitting import ONE_SAMPLE, busy_machine_note, fit_models
+from skyline_engine.analysis.fitting import ONE_SAMPLE, Confirmed, busy_machine_note, fit_models
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script_source import ScriptSource
 from skyline_engine.entry.script import TrainingScript, load_training_script
@@ -239,15 +239,16 @@ def predict_script_sizes(
     models = fit_models(samples, memory, device, probing.failing, users.batch_size)
     if models is None:
         return ScriptPredictions(samples, None, ONE_SAMPLE, probing.memory_only, notes=[*notes, ONE_SAMPLE])
-    confirmed = _Confirming(sizes, models, samples, probing, budget).run()
+    confirming = ScriptConfirming(sizes, models, samples, probing, budget)
+    confirmed = confirming.run()
     return ScriptPredictions(
         samples,
-        confirmed.models,
+        confirming.models,  # as confirmed.models: cut where the line bends
         None,
         probing.memory_only,
         confirmed.checks,
         confirmed.recommendation,
-        [*notes, *confirmed.notes, *confirmed.models.warnings()],
+        [*notes, *confirmed.notes, *confirming.models.warnings()],
     )
 
 
@@ -255,15 +256,7 @@ def _size(sample: Sample) -> int:
     return sample.batch_size
 
 
-@dataclass
-class _Confirmed:
-    models: BatchSizeModels
-    checks: list[Sample] = field(default_factory=list)
-    recommendation: Recommendation | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-class _Confirming:
+class ScriptConfirming:
     """The confirming step of a script (as an entry point's, analysis/session.py `_confirm`): the
     batch size the models suggest and a probe past the timed ones, each in a run of its own where
     one iteration is predicted to be affordable, then the user's batch size again, last. With the
@@ -294,7 +287,7 @@ class _Confirming:
     def suggestion(self) -> int | None:
         return None if too_noisy(self.samples) else candidate(self.models, self.users).batch_size
 
-    def run(self) -> _Confirmed:
+    def run(self) -> Confirmed:
         suggested = self.suggestion()
         probe = range_probe(self.models, suggested, self.affordable)
         if probe is None and range_probe(self.models, suggested, lambda batch_size: True) is not None:
@@ -312,9 +305,10 @@ class _Confirming:
         checks = self._time_after_the_models(wanted)
         if checks:
             self._cut_the_range_where_the_line_bends(checks, probe)
+            checks = self._confirm_what_the_cut_suggests(checks)
         recommendation = recommend(self.models, self.users, self.samples, checks, self.not_timed, TIMED_IN_TURN)
         recommendation = in_both_orders(recommendation, self.users, self.samples, checks)
-        return _Confirmed(self.models, checks, recommendation, self.notes)
+        return Confirmed(self.models, checks, recommendation, self.notes)
 
     def _time_after_the_models(self, wanted: list[int]) -> list[Sample]:
         """`wanted`, then the user's batch size, each in a run of its own; none where none of
@@ -336,6 +330,20 @@ class _Confirming:
         checks.append(self.sizes.measure(self.users))
         self.models = dataclasses.replace(self.models, failing_batch_sizes=tuple(sorted(self.probing.failing)))
         return sorted(checks, key=_size)
+
+    def _confirm_what_the_cut_suggests(self, checks: list[Sample]) -> list[Sample]:
+        """Where cutting the trusted range moved the suggestion to a batch size these `checks` did
+        not time (one of the models' runs, timed only after the user's), that batch size and the
+        user's again, each in a run of its own, in place of the user's first confirming run: the
+        recommendation then rests on runs in both orders, as every other one does."""
+        suggested = self.suggestion()
+        timed = {s.batch_size for s in checks}
+        if suggested is None or suggested in timed or suggested in self.not_timed or not self.affordable(suggested):
+            return checks
+        again = self._time_after_the_models([suggested])
+        if not again:
+            return checks
+        return sorted([*(s for s in checks if s.batch_size != self.users), *again], key=_size)
 
     def _cut_the_range_where_the_line_bends(self, checks: list[Sample], probe: int | None) -> None:
         by_size = {s.batch_size: s for s in checks}
@@ -363,10 +371,14 @@ def in_both_orders(
     chosen = recommendation.batch_size
     if chosen is None or chosen == users:
         return recommendation
+    if chosen not in {s.batch_size for s in checks}:
+        return Recommendation.none(
+            f"{chosen:,}, which the models suggest, was timed only in a run after yours ({users:,}): a script's batch "
+            "sizes are timed in runs one after another, and one order cannot tell the machine's drift from a gain; "
+            f"profile with --batch-size {chosen} to measure it"
+        )
     yours = next(s for s in samples if s.batch_size == users)
-    theirs = next((s for s in [*samples, *checks] if s.batch_size == chosen), None)
-    if theirs is None:
-        return recommendation
+    theirs = next(s for s in [*samples, *checks] if s.batch_size == chosen)
     gain = theirs.samples_per_second / yours.samples_per_second
     if gain >= 1 + noise(yours, theirs):
         return recommendation

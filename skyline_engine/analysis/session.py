@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
-from skyline_engine.analysis.fitting import NOT_ASKED, ONE_SAMPLE, busy_machine_note, fit_models
+from skyline_engine.analysis.fitting import NOT_ASKED, ONE_SAMPLE, Confirmed, busy_machine_note, fit_models
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script import analyze_script
 from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
@@ -46,7 +46,6 @@ from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, Timin
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
 from skyline_engine.predict.recommendation import (
-    Recommendation,
     candidate,
     line_shortfall,
     range_probe,
@@ -478,18 +477,6 @@ class _Analysis:
     def _send(self, sample: Sample, breakdown: Breakdown, notes: list[str]) -> None:
         if self.partial is not None:
             self.partial(self.document(samples=[sample], breakdown=breakdown, models=None, warnings=notes))
-
-
-@dataclass(frozen=True)
-class Confirmed:
-    """What the confirming step found (`_Analysis._confirm`): the models (their trusted range cut
-    where the line bends, the batch sizes the user's code failed at), the batch sizes it timed
-    beside the user's (the user's again among them), the recommendation, and what to warn of."""
-
-    models: BatchSizeModels | None
-    checks: list[Sample] = field(default_factory=list)
-    recommendation: Recommendation | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def remeasure_while_poor_fit(
