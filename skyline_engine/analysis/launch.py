@@ -143,12 +143,14 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
         return analyze_rank(request, rank, progress)
     except _StoppedByLauncher as exc:
         if folder:
+            _no_more_stops()
             _write_json(Path(folder) / f"rank{rank_number}.json", _hung_error(exc, request, timeout_s))
             kill_descendants(os.getpid())
             exit_failed_rank(waited=False)
         raise SystemExit(1) from None
     except BaseException as exc:
         if folder:
+            _no_more_stops()
             error = _error(exc)
             _write_json(Path(folder) / f"rank{rank_number}.json", error)
             kill_descendants(os.getpid())
@@ -209,6 +211,14 @@ class _StoppedByLauncher(BaseException):
 
 def _stop_here(signum: int, frame: object) -> None:
     raise _StoppedByLauncher
+
+
+def _no_more_stops() -> None:
+    """A failed rank writing its error: the launcher's stop (it found this rank's failure, or
+    another's) is no news now, and must not cut the writing short, nor end the rank with a
+    traceback from wherever it lands (it once landed in `kill_descendants`' /proc scan). The rank
+    exits by itself once its error is written (rank_exit.py)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _hung_error(exc: BaseException, request: AnalysisRequest, timeout_s: float) -> dict[str, Any]:
