@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from engine_helpers import marked_line
+from skyline_engine.attribute import recorder as recorder_module
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
@@ -418,11 +419,20 @@ ALTERNATING_STEPS = STEPS.replace(
 NO_SCALING = 1e9  # a measured iteration far longer than the operations: their times are kept
 
 
-def broken_down_with(result: Recorded, durations_of_iteration) -> Breakdown:
+def broken_down_with(
+    result: Recorded, durations_of_iteration, gaps_of_iteration=None, run_time_ms: float = NO_SCALING
+) -> Breakdown:
+    """The breakdown, each operation's duration set by `durations_of_iteration(index, op)`; with
+    `gaps_of_iteration`, the Python before it too; without, the gaps unmeasured (as on a GPU:
+    nothing is scaled up to a longer iteration)."""
     for index, ops in enumerate(result.recording.iterations()):
         for op in ops:
             op.duration_ms = durations_of_iteration(index, op)
-    return result.iterations.breakdown(NO_SCALING, result.memory.peak_bytes)
+            if gaps_of_iteration is not None:
+                op.gap_before_ms = gaps_of_iteration(index, op)
+    if gaps_of_iteration is None:
+        result.recording.wall_ns = 0
+    return result.iterations.breakdown(run_time_ms, result.memory.peak_bytes)
 
 
 def test_each_operation_takes_its_fastest_time_when_the_iterations_ran_the_same_operations(tmp_path):
@@ -457,6 +467,81 @@ def test_iterations_that_ran_different_operations_keep_their_mean(tmp_path):
     sometimes = marked(iterations[0], tmp_path, "SOMETIMES")[0].context[1]
     (line,) = [entry for entry in breakdown.lines if entry.line == sometimes]
     assert line.forward_ms == pytest.approx((5.0 + 2.0) / 3)  # run twice in three iterations
+
+
+SLEEPS = STEPS.replace(
+    "        model(x).sum().backward()  # MODEL\n",
+    "        y = model(x).sum()\n        time.sleep(0.02)\n        y.backward()  # AFTER_SLEEP\n",
+)
+
+
+class FakeClock:
+    """The recorder's clock, injected: 1 µs passes at each reading, and what `sleep` says."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+
+    def __call__(self) -> int:
+        self.now_ns += 1_000
+        return self.now_ns
+
+    def sleep(self, seconds: float) -> None:
+        self.now_ns += round(seconds * 1e9)
+
+
+def test_the_python_before_each_operation_is_recorded_apart_from_the_recorders_own_work(tmp_path, monkeypatch):
+    # The user's code sleeps 20 ms before backward; the recorder's module hook takes 30 ms (both on
+    # an injected clock, so the figures are exact anywhere).
+    clock = FakeClock()
+    monkeypatch.setattr(recorder_module, "perf_counter_ns", clock)
+    monkeypatch.setattr(time, "sleep", clock.sleep)
+    innermost = CallSites.innermost
+
+    def slow_hook_work(self, skip=1):
+        clock.sleep(0.03)
+        return innermost(self, skip + 1)
+
+    monkeypatch.setattr(CallSites, "innermost", slow_hook_work)
+    result = recorded(tmp_path, "import time\n" + SLEEPS, iterations=2)
+    for ops in result.recording.iterations():
+        after_sleep = marked(ops, tmp_path, "AFTER_SLEEP")[0]
+        assert 20.0 <= after_sleep.gap_before_ms < 20.1  # the sleep, and the clock's readings
+        in_the_model = [op for op in ops if op.module == "model"]
+        assert in_the_model and all(op.gap_before_ms < 0.1 for op in in_the_model)  # not the hook's 30 ms
+    breakdown = result.iterations.breakdown(NO_SCALING, result.memory.peak_bytes)
+    assert 20.0 <= breakdown.attribution.between_operations_ms < 21.0
+
+
+def test_a_longer_measured_iteration_is_shared_out_over_the_operations_and_the_python_between_them(tmp_path):
+    # A busy machine: each operation 1 ms at its fastest with 0.5 ms of Python before it (in the
+    # second iteration, 50 ms: it waited), and the measured iteration 4 times as long as both.
+    result = recorded(tmp_path, STEPS, iterations=3)
+    first = result.recording.iterations()[0]
+    ops = len(first)
+    unimpeded = 1.5 * ops
+    breakdown = broken_down_with(
+        result, lambda index, op: 1.0, lambda index, op: 50.0 if index == 1 else 0.5, run_time_ms=4 * unimpeded
+    )
+    attribution = breakdown.attribution
+    assert attribution.between_operations_ms == pytest.approx(0.5 * ops)
+    assert attribution.scaled_by == pytest.approx(4.0) and attribution.operations_ms == pytest.approx(4.0 * ops)
+    at_line = marked(first, tmp_path, "MODEL")
+    (line,) = [entry for entry in breakdown.lines if entry.line == at_line[0].context[1]]
+    assert line.forward_ms + line.backward_ms == pytest.approx(4.0 * len(at_line))
+    # Its share is its share of the unimpeded iteration; the parts add up to the measured one.
+    assert (line.forward_ms + line.backward_ms) / (4 * unimpeded) == pytest.approx(len(at_line) / unimpeded)
+    assert attribution.user_lines_ms + breakdown.untracked.run_time_ms == pytest.approx(4 * unimpeded)
+    # Fitted to the iteration timed again: as if built there. Twice as long: scaled by 2.
+    again = breakdown.fitted_to(2 * unimpeded)
+    (line,) = [entry for entry in again.lines if entry.line == at_line[0].context[1]]
+    assert again.attribution.scaled_by == pytest.approx(2.0)
+    assert line.forward_ms + line.backward_ms == pytest.approx(2.0 * len(at_line))
+    # A quiet machine's iteration leaves less beside the operations than the recorded gaps (the
+    # recorder's own work lengthens them): nothing is scaled; shorter than the operations: down.
+    quiet = breakdown.fitted_to(1.2 * ops)
+    assert quiet.attribution.scaled_by == pytest.approx(1.0)
+    assert quiet.attribution.user_lines_ms + quiet.untracked.run_time_ms == pytest.approx(1.2 * ops)
+    assert breakdown.fitted_to(0.5 * ops).attribution.scaled_by == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,7 @@ def document(
     samples_per_step=None,
     device=None,
     checks=None,
+    between_ms=None,
 ):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
     forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
@@ -53,7 +54,8 @@ def document(
     forward and half backward work (or all forward without `backward`); the user's code failed at
     the batch sizes `failing`; with `samples_per_step`, it accumulates to that many samples a step,
     and `times` are one micro-batch's; `device` a torch device other than the CPU; `checks`, the
-    time at each batch size the confirming step timed beside the user's ({batch size: ms})."""
+    time at each batch size the confirming step timed beside the user's ({batch size: ms});
+    `between_ms`, the Python between its operations at their fastest (None: not measured)."""
 
     def measurement(b: int, ms: float) -> Sample:
         reserved_bytes = None if reserved is None else 1000 * b + 8_000_000 + reserved
@@ -71,7 +73,14 @@ def document(
     )
     backward_ms = recorded_ms / 2 if backward else 0.0
     recorded = OperationNode("iteration", "", "module", forward_ms=recorded_ms - backward_ms, backward_ms=backward_ms)
-    breakdown = Breakdown([], recorded, [], [], Untracked(0.0, 0), Attribution(1, recorded_ms, recorded_ms, None, 1.0))
+    breakdown = Breakdown(
+        [],
+        recorded,
+        [],
+        [],
+        Untracked(0.0, 0),
+        Attribution(1, recorded_ms, recorded_ms, None, 1.0, between_operations_ms=between_ms),
+    )
     return build_document(
         project_root="/nowhere",
         entry_point="entry_point.py",
@@ -459,6 +468,21 @@ def test_the_breakdowns_warnings_give_the_documents_own_figures():
     assert doc["attribution"]["scaled_by"] == pytest.approx(2.75 / 4.0)
     assert doc["warnings"][0].startswith("Operations ran 45% slower while recorded than in the measured iteration")
     assert not any(w.startswith("Operations ran") for w in document(run_time(1 / 64, 0.75))["warnings"])
+
+
+def test_an_iteration_that_waited_beyond_its_operations_and_python_shares_the_wait_out_and_says_so():
+    # Operations of 0.5 ms and 0.25 ms of Python between them, at their fastest, in an iteration
+    # measured at 2.75 ms (a busy machine): each part scaled by 2.75 / 0.75, and the warning says so.
+    doc = document(run_time(1 / 64, 0.75), recorded_ms=0.5, between_ms=0.25)
+    assert doc["attribution"]["scaled_by"] == pytest.approx(2.75 / 0.75)
+    assert doc["attribution"]["between_operations_ms"] == 0.25
+    (note,) = [w for w in doc["warnings"] if w.startswith("The measured iteration took 3.7× as long as its operations")]
+    assert "shared out over the lines in proportion to their own" in note and ACTION.search(note)
+    assert doc["attribution"]["user_lines_ms"] + doc["untracked"]["run_time_ms"] == pytest.approx(2.75)
+    # Where the iteration leaves no more beside its operations than the Python between them: no wait.
+    quiet = document(run_time(1 / 64, 0.75), recorded_ms=2.0, between_ms=1.0)
+    assert quiet["attribution"]["scaled_by"] == 1.0
+    assert not any(w.startswith("The measured iteration took") for w in quiet["warnings"])
 
 
 def test_on_a_gpu_the_slowdown_while_recorded_is_the_hosts_launch_in_each_span():

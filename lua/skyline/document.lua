@@ -283,3 +283,4 @@
 ---@field scaled_by number
 ---@field mode string `"recorded"` or `"eager_replay"`
 ---@field untracked_in_steps_fraction number?
+---@field between_operations_ms number? the Python between operations at their fastest (CPU)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from skyline_engine.attribute.breakdown import EAGER_REPLAY, Breakdown
 
-# Below this, the recorded operations ran notably slower than the measured iteration.
+# Below this, the recorded operations ran notably slower than the measured iteration; above
+# NOTABLE_WAIT, the measured iteration notably slower than they and the Python between them.
 NOTABLE_SCALING = 0.8
+NOTABLE_WAIT = 1.25
 
 # Below this share of the iteration on user lines, the breakdown says where the rest may be.
 LOW_ATTRIBUTION = 0.5
@@ -34,6 +36,14 @@ def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False, script: bool = F
             f"{_GPU_SLOWDOWN if on_gpu else _CPU_SLOWDOWN}, which weighs most on short operations. The per-line "
             f"times were scaled down to the measured iteration: compare lines by their shares; {_larger(script)} "
             "makes operations longer and the difference smaller."
+        )
+    elif scale > NOTABLE_WAIT:
+        notes.append(
+            f"The measured iteration took {scale:.1f}× as long as its operations and the Python between them took "
+            "at their fastest while recorded: they waited, for a CPU that other processes kept busy (see the "
+            "warnings) or for something the recorded iterations did not run. That time is shared out over the lines "
+            "in proportion to their own, so that each line's share is its share of the unimpeded iteration: compare "
+            "lines by their shares, or re-run on a quiet machine for their times there."
         )
     share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:

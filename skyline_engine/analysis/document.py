@@ -269,6 +269,7 @@ class AttributionDict(TypedDict):
     scaled_by: float
     mode: str  # "recorded" or "eager_replay"
     untracked_in_steps_fraction: float | None
+    between_operations_ms: float | None
 
 
 class TimelineEntryDict(TypedDict):

@@ -251,6 +251,9 @@ class Attribution:
     mode: str = RECORDED
     # Of the time between operations, the share inside optimizer steps (Recording.untracked_in_steps).
     untracked_in_steps_fraction: float | None = None
+    # The recorded iterations' time between operations, per iteration, each gap at its fastest
+    # (unscaled); None where not measured (CUDA, an eager replay): see `scale_to_iteration`.
+    between_operations_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -261,6 +264,7 @@ class Attribution:
             "scaled_by": self.scaled_by,
             "mode": self.mode,
             "untracked_in_steps_fraction": self.untracked_in_steps_fraction,
+            "between_operations_ms": self.between_operations_ms,
         }
 
 
@@ -328,12 +332,13 @@ class Breakdown:
     def fitted_to(self, run_time_ms: float) -> Breakdown:
         """This breakdown against the iteration as timed last: the user's batch size is timed again
         beside the others after it was broken down, and a busy machine can make the two times
-        differ by tens of percent. As when it was built, the operations are scaled down when they
-        exceed the iteration, and `untracked` is what remains of it, so that the lines and
-        `untracked` add up to the document's iteration (no line's share above 100 %)."""
-        recorded_ms = self.attribution.operations_ms
-        scale = run_time_ms / recorded_ms if recorded_ms > run_time_ms > 0 else 1.0
-        attributed_ms = self.attribution.user_lines_ms * scale
+        differ by tens of percent. As when it was built, the operations are scaled to the
+        iteration (`scale_to_iteration`), and `untracked` is what remains of it, so that the lines
+        and `untracked` add up to the document's iteration (no line's share above 100 %)."""
+        attribution = self.attribution
+        recorded_ms = attribution.operations_ms / attribution.scaled_by
+        scale = scale_to_iteration(recorded_ms, attribution.between_operations_ms, run_time_ms) / attribution.scaled_by
+        attributed_ms = attribution.user_lines_ms * scale
         return replace(
             self,
             lines=[line.scaled(scale) for line in self.lines],
@@ -341,7 +346,7 @@ class Breakdown:
             untracked=replace(self.untracked, run_time_ms=max(0.0, run_time_ms - attributed_ms)),
             attribution=replace(
                 self.attribution,
-                operations_ms=recorded_ms * scale,
+                operations_ms=attribution.operations_ms * scale,
                 user_lines_ms=attributed_ms,
                 user_lines_fraction=attributed_ms / run_time_ms if run_time_ms > 0 else None,
                 scaled_by=self.attribution.scaled_by * scale,
@@ -400,7 +405,10 @@ def build_breakdown(
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording, iterations)
     recorded_ms = sum(op.duration_ms for op in operations)
-    scale = _fit_to_iteration(operations, recorded_ms, run_time_ms)
+    between_ms = _between_operations(recording, iterations) if mode == RECORDED else None
+    scale = scale_to_iteration(recorded_ms, between_ms, run_time_ms)
+    for op in operations:
+        op.duration_ms *= scale
     lines = _line_totals(operations, _iteration_of_each(recording))
 
     weights = _weights([("model", model), *(held or {}).items()], creation, recording.gradient_bytes)
@@ -431,6 +439,7 @@ def build_breakdown(
             scaled_by=scale,
             mode=mode,
             untracked_in_steps_fraction=recording.untracked_in_steps(),
+            between_operations_ms=between_ms,
         ),
         timeline=first_iteration,
         peak_memory_operation=peak_memory_operation,
@@ -518,24 +527,36 @@ def _timeline(operations: list[OperationRecord]) -> list[TimelineEntry]:
     ]
 
 
-def _fit_to_iteration(operations: list[OperationRecord], recorded_ms: float, run_time_ms: float) -> float:
-    """Operations can run slower while recorded than in the measured iteration (the recorder's own
-    work between them evicts caches; the machine's load can change). When their sum exceeds the
-    measured iteration, scale them to it, so that lines and `untracked` add up to the iteration;
-    the factor is reported as `attribution.scaled_by`."""
-    if recorded_ms <= run_time_ms or recorded_ms <= 0:
+def scale_to_iteration(operations_ms: float, between_ms: float | None, run_time_ms: float) -> float:
+    """The factor the operations' times (`operations_ms` an iteration, each at its fastest) are
+    scaled by to fit the measured iteration (`attribution.scaled_by`), so that lines and
+    `untracked` add up to it.
+
+    Operations can run slower while recorded than in the measured iteration (the recorder's own
+    work between them evicts caches): where they exceed it, they are scaled down to it. On a busy
+    machine the measured iteration is longer than its operations and the Python between them
+    unimpeded (`between_ms`, each gap at its fastest in the recorded iterations; None where not
+    measured): the operations and that Python waited for a CPU. That wait is shared out over them
+    in proportion to their times (a wait lands on what runs then), so that each line's share is
+    its share of the unimpeded iteration. Under two busy processes the transformer example's
+    iteration measured 83, 214 and 587 ms in three back-to-back analyses, its operations 26 to 30
+    ms: with the wait left to `untracked`, its top line's share was 12, 5 and 2 %. The Python
+    between operations counts at most what the measured iteration leaves beside them (the
+    recorder's own work makes the recorded gaps longer than the unrecorded ones), so that on a
+    quiet machine nothing is scaled up."""
+    if operations_ms <= 0 or run_time_ms <= 0:
         return 1.0
-    scale = run_time_ms / recorded_ms
-    for op in operations:
-        op.duration_ms *= scale
-    return scale
+    if between_ms is None:
+        return run_time_ms / operations_ms if operations_ms > run_time_ms else 1.0
+    unimpeded_ms = operations_ms + min(between_ms, max(0.0, run_time_ms - operations_ms))
+    return run_time_ms / unimpeded_ms
 
 
 def _per_iteration(recording: Recording, iterations: int) -> list[OperationRecord]:
     """Copies of the records of `iterations` recorded iterations, scaled to one iteration: each
-    operation's time is its typical time (`_typical_durations`), shared out over its iterations."""
+    operation's time is its typical time (`_typical`), shared out over its iterations."""
     operations = recording.operations
-    durations = _typical_durations(recording)
+    durations = _typical(recording, "duration_ms")
     copies = {
         # Bytes too are divided exactly: one tensor saved in each of 3 iterations, divided per
         # record with //, lost a byte of its 65,536 (the sums are rounded where they are written).
@@ -548,10 +569,19 @@ def _per_iteration(recording: Recording, iterations: int) -> list[OperationRecor
     return list(copies.values())
 
 
-def _typical_durations(recording: Recording) -> list[float]:
-    """Each recorded operation's time, to be averaged over the recorded iterations. Iterations that
-    ran the same operations at the same lines give each operation the fastest of its times in them:
-    what it takes unimpeded. The first recorded iteration runs the recorder's own code for the first
+def _between_operations(recording: Recording, iterations: int) -> float | None:
+    """The time between operations of one recorded iteration, each gap at its typical time
+    (`_typical`); None where gaps are not measured (the GPU's device time)."""
+    if recording.wall_ns == 0:
+        return None
+    return sum(_typical(recording, "gap_before_ms")) / iterations
+
+
+def _typical(recording: Recording, measured: str) -> list[float]:
+    """Each recorded operation's time (`measured`: `duration_ms`, or `gap_before_ms`, the Python
+    before it), to be averaged over the recorded iterations. Iterations that ran the same
+    operations at the same lines give each operation the fastest of its times in them: what it
+    takes unimpeded. The first recorded iteration runs the recorder's own code for the first
     time and is slower (the default example's operations took 1.2 to 1.4 times as long in it as in
     the next two), and on a busy machine any operation can wait for a CPU in any iteration: the
     median of three kept such waits: under two busy processes, the transformer example's MLP line
@@ -560,8 +590,8 @@ def _typical_durations(recording: Recording) -> list[float]:
     Iterations that differ keep their own times."""
     runs = recording.iterations()
     if not runs or recording.iteration_starts[0] != 0 or len({tuple(map(_identity, run)) for run in runs}) != 1:
-        return [op.duration_ms for op in recording.operations]
-    fastest = [min(op.duration_ms for op in same) for same in zip(*runs)]
+        return [getattr(op, measured) for op in recording.operations]
+    fastest = [min(getattr(op, measured) for op in same) for same in zip(*runs)]
     return fastest * len(runs)
 
 

@@ -5,6 +5,9 @@ passes through it, forward, backward and optimizer alike. For each it records:
 
 - its duration, timed around the operation itself (wall time on CPU, CUDA events on the GPU), so
   the recorder's own Python work between operations is not counted;
+- on the CPU, the time before it since the previous operation (or the iteration's start): the
+  user's Python between operations, the recorder's own work (after each operation, and in its
+  module, step, gradient and saved-tensor hooks) left out;
 - its call site: the innermost frame inside the project (torch.profiler's stacks name functions,
   not lines; the interpreter's frames give the line);
 - the module running it (global module hooks keep a stack);
@@ -27,6 +30,7 @@ passes through it, forward, backward and optimizer alike. For each it records:
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import weakref
@@ -34,7 +38,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns  # bound now: user code may replace time's (freezegun)
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 import torch
 from torch._ops import OpOverload
@@ -78,6 +82,9 @@ class OperationRecord:
     node_name: str | None = None
     creator: OperationRecord | None = None  # for backward: the forward operation of its node
     start_ms: float = 0.0  # from the start of the recording
+    # On the CPU: the wall time since the previous operation ended (or the iteration started), the
+    # recorder's own work left out; 0 on the GPU (device time and host time do not compare).
+    gap_before_ms: float = 0.0
 
     @property
     def context(self) -> Context | None:
@@ -249,6 +256,23 @@ def _same_batch(firsts: list[weakref.ref[torch.Tensor] | None]) -> bool:
     return first is not None and all(ref is not None and ref() is first for ref in firsts)
 
 
+_Hook = TypeVar("_Hook", bound=Callable[..., Any])
+
+
+def _own_work(hook: _Hook) -> _Hook:
+    """A hook of the recorder's, its time kept apart from the user's between operations."""
+
+    @functools.wraps(hook)
+    def timed(self: OperationRecorder, *args: Any) -> Any:
+        began = perf_counter_ns()
+        try:
+            return hook(self, *args)
+        finally:
+            self._hooks_ns += perf_counter_ns() - began
+
+    return timed  # type: ignore[return-value]
+
+
 class OperationRecorder(TorchDispatchMode):
     def __init__(
         self,
@@ -287,6 +311,10 @@ class OperationRecorder(TorchDispatchMode):
         self._steps_running: int  # optimizer.step() calls under way (an optimizer may step another)
         self._entered_ns = 0  # when the recorder was last entered
         self._step_entered_ns = 0  # when the outermost step under way began
+        # Since when the user's code has run (the previous operation's end, the recorder's work after
+        # it done, or the iteration's start), and the recorder's hooks' time since: the gap's parts.
+        self._resumed_ns = 0
+        self._hooks_ns = 0
         self._module_call_count = 0
         self._users_module_types: dict[type, bool] = {}
         self._hooks: list[RemovableHandle]
@@ -331,9 +359,11 @@ class OperationRecorder(TorchDispatchMode):
     def start_iteration(self) -> None:
         self.recording.iteration_starts.append(len(self.recording.operations))
         self._updates.new_iteration()
+        self._resumed_ns, self._hooks_ns = perf_counter_ns(), 0
 
     # -- modules ----------------------------------------------------------------------------------
 
+    @_own_work
     def _enter_module(self, module: torch.nn.Module, args: Any) -> None:
         path = self.module_names.get(id(module), type(module).__name__)
         context, _ = self.call_sites.innermost(skip=1)
@@ -350,10 +380,12 @@ class OperationRecorder(TorchDispatchMode):
         if id(module) == self._model_id and len(self.recording.iteration_starts) == 1 and not self._steps_running:
             self.recording.model_call_inputs.append(ModelCallInput.of(args))
 
+    @_own_work
     def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._call_stack:
             self._call_stack.pop()
 
+    @_own_work
     def _accumulated(self, parameter: torch.Tensor) -> None:
         gradient = parameter.grad
         if gradient is not None:
@@ -365,6 +397,7 @@ class OperationRecorder(TorchDispatchMode):
         if id(parameter) in self._model_parameter_ids and len(self.recording.iteration_starts) == 1:
             self.recording.gradient_accumulations[id(parameter)] += 1
 
+    @_own_work
     def _enter_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._steps_running == 0:
             self._step_entered_ns = perf_counter_ns()
@@ -372,6 +405,7 @@ class OperationRecorder(TorchDispatchMode):
         if len(self.recording.iteration_starts) == 1:
             self.recording.optimizer_steps[id(optimizer)] += 1
 
+    @_own_work
     def _leave_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # A step that raised never calls its post-hook; the next iteration's recorder starts at 0.
         self._steps_running = max(0, self._steps_running - 1)
@@ -411,14 +445,17 @@ class OperationRecorder(TorchDispatchMode):
         if record.phase == OPTIMIZER:
             self._updates.note_outputs(out)
         if isinstance(start, int):  # the CPU's clock (Recording.wall_ns)
-            self._note_times(start, end)
+            self._note_times(record, start, end)
         return out
 
-    def _note_times(self, start: int, end: int) -> None:
-        """The operation's time and the recorder's own work after it, inside a step or not: the
-        rest of the wall time is the Python between operations. (The recorder's own work counted
-        as that Python made a step of 40 long products read as mostly Python.)"""
-        own = perf_counter_ns() - end
+    def _note_times(self, record: OperationRecord, start: int, end: int) -> None:
+        """The operation's time, the Python before it, and the recorder's own work after it, inside
+        a step or not: the rest of the wall time is the Python between operations. (The recorder's
+        own work counted as that Python made a step of 40 long products read as mostly Python.)"""
+        record.gap_before_ms = max(0, start - self._resumed_ns - self._hooks_ns) / 1e6
+        resumed = perf_counter_ns()
+        own = resumed - end
+        self._resumed_ns, self._hooks_ns = resumed, 0
         self.recording.recorder_ns += own
         if self._steps_running:
             self.recording.steps_operations_ns += end - start
@@ -498,6 +535,7 @@ class OperationRecorder(TorchDispatchMode):
             if self.lifetimes is not None:
                 self.lifetimes.made(storage, record)
 
+    @_own_work
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         for storage in tensor_storages([tensor]):
             if self.lifetimes is not None:
