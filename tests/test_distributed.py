@@ -180,6 +180,63 @@ def test_under_torchrun_each_process_joins_and_rank_0_reports(tmp_path):
     assert result.stdout.count("Data parallel") == 1  # rank 0's report only
 
 
+SCRIPTS = REPO / "tests" / "projects" / "scripts"
+
+
+def profile_script_on_ranks(project: Path, *script_args: str) -> subprocess.CompletedProcess[str]:
+    """`skyline profile train_ddp.py --nproc 2 --json out.json -- ARGS` in `project` (a copy of the
+    scripts' project), checked to leave no process of its own behind."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, SKYLINE_TEST_MARKER=marker)
+    command = [sys.executable, "-m", "skyline_engine", "profile", "train_ddp.py", "--nproc", "2", "--quiet"]
+    command += ["--json", "out.json", "--", *script_args]
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert _processes_with(marker) == []
+    return result
+
+
+@pytest.mark.slow
+def test_a_data_parallel_script_runs_on_every_rank_in_step_with_rank_0(tmp_path):
+    # The script joins its own process group, wraps its model in DDP, and trains 1,000 epochs: rank
+    # 0 measures its iterations while rank 1 runs the same ones, and both stop before the checkpoint.
+    project = tmp_path / "scripts"
+    shutil.copytree(SCRIPTS, project)
+    result = profile_script_on_ranks(project)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((project / "out.json").read_text())
+    script = project / "train_ddp.py"
+    assert doc["batch_size"] == 32 and doc["batch_size_location"]["line"] == marked_line(script, "# BATCH")
+    lines = {(line["path"], line["line"]): line for line in doc["lines"]}
+    model = lines["model.py", marked_line(project / "model.py", "return self.head")]
+    assert model["forward_ms"] > 0 and model["backward_ms"] > 0
+    assert lines["train_ddp.py", marked_line(script, "# STEP")]["step_ms"] > 0
+    assert doc["iteration"]["repetitions"] >= 3 and doc["models"] is None
+    assert doc["models_withheld"].startswith("Data-parallel training over 2 processes: rank 0's iterations")
+    assert doc["models_withheld"] in doc["warnings"]
+    assert not (project / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
+def test_a_data_parallel_script_failing_on_one_rank_is_named_at_its_line(tmp_path):
+    project = tmp_path / "scripts"
+    shutil.copytree(SCRIPTS, project)
+    result = profile_script_on_ranks(project, "--fail-on-rank", "1")
+    assert result.returncode == 1
+    line = marked_line(project / "train_ddp.py", "# FAILS")
+    assert result.stderr.startswith(
+        f"skyline: error: train_ddp.py:{line}: rank 1 failed: ValueError: rank 1 cannot go on"
+    ), result.stderr
+
+
+@pytest.mark.slow
+def test_a_data_parallel_script_under_torchrun_is_sent_to_nproc(tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += ["-m", "skyline_engine", "profile", "train_ddp.py", "--device", "cpu", "--quiet"]
+    result = subprocess.run(command, cwd=SCRIPTS, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode != 0
+    assert "Start the ranks with `skyline profile SCRIPT --nproc N` instead of torchrun" in result.stderr
+
+
 def profile_failing_ranks(entry: str, tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     """`skyline profile ENTRY --nproc 2` that must fail, checked to leave no process and no file of
     its own behind (the launcher's error files included)."""

@@ -409,13 +409,9 @@ def test_set_batch_size_rewrites_a_scripts_constant_or_keyword(tmp_path, source,
     assert expected in script.read_text()
 
 
-def test_an_entry_point_takes_no_script_arguments_and_a_script_runs_on_no_ranks(project):
+def test_an_entry_point_takes_no_script_arguments(project):
     entry = (REPO / "examples" / "default" / "entry_point.py").read_text()
     (project / "entry_point.py").write_text(entry)
     with pytest.raises(EntryPointError, match=r"the arguments after `--` are a training script's own") as raised:
         analysed(project, "entry_point.py", script_args=("--epochs", "1"))
     assert raised.value.path == "entry_point.py"
-    # Refused before any rank starts: data-parallel ranks run an entry point's iteration.
-    with pytest.raises(EntryPointError, match=r"a script on ranks is not supported yet") as raised:
-        analysed(project, "train.py", world_size=2)
-    assert raised.value.path == "train.py"

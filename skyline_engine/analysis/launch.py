@@ -120,6 +120,7 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
     import torch.distributed as dist
 
     from skyline_engine.analysis.distributed import analyze_rank
+    from skyline_engine.analysis.script_ranks import script_on_ranks, script_rank
     from skyline_engine.measure.distributed import join_process_group
 
     if threads is not None:
@@ -139,6 +140,10 @@ def rank_main(request: AnalysisRequest, threads: int | None, folder: str | None)
     if folder:
         signal.signal(signal.SIGTERM, _stop_here)
     try:
+        script = script_on_ranks(request)
+        if script is not None:  # it joins its process group itself
+            world_size = int(os.environ.get("WORLD_SIZE", "1"))
+            return script_rank(request, script, rank_number, world_size, folder, progress)
         rank = join_process_group(request.device, timeout_s)
         return analyze_rank(request, rank, progress)
     except _StoppedByLauncher as exc:

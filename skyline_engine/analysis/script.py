@@ -111,19 +111,28 @@ def analyze_script(
     predict: bool = True,
     progress: Progress,
     partial: Partial | None = None,
+    on_iteration: Callable[[], None] | None = None,
 ) -> AnalysisDocument:
     """The document of the training script at `path`, run with `script_args` and, where given, its
     batch size set to `batch_size` in memory (and written to the file with `write_batch_size`,
     once the model showed the literal is its batch size); stopped where it runs when it does not
     step within `step_timeout_s` (None: measure/script_run.py's default). With `predict`, other
-    batch sizes are measured in runs of their own and the models fitted."""
+    batch sizes are measured in runs of their own and the models fitted. `on_iteration` is told
+    before each iteration of the user's batch size's run (analysis/script_ranks.py)."""
     timeout_s = step_timeout_s or STEP_TIMEOUT_S
     script = load_training_script(path, project_root, script_args, batch_size)
     if write_batch_size and script.literal_set is None:
         _cannot_write(script, script_args)
     with first_lines_of_user_output() as output:
         users = _users_batch_size(
-            script, request_budget, timeout_s, timeline, memory_capacity_bytes, write_batch_size, progress, partial
+            script,
+            request_budget,
+            ScriptRun(script, timeout_s, on_iteration),
+            timeline,
+            memory_capacity_bytes,
+            write_batch_size,
+            progress,
+            partial,
         )
         target = ScriptTarget(path, project_root, tuple(script_args), timeout_s)
         predictions = _predictions(users, target, request_budget, predict, progress, partial)
@@ -187,7 +196,7 @@ def _cannot_write(script: TrainingScript, script_args: tuple[str, ...]) -> None:
 def _users_batch_size(
     script: TrainingScript,
     budget: TimingBudget,
-    timeout_s: float,
+    script_run: ScriptRun,
     timeline: bool,
     memory_capacity_bytes: int | None,
     write_batch_size: bool,
@@ -196,7 +205,7 @@ def _users_batch_size(
 ) -> _UsersRun:
     """The first run of the script, at the user's batch size: measured, broken down and stopped."""
     creation = CreationSites(CallSites(script.files))
-    with ScriptRun(script, timeout_s) as run:
+    with script_run as run:
         progress(f"running {script.relative_path} up to its first optimizer step", 0.0)
         with creation.finding_optimizers(script.relative_path):
             with creation.recording_modules():  # where each parameter is created: its line's memory

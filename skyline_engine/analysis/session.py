@@ -109,7 +109,6 @@ def analyze(
     if request.world_size > 1:
         from skyline_engine.analysis.launch import analyze_on_ranks  # it builds on this module
 
-        _refuse_ranks_for_a_script(request)
         return analyze_on_ranks(request, progress)
     root = Path(request.project_root).resolve()
     path = resolve_entry_path(request.entry_point, root, request.base_dir)
@@ -136,26 +135,6 @@ def analyze(
         entry.unload()
     progress("done", 1.0)
     return with_output_note(document, output)
-
-
-def _refuse_ranks_for_a_script(request: AnalysisRequest) -> None:
-    """Data-parallel ranks run an entry point's iteration under DDP; a training script that sets up
-    its own process group is not run on ranks yet. (A file that cannot be read is left to the
-    ranks, whose error names it.)"""
-    root = Path(request.project_root).resolve()
-    try:
-        path = resolve_entry_path(request.entry_point, root, request.base_dir)
-        relative = str(path.relative_to(root))
-        script = is_script(read_source(path, relative))
-    except SkylineError:
-        return
-    if script:
-        raise EntryPointError(
-            f"{relative} is a training script, and data-parallel ranks (--nproc, a count before :SkylineProfile) "
-            "run an entry point's iteration under DistributedDataParallel: a script on ranks is not supported yet.",
-            path=relative,
-            hint="Profile the script on one process, or write an entry point for its model (docs/entry-points.md).",
-        )
 
 
 def _analyze_script(

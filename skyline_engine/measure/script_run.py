@@ -84,9 +84,16 @@ class ScriptRun:
     """One run of `script`, paused at its optimizer steps. Use it inside `with`: the hook and
     the script end with it."""
 
-    def __init__(self, script: TrainingScript, step_timeout_s: float = STEP_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        script: TrainingScript,
+        step_timeout_s: float = STEP_TIMEOUT_S,
+        on_iteration: Callable[[], None] | None = None,
+    ) -> None:
         self.script = script
         self.step_timeout_s = step_timeout_s
+        # Told before each `iteration()` resumes the script (data-parallel ranks that follow rank 0's).
+        self.on_iteration = on_iteration
         self.steps = 0  # of the optimizer that ends an iteration
         self._engine: greenlet.greenlet | None = None
         self._script: greenlet.greenlet | None = None
@@ -140,6 +147,8 @@ class ScriptRun:
         suspended then takes nothing with it but its own process's state)."""
         assert self._script is not None, "use ScriptRun inside `with`"
         steps = self.steps
+        if self.on_iteration is not None:
+            self.on_iteration()
         try:
             if self._alarm is not None:
                 signal.setitimer(signal.ITIMER_REAL, self.step_timeout_s, _RETRY_S)
