@@ -59,6 +59,21 @@ def test_a_cgroup_v2_limit_below_the_available_memory_wins(tmp_path):
     assert cpu_capacity(root) == (5 << 30, "cgroup")
 
 
+def test_a_limit_on_an_ancestor_cgroup_holds_below_it(tmp_path):
+    # The service runs its worker in a cgroup of its own below the service's, which has the limit.
+    root = fake_system(
+        tmp_path,
+        cgroup="0::/user.slice/job/skyline-worker-1-2\n",
+        files={
+            "sys/fs/cgroup/user.slice/job/memory.max": str(8 << 30),
+            "sys/fs/cgroup/user.slice/job/memory.current": str(3 << 30),
+            "sys/fs/cgroup/user.slice/job/skyline-worker-1-2/memory.max": "max\n",
+            "sys/fs/cgroup/user.slice/job/skyline-worker-1-2/memory.current": str(1 << 30),
+        },
+    )
+    assert cpu_capacity(root) == (5 << 30, "cgroup")
+
+
 def test_a_cgroup_v1_limit_seen_from_inside_a_container(tmp_path):
     # The container's own cgroup is the root of its memory hierarchy; its path in
     # /proc/self/cgroup names the host's view, which is not mounted here.

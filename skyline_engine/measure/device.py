@@ -125,7 +125,11 @@ _NO_LIMIT = 1 << 60
 
 
 def _cgroup_room(root: str) -> int | None:
-    """The control group's memory limit less its usage (cgroup v2, else v1), or None without a limit."""
+    """The least room under the memory limits of this process's control group and its ancestors
+    (each limit less that group's usage; cgroup v2, and v1), or None without a limit. An ancestor's
+    limit holds too: the service runs each worker in a cgroup of its own below the service's
+    (processes.Cgroup), and a limit set where the editor was started is the service's."""
+    rooms = []
     for relative in _cgroup_paths(root):
         for limit_name, usage_name in (
             ("memory.max", "memory.current"),
@@ -133,26 +137,32 @@ def _cgroup_room(root: str) -> int | None:
         ):
             limit = _read_int(os.path.join(root, relative, limit_name))
             usage = _read_int(os.path.join(root, relative, usage_name))
-            if limit is not None and usage is not None:
-                return max(0, limit - usage) if limit < _NO_LIMIT else None
-    return None
+            if limit is not None and usage is not None and limit < _NO_LIMIT:
+                rooms.append(max(0, limit - usage))
+    return min(rooms) if rooms else None
 
 
 def _cgroup_paths(root: str) -> list[str]:
     """Where this process's memory cgroup may be mounted: its own path under the v2 and v1
-    hierarchies, then their roots (a container sees its own cgroup as the root)."""
+    hierarchies and each of their ancestors, up to their roots (a container sees its own cgroup
+    as the root)."""
     own = []
     try:
         with open(os.path.join(root, "proc/self/cgroup"), encoding="ascii") as f:
             for line in f:
                 _, controllers, path = line.rstrip("\n").split(":", 2)
                 if controllers == "":
-                    own.append("sys/fs/cgroup" + path)
+                    own.append(("sys/fs/cgroup", path))
                 elif "memory" in controllers.split(","):
-                    own.append("sys/fs/cgroup/memory" + path)
+                    own.append(("sys/fs/cgroup/memory", path))
     except (OSError, ValueError):
         pass
-    return [*own, "sys/fs/cgroup", "sys/fs/cgroup/memory"]
+    paths = []
+    for mount, path in [*own, ("sys/fs/cgroup", "/"), ("sys/fs/cgroup/memory", "/")]:
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            paths.append("/".join([mount, *parts[:depth]]))
+    return list(dict.fromkeys(paths))
 
 
 def _read_int(path: str) -> int | None:
