@@ -157,3 +157,102 @@ def end_orphans(orphans: Collection[int]) -> None:
                 os.kill(orphan, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(orphan, 0)
+
+
+class Cgroup:
+    """A cgroup (v2) of its own for a worker and every process it starts, where this process's
+    cgroup can have children (Linux 5.14 or later, the hierarchy writable here: a container's own,
+    or a subtree delegated to the user). The kernel keeps every descendant in it, whatever session
+    or parent it takes, and `kill` ends them all at once (`cgroup.kill`): a chain that calls
+    `setsid` and forks at every link outruns kills by process and by group, never this one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @staticmethod
+    def create(name: str) -> Cgroup | None:
+        """A new child of this process's cgroup; None where there can be none."""
+        parent = _own_cgroup_folder()
+        if parent is None:
+            return None
+        path = os.path.join(parent, name)
+        try:
+            os.mkdir(path)
+        except OSError:
+            return None
+        if not os.path.exists(os.path.join(path, "cgroup.kill")):  # before Linux 5.14
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return None
+        return Cgroup(path)
+
+    def add(self, pid: int) -> bool:
+        """Move `pid` into it (the processes it starts afterwards are born there)."""
+        return self._write("cgroup.procs", str(pid))
+
+    def kill(self) -> None:
+        self._write("cgroup.kill", "1")
+
+    def remove(self) -> bool:
+        """Kill what is in it, then remove it once its processes have exited (a zombie is no longer
+        in it); False where some had not yet (remove it later)."""
+        self.kill()
+        try:
+            os.rmdir(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    def _write(self, name: str, value: str) -> bool:
+        try:
+            with open(os.path.join(self.path, name), "w", encoding="ascii") as f:
+                f.write(value)
+        except OSError:
+            return False
+        return True
+
+
+def remove_stale_cgroups(prefix: str) -> None:
+    """Remove the cgroups below this process's own named `prefix<pid>-…` whose process `pid` has
+    ended (a service killed with no chance to remove its workers'), and end what is still in them."""
+    parent = _own_cgroup_folder()
+    if parent is None:
+        return
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            owner = name[len(prefix) :].split("-", 1)[0] if name.startswith(prefix) else ""
+            if owner.isdigit() and not _alive(int(owner)):
+                Cgroup(os.path.join(parent, name)).remove()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _own_cgroup_folder() -> str | None:
+    """The folder of this process's cgroup in the cgroup v2 hierarchy, where it is mounted."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            own = next((line.strip()[3:] for line in f if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    for fields in mounts:
+        # "id parent major:minor root mount-point options [optional…] - type source super-options"
+        if own is None or "-" not in fields or fields[fields.index("-") + 1] != "cgroup2":
+            continue
+        root, mount_point = fields[3], fields[4]
+        if own == root or own.startswith(root.rstrip("/") + "/"):
+            return os.path.join(mount_point, own[len(root.rstrip("/")) :].lstrip("/"))
+    return None

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from service_client import WAIT_S, ServiceProcess, copy_project, process_gone, zombie_children
+from skyline_engine import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
@@ -97,6 +98,15 @@ def test_they_end_when_the_service_is_killed(root, escapes):
         assert all(process_gone(pid, 30) for pid in pids)
     finally:
         service.stop()
+    if cgroups_here():  # its workers' cgroups stay, until the next service starts
+        folder = Path(processes._own_cgroup_folder() or "")
+        assert list(folder.glob(f"skyline-worker-{service.proc.pid}-*"))
+        fresh = ServiceProcess(root, "--quick")
+        try:
+            fresh.stdio_client().initialize()  # it has started
+        finally:
+            fresh.stop()
+        assert list(folder.glob(f"skyline-worker-{service.proc.pid}-*")) == []
 
 
 # Capped (FORKS): a service that cannot stop it must still not fill the machine's process table.
@@ -127,6 +137,59 @@ def with_marker(marker: str) -> list[int]:
             if ours and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                 found.append(int(entry.name))
     return found
+
+
+# Each link forks the next, leaves for a session of its own and exits: kills by process and by
+# group find each link gone and the next one elsewhere (they caught it, in rounds of /proc scans,
+# at this speed; the cgroup ends it whatever its speed). It writes its cgroup to a file, and
+# stops by itself after 60 s, so that a service that cannot end it leaves nothing for long.
+SESSION_CHAIN = """
+import os, sys, time
+with open(sys.argv[1] + ".cgroup", "w") as f:
+    f.write(open("/proc/self/cgroup").read())
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+"""
+
+
+def cgroups_here() -> bool:
+    """Whether this machine lets a process make cgroups below its own (processes.Cgroup)."""
+    probe = processes.Cgroup.create(f"skyline-probe-{os.getpid()}")
+    return probe is not None and probe.remove()
+
+
+@pytest.mark.skipif(not cgroups_here(), reason="no writable cgroup v2 here: the service ends processes by group")
+def test_a_chain_that_leaves_its_session_at_every_link_ends_with_its_workers_cgroup(root, service):
+    marker = f"skyline-session-chain-{os.getpid()}-{time.monotonic_ns()}"
+    (root / "sessions").mkdir(exist_ok=True)
+    tiny = (root / "tiny" / "entry_point.py").read_text()
+    where = root / "sessions" / "where"
+    chain = starting_a_fork_chain(tiny, marker).replace(repr(FORK_CHAIN), repr(SESSION_CHAIN))
+    chain = chain.replace(f"{marker!r}])", f"{str(where)!r}, {marker!r}])")
+    assert repr(SESSION_CHAIN) in chain and str(where) in chain
+    (root / "sessions" / "entry_point.py").write_text(chain)
+    (root / "sessions" / "model.py").write_text((root / "tiny" / "model.py").read_text())
+    _, method, final = service.client.analyze("sessions/entry_point.py")
+    assert method == "analysis", final
+    folder = Path(processes._own_cgroup_folder() or "")
+
+    def ended_cgroups() -> set[str]:  # of workers that have ended (a worker being started has one a moment)
+        cgroups = folder.glob(f"skyline-worker-{service.proc.pid}-*")
+        return {c.name for c in cgroups if "populated 0" in (c / "cgroup.events").read_text()}
+
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        before = ended_cgroups()
+        time.sleep(0.2)
+        links, stayed = with_marker(marker), before & ended_cgroups()
+        if not (links or stayed) or time.monotonic() > deadline:
+            break
+    assert links == [] and stayed == set()
+    # It ran in the worker's cgroup, which ended it.
+    assert f"/skyline-worker-{service.proc.pid}-" in (root / "sessions" / "where.cgroup").read_text()
 
 
 def test_a_fork_chain_is_ended_as_a_group_and_leaves_no_zombies(root, service):

@@ -11,9 +11,9 @@ import logging
 import threading
 from typing import Any, Callable
 
-from skyline_engine.processes import become_subreaper
+from skyline_engine.processes import become_subreaper, remove_stale_cgroups
 from skyline_engine.service.config import ServiceConfig
-from skyline_engine.service.worker_pool import Job, JobListener, WorkerPool, end_orphans
+from skyline_engine.service.worker_pool import CGROUP_PREFIX, Job, JobListener, WorkerPool, end_orphans
 
 log = logging.getLogger("skyline.service")
 
@@ -39,6 +39,8 @@ class EngineService:
         """Warm up the first spare worker, so the first analysis does not wait for torch."""
         # Processes a worker leaves behind when it dies come to the service, to be ended (worker_pool.end_orphans).
         become_subreaper()
+        # Those of a service killed before it could remove its workers' cgroups, and what is in them.
+        remove_stale_cgroups(CGROUP_PREFIX)
         threading.Thread(target=self._reap_orphans, name="orphan-reaper", daemon=True).start()
         self.pool.start_spare()
 
@@ -89,6 +91,7 @@ class EngineService:
             except Exception:
                 log.exception("while closing")
         self.pool.close()
+        end_orphans()  # and the cgroups of workers whose processes had not exited yet
 
     def _forget(self, callback: Callable[[], None]) -> None:
         with self._lock:

@@ -90,6 +90,9 @@ class WorkerProcess:
         if config.worker_memory_limit_bytes is not None:
             command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
         self._on_ready = on_ready
+        # Where this machine allows one, a cgroup of its own (processes.py): ending it ends whatever
+        # the user's code started, however it left the worker's tree.
+        self.cgroup = processes.Cgroup.create(f"{CGROUP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
         with _workers_lock:  # end_orphans must never take a worker being started for an orphan
             self.popen = subprocess.Popen(
                 command,
@@ -103,6 +106,9 @@ class WorkerProcess:
                 start_new_session=True,
             )
             _worker_pids.add(self.popen.pid)
+        if self.cgroup is not None and not self.cgroup.add(self.popen.pid):  # before any user code runs in it
+            self.cgroup.remove()
+            self.cgroup = None
         stdin, stdout, stderr = self.popen.stdin, self.popen.stdout, self.popen.stderr
         assert stdin is not None and stdout is not None and stderr is not None  # all three are PIPE above
         self._stdin: IO[bytes] = stdin
@@ -137,6 +143,9 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """Kill the worker and every process below it, those in sessions of their own included."""
+        cgroup = self.cgroup
+        if cgroup is not None:
+            cgroup.kill()
         if self.popen.poll() is not None:
             return  # reaped: its pid may belong to someone else by now
         processes.kill_tree(self.pid)
@@ -152,7 +161,16 @@ class WorkerProcess:
         returncode = self.popen.wait(timeout)
         with _workers_lock:
             _worker_pids.discard(self.pid)
+        self._end_cgroup()
         return returncode
+
+    def _end_cgroup(self) -> None:
+        """Once the worker is reaped: what the user's code left in its cgroup killed, and the cgroup
+        removed (by end_orphans, once those have exited)."""
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None and not cgroup.remove():
+            with _workers_lock:
+                _cgroups_left.append(cgroup)
 
     def kill_leftovers(self) -> None:
         """Right after the worker is reaped: end processes the user's code left in its group."""
@@ -321,6 +339,10 @@ def _write_log(text: str) -> None:
 # Workers started and not yet reaped: the service's children that are not orphans.
 _workers_lock = threading.Lock()
 _worker_pids: set[int] = set()
+# A worker's cgroup is named this, then the service's process id (processes.remove_stale_cgroups).
+CGROUP_PREFIX = "skyline-worker-"
+# Workers' cgroups whose processes had not all exited when their worker was reaped: removed later.
+_cgroups_left: list[processes.Cgroup] = []
 
 
 def end_orphans() -> None:
@@ -331,6 +353,7 @@ def end_orphans() -> None:
     kills (an orphan's pid cannot be reused before the service reaps it)."""
     with _workers_lock:
         orphans = [pid for pid in processes.own_children() if pid not in _worker_pids]
+        _cgroups_left[:] = [cgroup for cgroup in _cgroups_left if not cgroup.remove()]
     if orphans:
         processes.end_orphans(orphans)
         log.info("ended %d processes a worker left behind: %s", len(orphans), ", ".join(map(str, orphans[:20])))
@@ -404,6 +427,8 @@ class WorkerPool:
             spare, self._spare = self._spare, None
         if spare is not None:
             spare.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spare.wait(EXIT_GRACE_S)
 
     def _spawn(self) -> WorkerProcess:
         worker = WorkerProcess(self.config, self._record_device)
