@@ -47,7 +47,7 @@ from skyline_engine.measure.device import DeviceInfo, describe_device, torch_ver
 from skyline_engine.measure.iteration import Sample, counting_gradients
 from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_model import OutermostCalls, watching_outermost_calls
-from skyline_engine.measure.script_run import STEP_TIMEOUT_S, ScriptRun
+from skyline_engine.measure.script_run import STEP_TIMEOUT_S, Pacer, ScriptRun
 from skyline_engine.measure.timing import TimingBudget, clock_for
 
 Progress = Callable[[str, float], None]
@@ -111,14 +111,14 @@ def analyze_script(
     predict: bool = True,
     progress: Progress,
     partial: Partial | None = None,
-    on_iteration: Callable[[], None] | None = None,
+    pacer: Pacer | None = None,
 ) -> AnalysisDocument:
     """The document of the training script at `path`, run with `script_args` and, where given, its
     batch size set to `batch_size` in memory (and written to the file with `write_batch_size`,
     once the model showed the literal is its batch size); stopped where it runs when it does not
     step within `step_timeout_s` (None: measure/script_run.py's default). With `predict`, other
-    batch sizes are measured in runs of their own and the models fitted. `on_iteration` is told
-    before each iteration of the user's batch size's run (analysis/script_ranks.py)."""
+    batch sizes are measured in runs of their own and the models fitted. `pacer` is told of each
+    run and iteration (a data-parallel script's other ranks: analysis/script_ranks.py)."""
     timeout_s = step_timeout_s or STEP_TIMEOUT_S
     script = load_training_script(path, project_root, script_args, batch_size)
     if write_batch_size and script.literal_set is None:
@@ -127,14 +127,14 @@ def analyze_script(
         users = _users_batch_size(
             script,
             request_budget,
-            ScriptRun(script, timeout_s, on_iteration),
+            ScriptRun(script, timeout_s, pacer),
             timeline,
             memory_capacity_bytes,
             write_batch_size,
             progress,
             partial,
         )
-        target = ScriptTarget(path, project_root, tuple(script_args), timeout_s)
+        target = ScriptTarget(path, project_root, tuple(script_args), timeout_s, pacer)
         predictions = _predictions(users, target, request_budget, predict, progress, partial)
     result = users.document(
         samples=predictions.samples,

@@ -37,7 +37,7 @@ from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample, counting_gradients
 from skyline_engine.measure.memory import MemoryProfile, is_out_of_memory, measure_memory, release_cached_memory
 from skyline_engine.measure.script_model import watching_outermost_calls
-from skyline_engine.measure.script_run import ScriptRun
+from skyline_engine.measure.script_run import Pacer, ScriptRun
 from skyline_engine.measure.timing import TimingBudget, TimingStats, clock_for
 from skyline_engine.predict.batch_models import BatchSizeModels, usable_memory_bytes
 from skyline_engine.predict.recommendation import (
@@ -100,6 +100,7 @@ class ScriptTarget:
     project_root: Path
     argv: tuple[str, ...]
     step_timeout_s: float
+    pacer: Pacer | None = None  # a data-parallel script's other ranks (analysis/script_ranks.py)
 
 
 class ScriptBatchSizes:
@@ -137,7 +138,7 @@ class ScriptBatchSizes:
         where the batches stay the user's."""
         script = load_training_script(self.target.path, self.target.project_root, self.target.argv, batch_size)
         try:
-            with ScriptRun(script, self.target.step_timeout_s) as run:
+            with ScriptRun(script, self.target.step_timeout_s, self.target.pacer) as run:
                 return self._measure_run(script, run, batch_size, timed)
         except UserCodeError as exc:
             if exc.__cause__ is not None and is_out_of_memory(exc.__cause__):

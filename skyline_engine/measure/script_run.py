@@ -28,7 +28,7 @@ import threading
 import weakref
 from time import monotonic  # bound now: user code may replace time's (freezegun)
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import greenlet
 import torch
@@ -80,20 +80,25 @@ class ScriptEnded(EntryPointError):
         self.steps = steps
 
 
+class Pacer(Protocol):
+    """Told of each run and of each iteration before it runs: the other ranks of a data-parallel
+    script run the same (analysis/script_ranks.py)."""
+
+    def started(self, batch_size: int | None) -> None: ...
+    def iteration(self) -> None: ...
+    def ended(self) -> None: ...
+
+
 class ScriptRun:
     """One run of `script`, paused at its optimizer steps. Use it inside `with`: the hook and
     the script end with it."""
 
     def __init__(
-        self,
-        script: TrainingScript,
-        step_timeout_s: float = STEP_TIMEOUT_S,
-        on_iteration: Callable[[], None] | None = None,
+        self, script: TrainingScript, step_timeout_s: float = STEP_TIMEOUT_S, pacer: Pacer | None = None
     ) -> None:
         self.script = script
         self.step_timeout_s = step_timeout_s
-        # Told before each `iteration()` resumes the script (data-parallel ranks that follow rank 0's).
-        self.on_iteration = on_iteration
+        self.pacer = pacer
         self.steps = 0  # of the optimizer that ends an iteration
         self._engine: greenlet.greenlet | None = None
         self._script: greenlet.greenlet | None = None
@@ -106,6 +111,8 @@ class ScriptRun:
         self.stopped_at: tuple[str, int | None] | None = None  # the user's line it ran when the timer first went off
 
     def __enter__(self) -> ScriptRun:
+        if self.pacer is not None:
+            self.pacer.started(self.script.batch_size_set)
         self._engine = greenlet.getcurrent()
         self._script = greenlet.greenlet(self._main, parent=self._engine)
         self._hook = register_optimizer_step_post_hook(self._stepped)
@@ -128,6 +135,9 @@ class ScriptRun:
             if self._hook is not None:
                 self._hook.remove()
             self._unwrap()
+            _leave_the_process_group()
+            if self.pacer is not None:
+                self.pacer.ended()
 
     @property
     def steps_taken(self) -> int:
@@ -147,8 +157,8 @@ class ScriptRun:
         suspended then takes nothing with it but its own process's state)."""
         assert self._script is not None, "use ScriptRun inside `with`"
         steps = self.steps
-        if self.on_iteration is not None:
-            self.on_iteration()
+        if self.pacer is not None:
+            self.pacer.iteration()
         try:
             if self._alarm is not None:
                 signal.setitimer(signal.ITIMER_REAL, self.step_timeout_s, _RETRY_S)
@@ -231,6 +241,15 @@ class ScriptRun:
 
         optimizer.step = step_then_pause  # type: ignore[method-assign]
         self._unwrap = lambda: _restore(optimizer, step_then_pause, stepped)
+
+
+def _leave_the_process_group() -> None:
+    """The process group a stopped script left behind, destroyed: the next run of the script joins
+    its own (`init_process_group` twice in one process fails)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _restore(optimizer: torch.optim.Optimizer, wrapper: Any, stepped: Any) -> None:
