@@ -94,17 +94,22 @@ class WorkerProcess:
         # the user's code started, however it left the worker's tree.
         self.cgroup = processes.Cgroup.create(f"{CGROUP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
         with _workers_lock:  # end_orphans must never take a worker being started for an orphan
-            self.popen = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=str(config.project_root),
-                env=_worker_environment(config.settle_runtime),
-                # Its own process group: stopping the worker also stops what the user's code started
-                # in it (processes.py finds those that left it).
-                start_new_session=True,
-            )
+            try:
+                self.popen = subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=str(config.project_root),
+                    env=_worker_environment(config.settle_runtime),
+                    # Its own process group: stopping the worker also stops what the user's code started
+                    # in it (processes.py finds those that left it).
+                    start_new_session=True,
+                )
+            except BaseException:
+                if self.cgroup is not None:
+                    self.cgroup.remove()
+                raise
             _worker_pids.add(self.popen.pid)
         if self.cgroup is not None and not self.cgroup.add(self.popen.pid):  # before any user code runs in it
             self.cgroup.remove()
