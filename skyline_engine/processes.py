@@ -11,6 +11,9 @@ again until none is left (a process being killed may have forked meanwhile), the
 The service is a subreaper too, for workers that die on their own (a crash, the kernel's
 out-of-memory killer): their orphans come to the service, which ends them (`end_orphans`).
 
+Where the system lets the service make cgroups below its own, each worker also runs in a `Cgroup`
+of its own, which the kernel ends whole: nothing born in it escapes, however fast it forks.
+
 Elsewhere than Linux none of this exists: the process group is all there is.
 """
 
@@ -172,7 +175,7 @@ class Cgroup:
     @staticmethod
     def create(name: str) -> Cgroup | None:
         """A new child of this process's cgroup; None where there can be none."""
-        parent = _own_cgroup_folder()
+        parent = own_cgroup_folder()
         if parent is None:
             return None
         path = os.path.join(parent, name)
@@ -217,7 +220,7 @@ class Cgroup:
 def remove_stale_cgroups(prefix: str) -> None:
     """Remove the cgroups below this process's own named `prefix<pid>-…` whose process `pid` has
     ended (a service killed with no chance to remove its workers'), and end what is still in them."""
-    parent = _own_cgroup_folder()
+    parent = own_cgroup_folder()
     if parent is None:
         return
     with contextlib.suppress(OSError):
@@ -237,7 +240,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _own_cgroup_folder() -> str | None:
+def own_cgroup_folder() -> str | None:
     """The folder of this process's cgroup in the cgroup v2 hierarchy, where it is mounted."""
     if not sys.platform.startswith("linux"):
         return None

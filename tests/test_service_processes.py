@@ -99,7 +99,7 @@ def test_they_end_when_the_service_is_killed(root, escapes):
     finally:
         service.stop()
     if cgroups_here():  # its workers' cgroups stay, until the next service starts
-        folder = Path(processes._own_cgroup_folder() or "")
+        folder = Path(processes.own_cgroup_folder() or "")
         assert list(folder.glob(f"skyline-worker-{service.proc.pid}-*"))
         fresh = ServiceProcess(root, "--quick")
         try:
@@ -174,7 +174,7 @@ def test_a_chain_that_leaves_its_session_at_every_link_ends_with_its_workers_cgr
     (root / "sessions" / "model.py").write_text((root / "tiny" / "model.py").read_text())
     _, method, final = service.client.analyze("sessions/entry_point.py")
     assert method == "analysis", final
-    folder = Path(processes._own_cgroup_folder() or "")
+    folder = Path(processes.own_cgroup_folder() or "")
 
     def ended_cgroups() -> set[str]:  # of workers that have ended (a worker being started has one a moment)
         cgroups = folder.glob(f"skyline-worker-{service.proc.pid}-*")
