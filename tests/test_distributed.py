@@ -235,12 +235,21 @@ def test_a_data_parallel_script_failing_on_one_rank_is_named_at_its_line(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_data_parallel_script_under_torchrun_is_sent_to_nproc(tmp_path):
+def test_a_data_parallel_script_under_torchrun_is_profiled_on_its_ranks(tmp_path):
+    # torchrun starts the ranks; they find each other through a folder named after the job.
+    project = tmp_path / "scripts"
+    shutil.copytree(SCRIPTS, project)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    command += ["-m", "skyline_engine", "profile", "train_ddp.py", "--device", "cpu", "--quiet"]
-    result = subprocess.run(command, cwd=SCRIPTS, capture_output=True, text=True, timeout=240, check=False)
-    assert result.returncode != 0
-    assert "Start the ranks with `skyline profile SCRIPT --nproc N` instead of torchrun" in result.stderr
+    command += ["-m", "skyline_engine", "profile", "train_ddp.py", "--device", "cpu", "--quiet", "--json", "out.json"]
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((project / "out.json").read_text())
+    assert doc["batch_size"] == 32 and doc["iteration"]["repetitions"] >= 3
+    assert any(w.startswith("Data-parallel training over 2 processes") for w in doc["warnings"])
+    assert result.stdout.count("Skyline · train_ddp.py") == 1  # rank 0's report only
+    assert not (project / "checkpoint.pt").exists()
+    assert not list(tmp_path.glob("skyline-ranks-*"))  # the ranks' folder is gone
 
 
 def profile_failing_ranks(entry: str, tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:

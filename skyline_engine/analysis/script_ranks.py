@@ -26,6 +26,7 @@ import os
 import select
 import socket
 import struct
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,12 +77,9 @@ def script_rank(
     request: AnalysisRequest, path: Path, rank: int, world_size: int, folder: str | None, progress: Progress
 ) -> AnalysisDocument | None:
     """This rank's part: rank 0's document, None on the others."""
-    if folder is None:
-        raise EntryPointError(
-            f"{request.entry_point} is a training script: under torchrun, Skyline cannot keep the other ranks' "
-            "iterations in step with rank 0's.",
-            hint="Start the ranks with `skyline profile SCRIPT --nproc N` instead of torchrun.",
-        )
+    ours = folder is None
+    if folder is None:  # under torchrun: the ranks share a folder of their job's
+        folder = _torchrun_folder(request.entry_point, world_size)
     root = Path(request.project_root).resolve()
     pipes = [Path(folder) / f"follow-{other}" for other in range(1, world_size)]
     if rank != 0:
@@ -89,6 +87,9 @@ def script_rank(
             _Follower(request, path, root, pipes[rank - 1]).run()
         return None
     with _environment_kept(), _Followers(pipes) as followers:
+        if ours:  # every pipe is open at both ends, and unlinked
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
         document = analyze_script(
             request.budget,
             path,
@@ -120,6 +121,7 @@ class _Followers:
             while not path.exists():  # a rank that fails to start is stopped, and this one with it, by the launcher
                 time.sleep(0.01)
             self.ends.append(os.open(path, os.O_WRONLY))  # once that rank opened it to read
+            path.unlink()  # open at both ends: the name is no longer needed
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -222,3 +224,18 @@ def _environment_kept() -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _torchrun_folder(entry_point: str, world_size: int) -> str:
+    """Under torchrun, the folder the job's ranks share: in the temporary folder, named after the
+    job (its run id and store port). Every rank must be on this machine."""
+    if int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) != world_size:
+        raise EntryPointError(
+            f"{entry_point} is a training script, and its ranks run on several machines: Skyline keeps every rank's "
+            "iterations in step with rank 0's through files on one machine.",
+            hint="Run it on one machine (`torchrun --nproc_per_node N`, or `skyline profile SCRIPT --nproc N`).",
+        )
+    job = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}-{os.environ.get('MASTER_PORT', '0')}"
+    folder = Path(tempfile.gettempdir()) / f"skyline-ranks-{''.join(c for c in job if c.isalnum() or c == '-')}"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
