@@ -32,6 +32,8 @@ from skyline_engine.predict.recommendation import (
     NOISE_FLOOR,
     TIMED_IN_TURN,
     Candidate,
+    Recommendation,
+    beside_your_headline,
     candidate,
     line_shortfall,
     noise,
@@ -100,6 +102,23 @@ def test_the_suggestion_is_recommended_only_measured_faster_than_yours_beyond_th
     # 26% faster, but measurements spreading 40% and 20% of their times: their bands overlap.
     advice = recommend(MODELS, 128, TIMED, [sample(128, 2.75, 0.4), sample(512, 8.75, 0.2)])
     assert advice.batch_size is None and "a change must be at least 30% faster" in advice.reason
+
+
+def test_a_suggestion_no_faster_than_your_batch_size_timed_alone_is_not_recommended():
+    # The default example: 256 read 26% faster than 128 in the confirming rounds, at 61,351
+    # samples/s, under a headline of 61,502 at 128 timed alone (the time the training gets).
+    yours_beside, theirs = sample(128, 128 / 48_700 * 1000), sample(256, 256 / 61_351 * 1000)
+    advice = Recommendation(256, theirs.samples_per_second, True, "the knee", yours_beside.samples_per_second)
+    headline = sample(128, 128 / 61_502 * 1000)
+    withheld = beside_your_headline(advice, headline)
+    assert withheld.batch_size is None and withheld.samples_per_second is None
+    assert withheld.reason == (
+        "256, which the models suggest, ran 61,351 samples/s, no faster than yours (128) timed alone (61,502 "
+        "samples/s, as your training runs it), though faster than yours timed beside it: a change must be at least "
+        "10% faster than both to clear the noise"
+    )
+    # Faster than the headline by more than the noise: it stands.
+    assert beside_your_headline(advice, sample(128, 128 / 50_000 * 1000)) is advice
 
 
 def test_times_that_spread_too_much_to_place_the_line_suggest_nothing():

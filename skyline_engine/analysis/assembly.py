@@ -20,7 +20,7 @@ from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.runtime import runtime_note
 from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
-from skyline_engine.predict.recommendation import Recommendation, recommend
+from skyline_engine.predict.recommendation import Recommendation, beside_your_headline, recommend
 
 
 def build_document(
@@ -69,6 +69,7 @@ def build_document(
         predictions = [PredictionRow(models.predict(b), shown.get(b)) for b in ladder]
         if recommendation is None:
             recommendation = recommend(models, batch_size, samples, checks)
+        recommendation = beside_your_headline(recommendation, headline)
     return AnalysisDocument(
         project_root=project_root,
         entry_point=entry_point,
