@@ -32,8 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from skyline_engine.analysis.document import AnalysisDocument
-from skyline_engine.analysis.script import analyze_script
-from skyline_engine.analysis.session import AnalysisRequest, Progress
+from skyline_engine.analysis.session import AnalysisRequest, Progress, analyze_script_request
 from skyline_engine.entry.loader import read_source, resolve_entry_path
 from skyline_engine.entry.script import is_script, load_training_script
 from skyline_engine.errors import EntryPointError, SkylineError
@@ -90,20 +89,7 @@ def script_rank(
         if ours:  # every pipe is open at both ends, and unlinked
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
-        document = analyze_script(
-            request.budget,
-            path,
-            root,
-            script_args=tuple(request.script_args),
-            batch_size=request.batch_size,
-            write_batch_size=request.write_batch_size,
-            step_timeout_s=request.step_timeout_s,
-            timeline=request.timeline,
-            memory_capacity_bytes=request.memory_capacity_bytes,
-            predict=request.predict,
-            progress=progress,
-            pacer=followers,
-        )
+        document = analyze_script_request(request, path, root, progress, pacer=followers)
     return dataclasses.replace(document, warnings=[*document.warnings, data_parallel_note(world_size)])
 
 

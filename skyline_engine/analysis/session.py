@@ -42,6 +42,7 @@ from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit, cublas_workspace_bytes
 from skyline_engine.measure.runtime import runtime_changes
+from skyline_engine.measure.script_run import Pacer
 from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
@@ -114,7 +115,7 @@ def analyze(
     path = resolve_entry_path(request.entry_point, root, request.base_dir)
     relative = str(path.relative_to(root))
     if is_script(read_source(path, relative)):
-        return _analyze_script(request, path, root, progress, partial)
+        return analyze_script_request(request, path, root, progress, partial)
     if request.script_args:
         raise EntryPointError(
             f"{relative} is an entry point (it defines Skyline's providers), and the arguments after `--` are a "
@@ -137,11 +138,17 @@ def analyze(
     return with_output_note(document, output)
 
 
-def _analyze_script(
-    request: AnalysisRequest, path: Path, root: Path, progress: Progress, partial: Partial | None
+def analyze_script_request(
+    request: AnalysisRequest,
+    path: Path,
+    root: Path,
+    progress: Progress,
+    partial: Partial | None = None,
+    pacer: Pacer | None = None,
 ) -> AnalysisDocument:
     """A file without the providers: a training script, run as `python SCRIPT arguments` would
-    (with its batch-size literal set to `request.batch_size` in memory, where given)."""
+    (with its batch-size literal set to `request.batch_size` in memory, where given); `pacer`:
+    a data-parallel script's other ranks (analysis/script_ranks.py)."""
     return analyze_script(
         request.budget,
         path,
@@ -155,6 +162,7 @@ def _analyze_script(
         predict=request.predict,
         progress=progress,
         partial=partial,
+        pacer=pacer,
     )
 
 
