@@ -156,6 +156,7 @@
 ---@field path string?
 ---@field line integer?
 ---@field module string
+---@field span_ms number? CUDA with kernel times: the operation's span on the stream
 
 ---@class skyline.Distributed
 ---@field world_size integer
@@ -284,3 +285,5 @@
 ---@field mode string `"recorded"` or `"eager_replay"`
 ---@field untracked_in_steps_fraction number?
 ---@field between_operations_ms number? the Python between operations at their fastest (CPU)
+---@field device_time string? CUDA: `"kernels"` (each operation's kernels' time) or `"spans"`
+---@field device_time_fallback string? why spans where kernel time could not be had

@@ -45,6 +45,13 @@ def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False, script: bool = F
             "in proportion to their own, so that each line's share is its share of the unimpeded iteration: compare "
             "lines by their shares, or re-run on a quiet machine for their times there."
         )
+    fallback = breakdown.attribution.device_time_fallback
+    if fallback:
+        notes.append(
+            "Per-line times are the operations' spans on the GPU's stream (CUDA events), not their kernels' time: "
+            f"{fallback}. A span follows the host's launches as much as the kernels: where the GPU waits for "
+            "the host, short operations read longer than their kernels."
+        )
     share = breakdown.attribution.user_lines_fraction
     if share is not None and share < LOW_ATTRIBUTION:
         notes.append(_little_on_user_lines(breakdown, share, script))

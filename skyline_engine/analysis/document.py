@@ -270,6 +270,8 @@ class AttributionDict(TypedDict):
     mode: str  # "recorded" or "eager_replay"
     untracked_in_steps_fraction: float | None
     between_operations_ms: float | None
+    device_time: str | None  # "kernels" or "spans" on CUDA; None on the CPU
+    device_time_fallback: str | None
 
 
 class TimelineEntryDict(TypedDict):
@@ -282,6 +284,7 @@ class TimelineEntryDict(TypedDict):
     path: str | None
     line: int | None
     module: str
+    span_ms: float | None  # on CUDA with kernel times: the CUDA-event span
 
 
 class CompiledBatchSizeDict(TypedDict):

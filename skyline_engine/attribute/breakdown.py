@@ -254,6 +254,10 @@ class Attribution:
     # The recorded iterations' time between operations, per iteration, each gap at its fastest
     # (unscaled); None where not measured (CUDA, an eager replay): see `scale_to_iteration`.
     between_operations_ms: float | None = None
+    # On CUDA: what an operation's time is, its kernels' ("kernels") or its CUDA-event span
+    # ("spans"), and why spans where kernels were wanted; None on the CPU (wall time).
+    device_time: str | None = None
+    device_time_fallback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -265,6 +269,8 @@ class Attribution:
             "mode": self.mode,
             "untracked_in_steps_fraction": self.untracked_in_steps_fraction,
             "between_operations_ms": self.between_operations_ms,
+            "device_time": self.device_time,
+            "device_time_fallback": self.device_time_fallback,
         }
 
 
@@ -277,6 +283,7 @@ class TimelineEntry:
     path: str | None
     line: int | None
     module: str
+    span_ms: float | None = None  # on CUDA with kernel times: the CUDA-event span around it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -287,6 +294,7 @@ class TimelineEntry:
             "path": self.path,
             "line": self.line,
             "module": self.module,
+            "span_ms": self.span_ms,
         }
 
 
@@ -440,6 +448,8 @@ def build_breakdown(
             mode=mode,
             untracked_in_steps_fraction=recording.untracked_in_steps(),
             between_operations_ms=between_ms,
+            device_time=recording.device_time,
+            device_time_fallback=recording.device_time_fallback,
         ),
         timeline=first_iteration,
         peak_memory_operation=peak_memory_operation,
@@ -522,6 +532,7 @@ def _timeline(operations: list[OperationRecord]) -> list[TimelineEntry]:
             path=op.context[0] if op.context else None,
             line=op.context[1] if op.context else None,
             module=op.module,
+            span_ms=op.span_ms,
         )
         for op in operations
     ]

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import sys
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns  # bound now: user code may replace time's (freezegun)
 from typing import Any, Callable, Protocol, TypeVar
@@ -43,12 +44,14 @@ from typing import Any, Callable, Protocol, TypeVar
 import torch
 from torch._ops import OpOverload
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 from torch.utils.weak import WeakIdKeyDictionary
 
 from skyline_engine.attribute.frames import CallSites, Context
+from skyline_engine.attribute.kernels import KERNELS, SPANS, range_name
 from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, Lifetimes
 from skyline_engine.attribute.updates import UpdateWork
 from skyline_engine.measure import saved_tensors
@@ -85,6 +88,9 @@ class OperationRecord:
     # On the CPU: the wall time since the previous operation ended (or the iteration started), the
     # recorder's own work left out; 0 on the GPU (device time and host time do not compare).
     gap_before_ms: float = 0.0
+    # On CUDA with kernel times (attribute/kernels.py): the CUDA-event span around it, while
+    # `duration_ms` is its kernels' device time; None elsewhere.
+    span_ms: float | None = None
 
     @property
     def context(self) -> Context | None:
@@ -190,6 +196,28 @@ class Recording:
     steps_operations_ns: int = 0
     recorder_ns: int = 0
     steps_recorder_ns: int = 0
+    # On CUDA: what the operations' times are (KERNELS or SPANS, attribute/kernels.py), and why
+    # spans where kernel time could not be had; None on the CPU (wall time).
+    device_time: str | None = None
+    device_time_fallback: str | None = None
+
+    def take_kernel_times(
+        self, ranges: Mapping[int, OperationRecord], kernel_ms: Mapping[int, float] | None, fallback: str | None
+    ) -> None:
+        """The kernel time of the operations recorded in `ranges` (by their ranges' serials), a
+        capture's `kernel_ms`; where it has none, or misses an operation, every operation keeps its
+        span (one figure for all: never kernels for some and spans for others), and why."""
+        missing = [serial for serial in ranges if kernel_ms is not None and serial not in kernel_ms]
+        if kernel_ms is None or missing:
+            why = fallback or f"torch.profiler's trace lacks {len(missing)} of {len(ranges)} recorded operations"
+            for op in self.operations:
+                if op.span_ms is not None:
+                    op.duration_ms, op.span_ms = op.span_ms, None
+            self.device_time, self.device_time_fallback = SPANS, why
+            return
+        for serial, record in ranges.items():
+            record.span_ms, record.duration_ms = record.duration_ms, kernel_ms[serial]
+        self.device_time = KERNELS
 
     def untracked_in_steps(self) -> float | None:
         """The share of the time between operations that passed inside optimizer steps; None
@@ -320,6 +348,10 @@ class OperationRecorder(TorchDispatchMode):
         self._hooks: list[RemovableHandle]
         self._saved_tensor_hooks: contextlib.AbstractContextManager[Any]
         self._iteration_thread: int  # the thread that runs the iteration
+        # On CUDA while kernels are captured (attribute/kernels.py): each operation inside a
+        # profiler range named by its serial, and the records by serial; None when not.
+        self.kernel_ranges: dict[int, OperationRecord] | None = None
+        self._serials = itertools.count()  # next() is atomic: backward may run on another thread
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -431,11 +463,22 @@ class OperationRecorder(TorchDispatchMode):
             return func(*args, **kwargs)
         node = torch._C._current_autograd_node()
         next_sequence = torch._C._autograd._get_sequence_nr()
-        start = self.timer.mark()
-        out = func(*args, **kwargs)
-        end = self.timer.mark()  # before any of the recorder's own work
+        ranges = self.kernel_ranges
+        if ranges is None:
+            start = self.timer.mark()
+            out = func(*args, **kwargs)
+            end = self.timer.mark()  # before any of the recorder's own work
+        else:
+            serial = next(self._serials)
+            # The range holds the span's events, so that its own host work stays out of the span.
+            with record_function(range_name(serial)):
+                start = self.timer.mark()
+                out = func(*args, **kwargs)
+                end = self.timer.mark()
         record = self._record(func, node, next_sequence, args, kwargs)
         self.timer.assign(record, start, end)
+        if ranges is not None:
+            ranges[serial] = record
         if self.memory is not None:
             self.memory.after_operation(func.__name__, out)
         # Not the optimizer's outputs: its in-place updates return the parameters, which the next

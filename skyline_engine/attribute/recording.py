@@ -3,18 +3,21 @@
 The first recorded iteration also gives the batch size's memory profile, measured in the same pass:
 the recorder shows every operation to a memory meter (a second dispatch mode for the count cost the
 transformer example 9 ms of a 43 ms recorded iteration). Fast models then get a few more recorded
-iterations, averaged, once the first result is out.
+iterations, averaged, once the first result is out. On CUDA every recorded iteration runs under
+torch.profiler, for each operation's kernel time (attribute/kernels.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Callable
 
 import torch
 
 from skyline_engine.attribute.breakdown import RECORDED, Breakdown, OperationSite, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
+from skyline_engine.attribute.kernels import SPANS, KernelCapture
 from skyline_engine.attribute.memory_growth import MemoryGrowth, memory_growth
 from skyline_engine.attribute.other_tensors import Lifetimes, OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
@@ -45,11 +48,15 @@ class IterationRecording:
         model: torch.nn.Module,
         device: torch.device,
         held: Mapping[str, torch.nn.Module] | None = None,
+        kernel_capture: Callable[[], KernelCapture] | None = None,
     ) -> None:
-        """`held`: the modules the iteration holds beside `model`, by name (measure/held_modules.py)."""
+        """`held`: the modules the iteration holds beside `model`, by name (measure/held_modules.py).
+        `kernel_capture`: what captures each operation's kernels, KernelCapture on CUDA and none
+        elsewhere (tests stand in for a GPU through it)."""
         self.creation = creation
         self.model = model
         self.device = device
+        self._kernel_capture = kernel_capture or (KernelCapture if device.type == "cuda" else None)
         self._held = dict(held or {})
         # The model's names win over a held module's that shares its parts (torch.compile's wrapper).
         named = [("model", model), *self._held.items()]
@@ -90,7 +97,7 @@ class IterationRecording:
         more = recorded_iterations(run_time_ms) - 1
         if more <= 0:
             return
-        with eager_replay(), self.recorder:
+        with eager_replay(), self._kernel_times(), self.recorder:
             self._calls(run, more)
 
     def record_cycle(self, run: Run, calls: int, live_tensors: LiveTensors) -> MemoryProfile:
@@ -106,7 +113,7 @@ class IterationRecording:
         they ran, whose peak names the recorded operation at it."""
         meter = self.recorder.memory = meter_for(self.device, live_tensors)
         lifetimes = self.recorder.lifetimes = Lifetimes(lambda: meter.operations_seen)
-        with eager_replay(), tracking_phases(meter), self.recorder:
+        with eager_replay(), tracking_phases(meter), self._kernel_times(), self.recorder:
             calls()
         self.recorder.memory = self.recorder.lifetimes = None  # further recorded iterations only add to the breakdown
         profile = meter.profile()
@@ -117,6 +124,23 @@ class IterationRecording:
         before_first = profile.start_bytes >= profile.peak_bytes  # the peak is what was alive at the start
         self._alive_at_peak = lifetimes.alive_at(index) if index is not None or before_first else None
         return profile
+
+    @contextlib.contextmanager
+    def _kernel_times(self) -> Iterator[None]:
+        """On CUDA, the kernel time of the operations recorded inside, given to the recording once
+        the recorder has left (its spans read); once a capture has failed, spans from then on."""
+        recording = self.recorder.recording
+        if self._kernel_capture is None or recording.device_time == SPANS:
+            yield
+            return
+        ranges = self.recorder.kernel_ranges = {}
+        capture = self._kernel_capture()
+        try:
+            with capture:
+                yield
+        finally:
+            self.recorder.kernel_ranges = None
+        recording.take_kernel_times(ranges, capture.kernel_ms, capture.fallback)
 
     def _calls(self, run: Run, count: int) -> None:
         """`count` recorded iterations of `run`, inside the recorder."""
