@@ -144,3 +144,43 @@ def test_the_recorder_measures_the_same_profile_as_a_plain_iteration():
     recorded, _ = recording.record_first(step, CpuClock(), LiveTensors())
     assert recording.recorder.recording.operations  # it did record
     assert recorded == plain
+
+
+FROZEN_IMPORTS = """
+import sys
+import torch
+from skyline_engine.measure.memory import LiveTensors, StorageCounter, freeze_imports
+
+kept_at_import = torch.zeros(1000)  # a tensor made while importing, as a library's constant is
+if sys.argv[1] == "freeze":
+    freeze_imports()
+model = torch.nn.Linear(64, 32)  # the analysis's own
+live = LiveTensors()
+with live.frozen():
+    print(StorageCounter(live).live_bytes)
+"""
+
+
+@pytest.mark.slow  # two fresh processes
+def test_a_worker_that_froze_its_imports_counts_the_same_tensors_and_walks_fewer_objects():
+    """The warm worker freezes what it imported before its job (`freeze_imports`): every tensor
+    alive still counts, to the byte, and the collector's scans walk only what came after."""
+    import subprocess
+    import sys
+
+    counted = {}
+    for mode in ("freeze", "plain"):
+        result = subprocess.run(
+            [sys.executable, "-c", FROZEN_IMPORTS, mode], capture_output=True, text=True, check=True, timeout=120
+        )
+        counted[mode] = int(result.stdout)
+    assert counted["freeze"] == counted["plain"] >= (1000 + 64 * 32 + 32) * 4
+    # What the first collection and scan of an analysis no longer walk: gc.get_objects() after
+    # freeze_imports holds a fraction of what torch's import made.
+    check = subprocess.run(
+        [sys.executable, "-c", "import gc, torch\nfrom skyline_engine.measure.memory import freeze_imports\n"
+         "before = len(gc.get_objects())\nfreeze_imports()\nprint(before, len(gc.get_objects()))"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    before, after = map(int, check.stdout.split())
+    assert after < before / 10

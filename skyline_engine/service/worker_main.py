@@ -160,8 +160,11 @@ def _warm_up(device_spec: str) -> dict[str, Any]:
 
     import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
     from skyline_engine.measure.device import describe_device, resolve_device
+    from skyline_engine.measure.memory import freeze_imports
 
-    return describe_device(resolve_device(device_spec)).to_dict()
+    device = describe_device(resolve_device(device_spec)).to_dict()
+    freeze_imports()  # this worker runs one analysis, then ends
+    return device
 
 
 def _read_job() -> dict[str, Any] | None:
