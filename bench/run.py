@@ -55,7 +55,11 @@ LOADED_MODELS = ("default", "cnn", "transformer")
 PROCESSES = 5
 TARGETS = {
     "cold_ratio": 1.0,  # cold full analysis / torch.profiler's time to its table
-    "first_result_iterations": 3.0,  # warm engine: first per-line results, in bare iterations
+    # Warm service, a save seconds after the last analysis: to the first per-line result, and to
+    # the complete analysis (for iterations up to COMPLETE_FAST_MS; beyond, at most 3 iterations
+    # more than that).
+    "save_to_first_result_s": 0.3,
+    "save_to_complete_s": 1.0,
     "time_error_median": 0.05,
     "memory_error_median": 0.03,
     "attributed": 0.90,
@@ -116,13 +120,59 @@ def cold_latency(entry: str, device: str, rounds: int) -> dict:
     }
 
 
-def warm_latency(entry: str, device: str) -> dict:
-    """Through `skyline serve`: from `analyze` to the first per-line result and to the complete
-    document, on a warm service (the second of two analyses)."""
+# A user saves a few seconds after the last analysis ended, by when the service's spare worker has
+# imported torch (about 2 s here, started once no analysis runs).
+THINK_S = 5.0
+COMPLETE_FAST_MS = 10.0
+
+
+def complete_target_s(iteration_ms: float) -> float:
+    """Save → complete analysis: 1 s for iterations up to COMPLETE_FAST_MS, 3 iterations more beyond."""
+    extra = 3 * iteration_ms / 1000 if iteration_ms > COMPLETE_FAST_MS else 0.0
+    return TARGETS["save_to_complete_s"] + extra
+
+
+def timing_floor_s(document: dict) -> float:
+    """What the timing rules alone cost at the iteration times `document` measured: the user's
+    batch size timed alone, the models' batch sizes timed together, the confirming step's (half
+    the time), each in rounds until every batch size has its minimum blocks, iterations and time
+    (all met at once, noise aside) or the step's time is up, its minimum blocks always; plus a
+    warm-up iteration per batch size and the recorded iterations. An analysis can be no faster
+    while it keeps these rules (issue "Numbers you can act on")."""
+    import math
+
+    budget = TimingBudget()  # the engine's own
+
+    def rounds_ms(sizes: list[dict], limit_s: float) -> float:
+        blocks = {s["batch_size"]: max(1, math.ceil(budget.min_block_ms / s["run_time_ms"])) for s in sizes}
+        needed = max(
+            max(math.ceil(budget.min_iterations / blocks[s["batch_size"]]),
+                math.ceil(budget.min_run_s * 1000 / (blocks[s["batch_size"]] * s["run_time_ms"])))
+            for s in sizes
+        )  # fmt: skip
+        round_ms = sum(blocks[s["batch_size"]] * s["run_time_ms"] for s in sizes)
+        return max(budget.min_blocks * round_ms, min(needed * round_ms, limit_s * 1000))
+
+    users = document["iteration"]
+    models = document.get("models") or {}
+    steps = [([users], budget.max_run_s), (models.get("samples") or [], budget.max_run_s)]
+    steps.append((models.get("checks") or [], budget.max_run_s / 2))
+    timed_ms = sum(rounds_ms(sizes, limit_s) for sizes, limit_s in steps if sizes)
+    warm_ups_ms = sum(s["run_time_ms"] for sizes, _ in steps for s in sizes)
+    recorded_ms = document["attribution"]["recorded_iterations"] * users["run_time_ms"]
+    return (timed_ms + warm_ups_ms + recorded_ms) / 1000
+
+
+def warm_latency(entry: str, device: str, analyses: int = 3) -> dict:
+    """Through `skyline serve`, as an editor saves: THINK_S after the last analysis ended, from
+    `analyze` to the first per-line result and to the complete document; medians over `analyses`
+    after a first (which starts the service's workers)."""
     service = Service(REPO, device)
+    first_s, complete_s, built_ms, iteration_ms, floor_s = [], [], [], [], []
     try:
         service.request("initialize", {"protocol_version": 1})
-        for _ in range(2):
+        for count in range(analyses + 1):
+            time.sleep(THINK_S)
             since = len(service.events)
             sent = time.perf_counter()
             analysis_id = service.request("analyze", {"entry_point": entry})["analysis_id"]
@@ -140,17 +190,25 @@ def warm_latency(entry: str, device: str) -> dict:
             )
             first, _ = service.wait(about("analysis", True), since=since)
             done, message = service.wait(about("analysis", False), since=since)
-        iteration_ms = message[2][0]["document"]["iteration"]["run_time_ms"]
-        after_build_ms = (first - built) * 1000
-        return {
-            "first_result_s": first - sent,
-            "complete_s": done - sent,
-            "first_result_after_model_built_ms": after_build_ms,
-            "bare_iteration_ms": iteration_ms,
-            "first_result_in_iterations": after_build_ms / iteration_ms,
-        }
+            if count:
+                first_s.append(first - sent)
+                complete_s.append(done - sent)
+                built_ms.append((first - built) * 1000)
+                document = message[2][0]["document"]
+                iteration_ms.append(document["iteration"]["run_time_ms"])
+                floor_s.append(timing_floor_s(document))
     finally:
         service.close()
+    iteration = statistics.median(iteration_ms)
+    return {
+        "save_to_first_result_s": statistics.median(first_s),
+        "save_to_complete_s": statistics.median(complete_s),
+        "complete_target_s": complete_target_s(iteration),
+        "timing_floor_s": statistics.median(floor_s),
+        "first_result_after_model_built_ms": statistics.median(built_ms),
+        "bare_iteration_ms": iteration,
+        "analyses": analyses,
+    }
 
 
 def accuracy(entry: str, device: str, rounds: int) -> dict:
@@ -396,7 +454,8 @@ def markdown(results: dict) -> str:
         "",
         "| model | cold analysis / torch.profiler table (≤ 1.0) | importing torch, share of the profiler's time "
         "| cold service: first per-line result / torch.profiler table | cold analysis / bare iteration | "
-        "warm: first per-line result after the model is built, in bare iterations (≤ 3) | warm: complete | "
+        "warm: save → first per-line result (≤ 0.3 s) | warm: save → complete (≤ 1 s; past 10 ms iterations, "
+        "3 iterations more) | "
         "time error at held-out batch sizes, median (≤ 5 %) | peak memory error, median (≤ 3 %) | "
         "iteration time on user lines (≥ 90 %) |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -412,9 +471,7 @@ def markdown(results: dict) -> str:
             f"| {_percent(cold.get('imports_share_of_torch_profiler'))} "
             f"| {_ratio(cold.get('first_result_over_torch_profiler'))} "
             f"| {cold['skyline_over_bare_iteration']:.2f} "
-            f"| {warm['first_result_in_iterations']:.1f} ({warm['first_result_after_model_built_ms']:.0f} ms), "
-            f"{mark(warm['first_result_in_iterations'] <= TARGETS['first_result_iterations'])} "
-            f"| {warm['complete_s']:.1f} s "
+            f"| {_warm(warm)} "
             f"| {_percent(time_error)}, {mark(time_error is not None and time_error <= TARGETS['time_error_median'])} "
             f"| {_percent(memory_error)}, "
             f"{mark(memory_error is not None and memory_error <= TARGETS['memory_error_median'])} "
@@ -444,8 +501,9 @@ def markdown(results: dict) -> str:
         "that only imports torch and its compiler (creating any optimizer imports it), a floor all "
         "of them share. The cold service runs from starting `skyline serve --stdio` to the first "
         "per-line result of an analysis sent at once (an editor's first profile). Warm: through "
-        "`skyline serve --stdio`, the second of two analyses, from the "
-        "progress event that says the model is built to the first `analysis` notification. Held-out "
+        f"`skyline serve --stdio`, as an editor saves: {THINK_S:g} s after the last analysis ended (the spare "
+        "worker ready), from `analyze` to the first and to the last `analysis` notification, medians of 3 "
+        "after a first. Held-out "
         "batch sizes are measured after the analysis, in the same process, as the engine measures "
         "(CPU: glibc's malloc thresholds pinned, see skyline_engine/measure/allocator.py), timed in "
         "interleaved rounds with the fitted batch sizes timed again (see where the time error comes from).",
@@ -572,6 +630,18 @@ def _prediction_sections(results: dict) -> list[str]:
                 f"| {_percent(error)}, {mark(error is not None and error <= TARGETS['cross_process_error_median'])} |"
             )
     return out
+
+
+def _warm(warm: dict) -> str:
+    """The two warm columns; a run from before the save-time targets had neither."""
+    if "save_to_first_result_s" not in warm:
+        return "— (measured before these targets) | —"
+    first, complete, target = warm["save_to_first_result_s"], warm["save_to_complete_s"], warm["complete_target_s"]
+    return (
+        f"{first:.2f} s, {mark(first <= TARGETS['save_to_first_result_s'])} "
+        f"| {complete:.2f} s (≤ {target:.2f} s), {mark(complete <= target)}; the timing rules' floor "
+        f"{warm['timing_floor_s']:.2f} s"
+    )
 
 
 def _ratio(value) -> str:
