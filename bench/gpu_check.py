@@ -24,7 +24,9 @@ The checks:
    analysis completes, and allocated memory returns to where it was;
 5. `skyline serve --stdio --device cuda` through one analysis, and the spare worker's GPU memory;
 6. the benchmark's accuracy figures (held-out time and memory errors) on CUDA;
-7. data-parallel training on 2 ranks over NCCL (`skyline profile --nproc 2`), with 2 GPUs or more.
+7. data-parallel training on 2 ranks over NCCL (`skyline profile --nproc 2`), with 2 GPUs or more;
+8. a compiled model's reported peak against its own max_memory_allocated over a plain compiled
+   iteration: within COMPILED_PEAK_SHARE.
 """
 
 from __future__ import annotations
@@ -397,6 +399,40 @@ def data_parallel(device: str) -> dict[str, Any]:
     }
 
 
+# --- 8. a compiled model's own peak -------------------------------------------------------------
+
+COMPILED = "bench/models/compiled_transformer/entry_point.py"
+# The reported peak of a compiled model may differ from its own max_memory_allocated by this share.
+COMPILED_PEAK_SHARE = 0.02
+
+
+def compiled_peak(device: str) -> dict[str, Any]:
+    """The compiled transformer's reported peak (`compilation.peak_memory: "compiled_program"` on
+    CUDA) against the allocator's peak over a plain iteration of the same compiled model, run here
+    apart from the engine."""
+    doc = analyze(AnalysisRequest(COMPILED, REPO, device=device, budget=QUICK, predict=False)).to_dict()
+    reported = doc["iteration"]["peak_memory_bytes"]
+    figures: dict[str, Any] = {
+        "reported_peak_bytes": reported,
+        "peak_memory": (doc["compilation"] or {}).get("peak_memory"),
+        "peak_memory_parts": doc["peak_memory_parts"],
+    }
+    if device == "cpu":
+        return figures
+    iteration, inputs = _load(COMPILED, doc["batch_size"], device)
+    for _ in range(3):  # compiled in the first, then the compiled code runs
+        iteration(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    iteration(*inputs)
+    torch.cuda.synchronize()
+    own = torch.cuda.max_memory_allocated()
+    apart = abs(reported - own) / own
+    figures.update({"own_max_allocated_bytes": own, "apart": apart})
+    figures["passed"] = figures["peak_memory"] == "compiled_program" and apart <= COMPILED_PEAK_SHARE
+    return figures
+
+
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -429,6 +465,7 @@ CHECKS: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
     "serve": ("skyline serve on the device", service),
     "accuracy": ("accuracy at held-out batch sizes", accuracy),
     "ddp": ("data-parallel training on 2 ranks", data_parallel),
+    "compiled": ("a compiled model's own peak", compiled_peak),
 }
 
 

@@ -32,7 +32,9 @@ def eager():
 
 def test_memory_counts_only_real_tensors(compiled, eager):
     # The compiler keeps fake tensors (storage on `meta`) of hundreds of MiB: none is memory. On
-    # the CPU the count comes from the eager replay, so it is the uncompiled model's to the byte.
+    # the CPU the count comes from the eager replay, so it is the uncompiled model's to the byte
+    # (on CUDA, the compiled program's own: bench/gpu_check.py).
+    assert compiled["compilation"]["peak_memory"] == "eager_replay"
     assert compiled["iteration"]["peak_memory_bytes"] == eager["iteration"]["peak_memory_bytes"]
     for sample, same in zip(compiled["models"]["samples"], eager["models"]["samples"]):
         assert (sample["batch_size"], sample["peak_memory_bytes"]) == (same["batch_size"], same["peak_memory_bytes"])

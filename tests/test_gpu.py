@@ -122,3 +122,22 @@ def test_memory_kept_for_good_is_found_on_cuda_and_nothing_in_the_examples(docum
     growth = analysed(training_loops, "keeps_graphs.py", device="cuda", budget=STEADY, predict=False)["memory_growth"]
     assert growth is not None and growth["lines"][0]["path"] == "model.py", growth
     assert growth["lines"][0]["line"] == 12 and growth["lines"][0]["bytes"] == 2 * 32 * 256 * 4
+
+
+def test_each_operation_takes_its_kernels_time_and_keeps_its_span(document):
+    """torch.profiler's kernels, by the operation that launched them (attribute/kernels.py)."""
+    attribution = document["attribution"]
+    assert attribution["device_time"] == "kernels", attribution["device_time_fallback"]
+    timeline = analysed(REPO, "examples/cnn/entry_point.py", device="cuda", predict=False, timeline=True)["timeline"]
+    backward = [op for op in timeline if op["phase"] == "backward"]
+    assert backward and sum(op["duration_ms"] for op in backward) > 0  # kernels on autograd's device thread too
+    assert all(op["span_ms"] is not None and op["span_ms"] >= 0 for op in timeline)
+    assert sum(op["duration_ms"] for op in timeline) <= document["iteration"]["run_time_ms"] * 1.5
+
+
+def test_a_compiled_models_peak_is_its_own_programs():
+    compiled = analysed(REPO, "bench/models/compiled_transformer/entry_point.py", device="cuda", predict=False)
+    assert compiled["compilation"]["peak_memory"] == "compiled_program"
+    assert compiled["peak_memory_operation"] is None
+    parts = compiled["peak_memory_parts"]
+    assert sum(parts.values()) == compiled["iteration"]["peak_memory_bytes"]

@@ -1,4 +1,5 @@
-"""Tensor memory measured operation by operation, on real tensors and real training steps."""
+"""Tensor memory measured operation by operation, on real tensors and real training steps; and a
+compiled program's own, phase by phase, through a stand-in for CUDA's allocator (no GPU here)."""
 
 from pathlib import Path
 
@@ -15,12 +16,15 @@ from skyline_engine.measure.memory import (
     OPTIMIZER,
     OTHER,
     CpuMemoryMeter,
+    CudaAllocator,
     LiveTensors,
     MemoryTracker,
     is_out_of_memory,
     measure_memory,
+    measure_program_memory,
 )
 from skyline_engine.measure.timing import CpuClock
+from skyline_engine.predict.peak_memory import fit_peak_memory
 
 MiB = 1 << 20
 CPU = torch.device("cpu")
@@ -184,3 +188,83 @@ def test_a_worker_that_froze_its_imports_counts_the_same_tensors_and_walks_fewer
     )  # fmt: skip
     before, after = map(int, check.stdout.split())
     assert after < before / 10
+
+
+class StandInAllocator(CudaAllocator):
+    """Stands in for CUDA's caching allocator, which this machine lacks (the one seam between the
+    CUDA meters and the device): the bytes allocated are what the test's iteration says it
+    allocated and freed, as a compiled program's kernels would."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(torch.device("cpu"))
+        self.now = self.peak = start
+
+    def allocate(self, size: int) -> None:
+        self.now += size
+        self.peak = max(self.peak, self.now)
+
+    def free(self, size: int) -> None:
+        self.now -= size
+
+    def allocated(self) -> int:
+        return self.now
+
+    def reserved(self) -> int:
+        return 1 << 20
+
+    def peaks_since_reset(self) -> tuple[int, int]:
+        peaks = self.peak, 1 << 20
+        self.peak = self.now
+        return peaks
+
+
+class AllocatingSGD(torch.optim.SGD):
+    """An optimizer whose step allocates scratch space, freed before it returns."""
+
+    allocator: StandInAllocator
+    scratch = 300
+
+    def step(self, closure=None):
+        self.allocator.allocate(self.scratch)
+        self.allocator.free(self.scratch)
+        return super().step(closure)
+
+
+def program_iteration(allocator: StandInAllocator, batch_size: int):
+    model = nn.Linear(4, 2)
+    optimizer = AllocatingSGD(model.parameters(), lr=0.1)
+    optimizer.allocator = allocator
+
+    def iteration() -> None:
+        allocator.allocate(10 * batch_size)  # the inputs, before any module runs
+        loss = model(torch.randn(batch_size, 4)).sum()
+        allocator.allocate(100 * batch_size)  # what the fused forward keeps for backward
+        loss.backward()
+        allocator.free(100 * batch_size)
+        optimizer.step()
+        allocator.free(10 * batch_size)
+
+    return iteration
+
+
+def test_a_compiled_programs_memory_is_its_allocators_peak_in_each_phase():
+    """measure_program_memory: one entry per phase, the allocator's peak in it, no dispatch mode."""
+    allocator = StandInAllocator(start=1_000)
+    profile = measure_program_memory(torch.device("cuda"), program_iteration(allocator, 8), allocator)
+    assert profile.program
+    assert profile.operation_names == (
+        "other (compiled program)",
+        "forward_backward (compiled program)",
+        "optimizer (compiled program)",
+        "other (compiled program)",
+    )
+    assert profile.operation_bytes == (1_080, 1_880, 1_380, 1_080)
+    assert (profile.start_bytes, profile.peak_bytes, profile.peak_phase) == (1_000, 1_880, "forward_backward")
+    # Two batch sizes give the peak-memory model a line through each phase's peaks, as the
+    # operations' do for an eager model: 1,000 + 110 bytes a sample, in forward and backward.
+    wide_allocator = StandInAllocator(start=1_000)
+    wider = measure_program_memory(torch.device("cuda"), program_iteration(wide_allocator, 16), wide_allocator)
+    assert wider.operation_names == profile.operation_names
+    model = fit_peak_memory([8, 16], [profile, wider])
+    assert model(64) == pytest.approx(1_000 + 110 * 64)
+    assert model.phase_at(64).name == "forward_backward"

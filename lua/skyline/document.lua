@@ -142,6 +142,7 @@
 ---@field graphs integer
 ---@field seconds number
 ---@field batch_sizes skyline.CompiledBatchSize[]
+---@field peak_memory string `"compiled_program"` (CUDA: the program's own) or `"eager_replay"`
 
 ---@class skyline.CompiledBatchSize
 ---@field batch_size integer

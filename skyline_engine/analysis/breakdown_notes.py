@@ -25,10 +25,13 @@ def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False, script: bool = F
     scale = breakdown.attribution.scaled_by
     if breakdown.attribution.mode == EAGER_REPLAY:
         took = f"took {1 / scale:.1f}× as long as" if scale < 1 else "took no longer than"
+        # On CUDA the peak is the compiled program's own (measure/memory.py, measure_program_memory).
+        what = "per-line times come" if on_gpu else "per-line times and peak memory come"
+        peak = " Its peak memory is the compiled program's own." if on_gpu else ""
         notes.append(
-            "The model is compiled (torch.compile): its per-line times and peak memory come from an eager run "
+            f"The model is compiled (torch.compile): its {what} from an eager run "
             "of the same iteration, as the compiler's fused kernels belong to no line; that run's operations "
-            f"{took} the compiled iteration, whose time is the one measured. Compare lines by their shares."
+            f"{took} the compiled iteration, whose time is the one measured. Compare lines by their shares.{peak}"
         )
     elif scale < NOTABLE_SCALING:
         notes.append(

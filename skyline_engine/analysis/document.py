@@ -301,6 +301,7 @@ class CompilationDict(TypedDict):
     graphs: int
     seconds: float
     batch_sizes: list[CompiledBatchSizeDict]
+    peak_memory: str  # "compiled_program" (CUDA) or "eager_replay"
 
 
 class KeptLineDict(TypedDict):

@@ -104,7 +104,8 @@ def measure_batch_size(
     micro_batches = recording.micro_batches(batch_size)
     if on_first is not None:
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
-        on_first(first, recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode))
+        breakdown = recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode, memory.program)
+        on_first(first, breakdown)
     growth = recording.memory_growth(source.run_recorded, source.live_tensors)
     timing = source.time()
     cycle = source.measure_in_cycles(timing.run_time_ms)
@@ -118,7 +119,9 @@ def measure_batch_size(
         memory = apart or recorded
     elif source.records_more:
         recording.record_more(source.run_recorded, timing.run_time_ms)
-    breakdown = recording.breakdown(source.recorded_run_time_ms(timing), memory.peak_bytes, timeline, mode)
+    breakdown = recording.breakdown(
+        source.recorded_run_time_ms(timing), memory.peak_bytes, timeline, mode, program_peak=memory.program
+    )
     return BatchSizeMeasurement(Sample(batch_size, timing, memory, micro_batches), breakdown, growth)
 
 
@@ -142,6 +145,10 @@ class OneProcess(IterationSource):
 
     def run_recorded(self) -> None:
         self.run()
+
+    def memory(self) -> MemoryProfile | None:
+        """A compiled model's on CUDA: its own program's, apart from the recorded eager replay."""
+        return self.runner.memory(self.run) if self.runner.measures_program_memory else None
 
     def time(self) -> TimingStats:
         return self.runner.time(self.run, self.batch_size)

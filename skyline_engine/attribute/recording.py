@@ -19,7 +19,7 @@ from skyline_engine.attribute.breakdown import RECORDED, Breakdown, OperationSit
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.kernels import SPANS, KernelCapture
 from skyline_engine.attribute.memory_growth import MemoryGrowth, memory_growth
-from skyline_engine.attribute.other_tensors import Lifetimes, OtherTensor
+from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, Lifetimes, OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
 from skyline_engine.measure.compilation import eager_replay
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, meter_for, tracking_phases
@@ -159,8 +159,18 @@ class IterationRecording:
         return self.recorder.recording.micro_batches(batch_size)
 
     def breakdown(
-        self, run_time_ms: float, peak_memory_bytes: int, timeline: bool = False, mode: str = RECORDED
+        self,
+        run_time_ms: float,
+        peak_memory_bytes: int,
+        timeline: bool = False,
+        mode: str = RECORDED,
+        program_peak: bool = False,
     ) -> Breakdown:
+        """`program_peak`: `peak_memory_bytes` is the program's own (a compiled model on CUDA,
+        measure/memory.py), not the recorded eager replay's: the replay's peak, its operation and
+        what was alive there describe another moment; the peak's parts are then the weights, the
+        optimizer's state and the rest."""
+        replayed = not program_peak
         return build_breakdown(
             self.recorder.recording,
             self.model,
@@ -169,10 +179,10 @@ class IterationRecording:
             peak_memory_bytes,
             timeline,
             mode,
-            peak_memory_operation=self._peak_memory_operation,
+            peak_memory_operation=self._peak_memory_operation if replayed else None,
             held=self._held,
-            other_tensors=self._other_tensors,
-            alive_at_peak=self._alive_at_peak,
+            other_tensors=self._other_tensors if replayed else [],
+            alive_at_peak=self._alive_at_peak if replayed else {GRADIENT: 0, ACTIVATION: 0},
         )
 
 

@@ -66,6 +66,10 @@ class CompilerWork:
 
 NOTHING_COMPILED = CompilerWork(0, 0.0)
 
+# `compilation.peak_memory`.
+COMPILED_PROGRAM_PEAK = "compiled_program"
+EAGER_REPLAY_PEAK = "eager_replay"
+
 
 def compiler_work() -> CompilerWork:
     """All that dynamo has compiled in this process so far (nothing before it is imported)."""
@@ -82,6 +86,9 @@ class Compilation:
     """What was compiled at each batch size, in the order the batch sizes first ran."""
 
     by_batch_size: tuple[tuple[int, CompilerWork], ...]
+    # Where the peak memory comes from: the compiled program's own (CUDA: the allocator's peak
+    # over a plain iteration) or the eager replay's (the CPU: tensors counted at the dispatcher).
+    peak_memory: str = EAGER_REPLAY_PEAK
 
     @property
     def graphs(self) -> int:
@@ -98,4 +105,5 @@ class Compilation:
             "batch_sizes": [
                 {"batch_size": b, "graphs": work.graphs, "seconds": work.seconds} for b, work in self.by_batch_size
             ],
+            "peak_memory": self.peak_memory,
         }

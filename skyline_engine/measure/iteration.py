@@ -31,6 +31,8 @@ from skyline_engine.errors import EntryPointError, UserCodeError
 from skyline_engine.measure import saved_tensors
 from skyline_engine.measure.allocator import pin_malloc_thresholds
 from skyline_engine.measure.compilation import (
+    COMPILED_PROGRAM_PEAK,
+    EAGER_REPLAY_PEAK,
     NOTHING_COMPILED,
     Compilation,
     CompilerWork,
@@ -46,6 +48,7 @@ from skyline_engine.measure.memory import (
     MemoryProfile,
     is_out_of_memory,
     measure_memory,
+    measure_program_memory,
     release_cached_memory,
 )
 from skyline_engine.measure.optimizer_state import StepsSeen, counting_steps
@@ -430,9 +433,11 @@ class IterationRunner:
 
     def memory(self, run: Run) -> MemoryProfile:
         """The tensor memory of one iteration, operation by operation (of one whole cycle of calls,
-        where calls differ: see `measure_in_cycles`)."""
+        where calls differ: see `measure_in_cycles`); phase by phase for a compiled model on CUDA
+        (`measures_program_memory`)."""
+        measure = self._program_memory if self.measures_program_memory else self._replayed_memory
         if self.cycle == 1:
-            return measure_memory(self.device, run, self.live_tensors)
+            return measure(run)
         self.align_to_cycle(run)
         cycle = self.cycle
 
@@ -440,7 +445,19 @@ class IterationRunner:
             for _ in range(cycle):
                 run()
 
-        return measure_memory(self.device, whole_cycle, self.live_tensors)
+        return measure(whole_cycle)
+
+    @property
+    def measures_program_memory(self) -> bool:
+        """A compiled model on CUDA: its memory is its own program's (`measure_program_memory`),
+        not the eager replay's (read after the warm-up, which compiles it)."""
+        return self.device.type == "cuda" and bool(self._compiled)
+
+    def _program_memory(self, run: Run) -> MemoryProfile:
+        return measure_program_memory(self.device, run)
+
+    def _replayed_memory(self, run: Run) -> MemoryProfile:
+        return measure_memory(self.device, run, self.live_tensors)
 
     def time(self, run: Run, batch_size: int) -> TimingStats:
         """The iteration timed until the estimate is stable, in blocks of whole cycles where calls
@@ -538,7 +555,10 @@ class IterationRunner:
     @property
     def compilation(self) -> Compilation | None:
         """What torch.compile compiled while the iteration ran; None when it compiled nothing."""
-        return Compilation(tuple(self._compiled.items())) if self._compiled else None
+        if not self._compiled:
+            return None
+        peak = COMPILED_PROGRAM_PEAK if self.measures_program_memory else EAGER_REPLAY_PEAK
+        return Compilation(tuple(self._compiled.items()), peak)
 
     def _call_iteration(self, inputs: Sequence[Any], batch_size: int) -> None:
         out_of_memory = None

@@ -26,7 +26,7 @@ import gc
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -174,6 +174,9 @@ class MemoryProfile:
     # How far the count may stray from the bytes of the tensors alive (CUDA_COUNT_SLACK_BYTES; 0
     # where tensors are counted exactly, on the CPU).
     count_slack_bytes: int = 0
+    # Measured as the program runs (`measure_program_memory`): one entry per phase, not per
+    # operation; a compiled model's own peak on CUDA.
+    program: bool = False
 
     @property
     def held_bytes(self) -> tuple[int, ...]:
@@ -270,31 +273,72 @@ class CpuMemoryMeter(MemoryMeter):
 CUDA_COUNT_SLACK_BYTES = 2 << 20
 
 
-class CudaMemoryMeter(MemoryMeter):
-    """The allocator's peak during each operation (allocation statistics are kept on the host, as
-    operations are queued, so reading them needs no synchronisation)."""
+class CudaAllocator:
+    """The caching allocator's statistics the meters read (allocation statistics are kept on the
+    host, as operations are queued, so reading them needs no synchronisation). The one seam
+    between the CUDA meters and the device: tests on a machine without a GPU stand in for it."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        torch.cuda.reset_peak_memory_stats(device)
-        self._reserved = int(torch.cuda.memory_reserved(device))
-        super().__init__(int(torch.cuda.memory_allocated(device)))
+
+    def allocated(self) -> int:
+        return int(torch.cuda.memory_allocated(self.device))
+
+    def reserved(self) -> int:
+        return int(torch.cuda.memory_reserved(self.device))
+
+    def peaks_since_reset(self) -> tuple[int, int]:
+        """The most allocated and the most reserved since the last reset, and a reset."""
+        peaks = int(torch.cuda.max_memory_allocated(self.device)), int(torch.cuda.max_memory_reserved(self.device))
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peaks
+
+
+class CudaMemoryMeter(MemoryMeter):
+    """The allocator's peak during each operation."""
+
+    def __init__(self, device: torch.device, allocator: CudaAllocator | None = None) -> None:
+        self.device = device
+        self.allocator = allocator or CudaAllocator(device)
+        self.allocator.peaks_since_reset()
+        self._reserved = self.allocator.reserved()
+        super().__init__(self.allocator.allocated())
 
     def _bytes_now(self, outputs: object) -> int:
-        peak = int(torch.cuda.max_memory_allocated(self.device))
-        # The reset below clears the reserved peak too: keep the highest seen.
-        self._reserved = max(self._reserved, int(torch.cuda.max_memory_reserved(self.device)))
-        torch.cuda.reset_peak_memory_stats(self.device)
+        peak, reserved = self.allocator.peaks_since_reset()
+        # The reset clears the reserved peak too: keep the highest seen.
+        self._reserved = max(self._reserved, reserved)
         return peak
 
     def _reserved_peak(self) -> int | None:
         return self._reserved
 
     def _held_now(self) -> int | None:
-        return int(torch.cuda.memory_allocated(self.device))
+        return self.allocator.allocated()
 
     def _count_slack_bytes(self) -> int:
         return CUDA_COUNT_SLACK_BYTES
+
+
+class ProgramPeakMeter(CudaMemoryMeter):
+    """The allocator's peak in each phase of an iteration that runs as the program does, no
+    dispatch mode in its way: a compiled model's own peak (a dispatch mode sees only an eager
+    replay's operations, whose activations the compiler's fused kernels do not all keep). One
+    entry per phase, named `<phase> (compiled program)`, at each change of phase and at `finish`."""
+
+    def enter_phase(self, phase: str) -> None:
+        if phase != self.phase:
+            self._end_phase()
+        super().enter_phase(phase)
+
+    def finish(self) -> None:
+        self._end_phase()
+
+    def _end_phase(self) -> None:
+        self.after_operation(f"{self.phase} (compiled program)", None)
+
+    def profile(self) -> MemoryProfile:
+        return replace(super().profile(), program=True)
 
 
 def meter_for(device: torch.device, live_tensors: LiveTensors | None = None) -> MemoryMeter:
@@ -401,6 +445,19 @@ def measure_memory(
     meter = meter_for(device, live_tensors)
     with eager_replay(), tracking_phases(meter), saved_tensors.unchanged(), MemoryTracker(meter):
         run_iteration()
+    return meter.profile()
+
+
+def measure_program_memory(
+    device: torch.device, run_iteration: Callable[[], None], allocator: CudaAllocator | None = None
+) -> MemoryProfile:
+    """The memory profile of `run_iteration` as the program runs it, on CUDA: the allocator's
+    peak in each phase (`ProgramPeakMeter`), no dispatch mode and no eager replay. A compiled
+    model's own peak: its fused kernels keep fewer activations than its eager code does."""
+    meter = ProgramPeakMeter(device, allocator)
+    with tracking_phases(meter):
+        run_iteration()
+    meter.finish()
     return meter.profile()
 
 
