@@ -324,7 +324,14 @@ class ProgramPeakMeter(CudaMemoryMeter):
     """The allocator's peak in each phase of an iteration that runs as the program does, no
     dispatch mode in its way: a compiled model's own peak (a dispatch mode sees only an eager
     replay's operations, whose activations the compiler's fused kernels do not all keep). One
-    entry per phase, named `<phase> (compiled program)`, at each change of phase and at `finish`."""
+    entry per phase, named `<phase> (compiled program)`, at each change of phase and at `finish`.
+    The phases are told by the optimizer's steps alone (`tracking_phases` without modules): the
+    forward and backward passes until the first step, the step, and what follows it."""
+
+    def __init__(self, device: torch.device, allocator: CudaAllocator | None = None) -> None:
+        super().__init__(device, allocator)
+        self.phase = FORWARD_BACKWARD
+        self._phase_starts = [(0, FORWARD_BACKWARD)]
 
     def enter_phase(self, phase: str) -> None:
         if phase != self.phase:
@@ -346,20 +353,22 @@ def meter_for(device: torch.device, live_tensors: LiveTensors | None = None) -> 
 
 
 @contextlib.contextmanager
-def tracking_phases(meter: MemoryMeter) -> Iterator[MemoryMeter]:
+def tracking_phases(meter: MemoryMeter, modules: bool = True) -> Iterator[MemoryMeter]:
     """Tells `meter` of the iteration's phases through torch's global hooks: the first module
     called starts the forward and backward passes, an optimizer step is the optimizer's phase,
-    what follows a step is `other` until a module is called again."""
+    what follows a step is `other` until a module is called again. Without `modules`, the steps
+    alone (a global module hook added around a compiled model makes dynamo compile it again)."""
 
     def forward(module: torch.nn.Module, args: Any) -> None:
         if meter.phase == OTHER:
             meter.enter_phase(FORWARD_BACKWARD)
 
     handles = [
-        torch.nn.modules.module.register_module_forward_pre_hook(forward),
         register_optimizer_step_pre_hook(lambda *_: meter.enter_phase(OPTIMIZER)),
         register_optimizer_step_post_hook(lambda *_: meter.enter_phase(OTHER)),
     ]
+    if modules:
+        handles.append(torch.nn.modules.module.register_module_forward_pre_hook(forward))
     try:
         yield meter
     finally:
@@ -455,7 +464,7 @@ def measure_program_memory(
     peak in each phase (`ProgramPeakMeter`), no dispatch mode and no eager replay. A compiled
     model's own peak: its fused kernels keep fewer activations than its eager code does."""
     meter = ProgramPeakMeter(device, allocator)
-    with tracking_phases(meter):
+    with tracking_phases(meter, modules=False):
         run_iteration()
     meter.finish()
     return meter.profile()
