@@ -317,3 +317,32 @@ def test_sigterm_ends_the_service_cleanly(root):
         assert service.proc.wait(60) == 0
     finally:
         service.stop()
+
+
+def test_the_next_worker_imports_ahead_the_installed_libraries_the_last_analysis_imported(tmp_path):
+    """A save answered without re-importing the user's heavy libraries (issue "Fast enough"):
+    pynvim stands in for one (installed, and never imported by the engine). A worker whose
+    analysis changed os.environ passes nothing on: the user's code may set up a library before
+    importing it."""
+    root = copy_project(tmp_path)
+    entry, text = root / TINY, (root / TINY).read_text()
+    entry.write_text(text.replace("import torch\n", "import pynvim  # noqa: F401\nimport torch\n", 1))
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+
+        def ahead() -> list[str]:
+            _, method, final = client.analyze(TINY)
+            assert method == "analysis", final
+            return [c for c in final["document"]["runtime_changes"] if c.startswith("imported before your code ran")]
+
+        assert ahead() == []  # the first worker started before any analysis
+        imported = ahead()
+        assert len(imported) == 1 and imported[0].startswith("imported before your code ran: pynvim (")
+        setup = "import os\n\nos.environ['A_LIBRARYS_SETTING'] = '1'\nimport pynvim"
+        entry.write_text(entry.read_text().replace("import pynvim", setup))
+        assert len(ahead()) == 1  # imported ahead as the last analysis did; this one sets the environment
+        assert ahead() == []
+    finally:
+        service.stop()

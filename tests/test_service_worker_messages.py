@@ -32,6 +32,12 @@ FORGED = {
     "a result whose models predict cannot read": msgpack.packb(
         {"type": "result", "document": {"models": {"run_time_ms": 5}, "device": {"memory_capacity_bytes": 1 << 30}}}
     ),
+    "a result whose imports name a path, not a module": msgpack.packb(
+        {"type": "result", "document": {"models": None}, "imports": ["../../etc/passwd"]}
+    ),
+    "a result whose imports are not a list": msgpack.packb(
+        {"type": "result", "document": {"models": None}, "imports": "transformers"}
+    ),
     "a progress of the wrong types": msgpack.packb({"type": "progress", "phase": ["x"], "fraction": "half"}),
     "a progress past 1": msgpack.packb({"type": "progress", "phase": "measuring", "fraction": 7.5}),
     "a partial nested too deep": msgpack.packb({"type": "partial", "document": {"a": nested(100)}}),

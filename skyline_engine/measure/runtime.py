@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
+from skyline_engine.measure.import_ahead import IMPORTED_AHEAD, imported_ahead
+
 SETTLE_RUNTIME = "SKYLINE_SETTLE_RUNTIME"  # its value: the variables the engine set, comma-separated
 SPINCOUNT = "10000"
 
@@ -51,15 +53,26 @@ def runtime_changes(environ: Mapping[str, str], malloc_pinned: bool) -> list[str
         changes.append(f"GOMP_SPINCOUNT={environ.get('GOMP_SPINCOUNT', SPINCOUNT)}")
     if malloc_pinned:
         changes.append("glibc malloc thresholds pinned (M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 256 MiB)")
+    ahead = imported_ahead()  # the service's warm worker (measure/import_ahead.py)
+    if ahead is not None:
+        changes.append(ahead)
     return changes
 
 
 def runtime_note(changes: list[str]) -> str | None:
     """The warning that says what was changed, and what it does to the times; None when nothing."""
-    if not changes:
-        return None
-    return (
-        f"Measured with the runtime settled (--settle-runtime): {'; '.join(changes)}. Your training runs without "
-        "these unless you set them: on a busy machine its iterations can take far longer than measured here, and "
-        "small CPU models up to 30 % longer on the default malloc thresholds."
-    )
+    settled = [change for change in changes if not change.startswith(IMPORTED_AHEAD)]
+    ahead = [change for change in changes if change.startswith(IMPORTED_AHEAD)]
+    notes = []
+    if settled:
+        notes.append(
+            f"Measured with the runtime settled (--settle-runtime): {'; '.join(settled)}. Your training runs without "
+            "these unless you set them: on a busy machine its iterations can take far longer than measured here, "
+            "and small CPU models up to 30 % longer on the default malloc thresholds."
+        )
+    if ahead:
+        notes.append(
+            f"{ahead[0][0].upper()}{ahead[0][1:]}. The times are unchanged; a library that reads the environment "
+            "when imported saw the service's (code that changes os.environ turns this off for the next analysis)."
+        )
+    return " ".join(notes) or None

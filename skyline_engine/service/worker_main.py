@@ -73,9 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     _volunteer_for_the_oom_killer()
     startup_error = None
+    engines_modules: set[str] = set()
     try:
         _limit_memory(args.memory_limit)
-        device = _warm_up(args.device)
+        device, engines_modules = _warm_up(args.device, [name for name in args.import_ahead.split(",") if name])
         channel.send({"type": "ready", "pid": os.getpid(), "device": device, "error": None})
     except BaseException as exc:  # noqa: BLE001 - whatever stops the start is reported, not raised
         startup_error = _startup_failure(exc)
@@ -88,8 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     if startup_error is not None:
         _finish(channel, {"type": "error", **startup_error.to_dict()})
     try:
+        environ = dict(os.environ)
         document = _analyze(job, channel, limited=args.memory_limit is not None)
-        message = {"type": "result", "document": document}
+        message = {"type": "result", "document": document, "imports": _imports_to_pass_on(engines_modules, environ)}
     except BaseException as exc:  # noqa: BLE001 - whatever ends the analysis is reported, not raised
         failure = describe_failure(exc, "running the analysis", project_root=job.get("project_root"))
         message = {"type": "error", **failure.to_dict()}
@@ -115,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m skyline_engine.service.worker_main")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--memory-limit", type=int, default=None, help="RLIMIT_AS in bytes")
+    parser.add_argument(
+        "--import-ahead", default="", help="modules to import while waiting, comma-separated (the last analysis's)"
+    )
     return parser
 
 
@@ -153,18 +158,33 @@ def _limit_memory(limit: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _warm_up(device_spec: str) -> dict[str, Any]:
-    """Import what every analysis needs and describe the device analyses will run on."""
+def _warm_up(device_spec: str, ahead: list[str]) -> tuple[dict[str, Any], set[str]]:
+    """Import what every analysis needs, and the installed libraries the last analysis of this
+    project imported (`ahead`); the device analyses will run on, described, and the modules the
+    engine imported (those imported ahead are passed on again, as the user's code imports them)."""
     import torch  # the point of a warm worker
     import torch._dynamo  # noqa: F401 - creating any torch optimizer imports it: 1.1 s on 2 cores
 
     import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
     from skyline_engine.measure.device import describe_device, resolve_device
+    from skyline_engine.measure.import_ahead import import_ahead
     from skyline_engine.measure.memory import freeze_imports
 
     device = describe_device(resolve_device(device_spec)).to_dict()
+    engines = set(sys.modules)
+    if ahead:
+        import_ahead(ahead, Path.cwd())  # the worker runs in the project root
     freeze_imports()  # this worker runs one analysis, then ends
-    return device
+    return device, engines
+
+
+def _imports_to_pass_on(engines: set[str], environ: dict[str, str]) -> list[str]:
+    """The installed modules this worker has beyond the engine's (`engines`), for the next worker
+    to import ahead; none where the user's code changed the environment (it may configure a
+    library before importing it: measure/import_ahead.py)."""
+    from skyline_engine.measure.import_ahead import third_party_imports
+
+    return third_party_imports(engines, Path.cwd()) if dict(os.environ) == environ else []
 
 
 def _read_job() -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ reaches the client, and the client's latest complete analysis stays what it was.
     started   {pid: int}
     progress  {phase: str, fraction: number from 0 to 1}
     partial   {document: map}
-    result    {document: map whose `models` (when not nil) `predict` can read}
+    result    {document: map whose `models` (when not nil) `predict` can read,
+               imports: list of module names (optional; measure/import_ahead.py)}
     error     the fields of a Failure, `kind` one a worker reports
 
 Their order is checked too, by WorkerProcess: `ready` first and once, then `started` once, then
@@ -19,6 +20,7 @@ the rest.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from skyline_engine.service.protocol import describe_type, describe_value
@@ -27,6 +29,9 @@ from skyline_engine.service.protocol import describe_type, describe_value
 # client_root mapping) recurse without end.
 MAX_DOCUMENT_DEPTH = 32
 MAX_PHASE_CHARS = 500
+# A result's `imports`: module names the next worker imports ahead (measure/import_ahead.py).
+MAX_IMPORTS = 2000
+MODULE_NAME = re.compile(r"[A-Za-z_]\w{0,99}(\.[A-Za-z_]\w{0,99}){0,15}")
 # The kinds of `analysis_error` a worker itself reports; the others (crashed, time_limit, cancelled,
 # superseded, worker_protocol) only the service can tell.
 WORKER_ERROR_KINDS = frozenset({"entry_point", "user_code", "out_of_memory", "worker_start", "error", "internal"})
@@ -81,6 +86,13 @@ def _result(message: dict[str, Any]) -> None:
         raise WorkerProtocolError("a document's `warnings` are a list of strings")
     if document.get("models") is not None:
         _readable_models(document)
+    imports = message.get("imports", [])
+    if not (
+        isinstance(imports, list)
+        and len(imports) <= MAX_IMPORTS
+        and all(isinstance(name, str) and MODULE_NAME.fullmatch(name) for name in imports)
+    ):
+        raise WorkerProtocolError(f"a result's `imports` are a list of at most {MAX_IMPORTS} module names")
 
 
 def _error(message: dict[str, Any]) -> None:

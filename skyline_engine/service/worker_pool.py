@@ -8,8 +8,9 @@
   bounded: stderr is read in chunks, the log gets each line cut at MAX_LOG_LINE_BYTES, and the
   tail is the last STDERR_TAIL_BYTES bytes.
 - `WorkerPool` keeps one *spare* worker, started ahead with torch imported, so an analysis begins
-  at once. The spare is started only while no analysis runs: importing torch next to a measurement
-  would slow the measurement down.
+  at once, and the installed libraries the last analysis imported (measure/import_ahead.py). The
+  spare is started only while no analysis runs: importing torch next to a measurement would slow
+  the measurement down.
 - `Job` follows one analysis in its worker: it forwards progress, partial and final results to a
   listener, enforces the time limit, and turns an unexpected end of the process (crash, signal,
   exit, out-of-memory kill) into an error that says which. One job at a time measures on the
@@ -85,10 +86,19 @@ def _worker_environment(settle: bool = False) -> dict[str, str]:
 
 
 class WorkerProcess:
-    def __init__(self, config: ServiceConfig, on_ready: Callable[[WorkerProcess, dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        on_ready: Callable[[WorkerProcess, dict[str, Any]], None],
+        import_ahead: tuple[str, ...] = (),
+    ) -> None:
+        """`import_ahead`: installed modules to import while it waits for its job, the last
+        analysis's (measure/import_ahead.py)."""
         command = [sys.executable, "-m", "skyline_engine.service.worker_main", "--device", config.device]
         if config.worker_memory_limit_bytes is not None:
             command += ["--memory-limit", str(config.worker_memory_limit_bytes)]
+        if import_ahead:
+            command += ["--import-ahead", ",".join(import_ahead)]
         self._on_ready = on_ready
         # Where this machine allows one, a cgroup of its own (processes.py): ending it ends whatever
         # the user's code started, however it left the worker's tree.
@@ -385,6 +395,13 @@ class WorkerPool:
         self._device: dict[str, Any] | None = None
         self._device_error: str | None = None
         self._device_known = threading.Event()
+        # The installed modules the last complete analysis imported: the next spare imports them
+        # while it waits (measure/import_ahead.py).
+        self._import_ahead: tuple[str, ...] = ()
+
+    def imported(self, modules: list[str]) -> None:
+        """A complete analysis's installed modules (the worker's `imports`), for the next spare."""
+        self._import_ahead = tuple(modules)
 
     def start_spare(self) -> None:
         with self._lock:
@@ -436,7 +453,7 @@ class WorkerPool:
                 spare.wait(EXIT_GRACE_S)
 
     def _spawn(self) -> WorkerProcess:
-        worker = WorkerProcess(self.config, self._record_device)
+        worker = WorkerProcess(self.config, self._record_device, self._import_ahead)
         threading.Thread(target=self._watch_start, args=(worker,), name="worker-start", daemon=True).start()
         return worker
 
@@ -616,6 +633,7 @@ class Job:
             self._finished = True
             self._deadline = time.monotonic() + EXIT_GRACE_S  # it exits by itself, or is killed then
             if kind == "result":
+                self.pool.imported(message.get("imports", []))  # before release() starts the next spare
                 self.listener.on_result(self, message["document"])
             else:
                 self.listener.on_error(self, Failure.from_dict(message))
