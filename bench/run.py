@@ -43,6 +43,7 @@ MODELS = {
     "heavy": "bench/models/heavy/entry_point.py",
     "evaluates": "bench/models/evaluates_every_few_calls/entry_point.py",
     "per_step": "bench/models/samples_per_step/entry_point.py",
+    "hf_bert": "bench/models/hf_bert/entry_point.py",  # transformers: a bench extra
 }
 # Held out: none of these is among the batch sizes the engine measures (half, once, twice).
 HELD_OUT = (0.75, 1.5, 3.0)

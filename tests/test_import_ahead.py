@@ -66,3 +66,30 @@ def test_what_was_imported_ahead_is_said_and_nothing_of_the_projects_is_imported
     change, note = result.stdout.splitlines()
     assert change.startswith("imported before your code ran: pynvim (")
     assert note.startswith("Imported before your code ran: pynvim") and "os.environ" in note
+
+
+INSIDE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from skyline_engine.measure import import_ahead
+    project = Path("project").resolve()
+    venv = project / ".venv" / "site-packages"
+    library = Path("library").resolve()
+    folders = [venv, library]
+    print(json.dumps([
+        import_ahead._installed(venv / "transformers" / "__init__.py", folders, project),
+        import_ahead._installed(project / "model.py", folders, project),
+        import_ahead._installed(library / "edited" / "__init__.py", folders, library / "edited"),
+    ]))
+    """
+)
+
+
+def test_a_virtual_environment_inside_the_project_is_installed_and_the_project_is_not(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", INSIDE], cwd=tmp_path, capture_output=True, text=True, check=True, timeout=120
+    )
+    # A venv in the project (uv's, poetry's, the bench's), the project's own file, and a project
+    # that is itself a library inside site-packages, being edited there.
+    assert json.loads(result.stdout) == [True, False, False]

@@ -5,10 +5,10 @@ started ahead with torch imported. A project that imports `transformers` paid fo
 (0.7 to 4 s on a 2-core machine) at every save: a tiny BERT built from its config answered a
 save with its first per-line result in 0.75 s, and in 0.08 s with its imports made ahead. So a
 worker that ends its analysis names the modules the user's code imported from installed
-packages (`third_party_imports`: files under the interpreter's site-packages, never the
-project's own files, nor anything found on PYTHONPATH or added to sys.path, which the user may
-be editing), and the service's next spare worker imports them while it waits for its job
-(`import_ahead`), within IMPORT_AHEAD_S.
+packages (`third_party_imports`: files under the interpreter's site-packages, a virtual
+environment's inside the project included; never the project's own files, nor anything found on
+PYTHONPATH or added to sys.path, which the user may be editing), and the service's next spare
+worker imports them while it waits for its job (`import_ahead`), within IMPORT_AHEAD_S.
 
 Importing earlier can change what a library sees: a script that sets an environment variable
 before `import transformers` (HF_HOME, TRANSFORMERS_OFFLINE) must be imported as it runs. So a
@@ -61,9 +61,9 @@ def installed_package_folders() -> list[Path]:
 
 def third_party_imports(before: Collection[str], project_root: Path) -> list[str]:
     """The modules imported since `before` (the names in sys.modules then) whose files are in an
-    installed package, outside `project_root`, in the order they were imported (MAX_MODULES at
-    most); none of a package already imported then (torch's modules that load lazily are the
-    engine's as much as the user's)."""
+    installed package (`_installed`: not the project's own), in the order they were imported
+    (MAX_MODULES at most); none of a package already imported then (torch's modules that load
+    lazily are the engine's as much as the user's)."""
     folders = installed_package_folders()
     packages_before = {name.split(".")[0] for name in before}
     names = []
@@ -110,8 +110,12 @@ def _package_installed(top: str, folders: list[Path], project_root: Path) -> boo
 
 
 def _installed(path: Path, folders: list[Path], project_root: Path) -> bool:
-    path = path.resolve()
-    return project_root.resolve() not in path.parents and any(folder in path.parents for folder in folders)
+    """Whether `path` is an installed package's file: under a site-packages folder (a virtual
+    environment inside the project's is one: the bench's `.venv`, uv's and poetry's), unless the
+    project itself is inside that folder (a library being edited where it is installed). The
+    project's own package installed in editable mode lives in the project, not there."""
+    path, root = path.resolve(), project_root.resolve()
+    return any(folder in path.parents and folder != root and folder not in root.parents for folder in folders)
 
 
 def imported_ahead() -> str | None:
