@@ -232,6 +232,16 @@ def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(e
         "forward",
         "backward",
     ]
+    # On a GPU the title says what an operation's time is (attribution.device_time).
+    doc["attribution"]["device_time"] = "kernels"
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    assert next(line for line in lines if line.startswith("Operations")).split()[:4] == [
+        "Operations",
+        "(GPU",
+        "kernel",
+        "time)",
+    ]
     assert_no_traceback(nvim)
 
 

@@ -556,3 +556,16 @@ def test_the_memory_model_lists_only_lines_that_hold_the_peak_up_to_the_largest_
         "peak memory    = 1000 B × batch size + 7.6 MiB (in the forward and backward pass)\n"
         in render_report(doc).split("Batch-size models")[1]
     )
+
+
+@pytest.mark.parametrize(
+    ("device_time", "said"),
+    [(None, "(one iteration; share"), ("kernels", "(one iteration, the GPU's kernel time; share"),
+     ("spans", "(one iteration, spans on the GPU's stream; share")],
+)  # fmt: skip
+def test_the_lines_title_says_what_a_lines_time_is_on_a_gpu(device_time, said):
+    doc = document(run_time(1 / 64, 0.75))
+    doc["lines"] = [_line(30, 0.5, 0.0)]
+    doc["attribution"]["device_time"] = device_time
+    section = next(part for part in render_report(doc, 400).split("\n\n") if part.startswith("Hottest lines"))
+    assert said in section.splitlines()[0]

@@ -310,9 +310,11 @@ def _inclusive_ms(line: LineDict) -> float:
 # flight in backward, an output the user's code still holds, the inputs).
 UNTRACKED = "time between operations; other tensors"
 HOTTEST_TITLE = (
-    "Hottest lines, then those holding most memory (one iteration; share: the line's own operations, with "
+    "Hottest lines, then those holding most memory (one iteration{time}; share: the line's own operations, with "
     "calls: also what runs beneath it)"
 )
+# What a line's time is on a GPU (`attribution.device_time`); on the CPU, wall time, said by nothing.
+DEVICE_TIME = {"kernels": ", the GPU's kernel time", "spans": ", spans on the GPU's stream"}
 # Beside the hottest lines by time: those holding at least this share of the peak memory, this many at most.
 MEMORY_SHARE = 0.05
 HOLDING_LINES = 5
@@ -352,7 +354,8 @@ def _hottest_lines(doc: DocumentDict, width: int | None) -> str:
     if untracked:
         ms, share = format_ms(untracked["run_time_ms"]), _share(untracked["run_time_ms"], total)
         rows.append(("untracked", (ms, "", "", share, "", format_bytes(untracked["memory_bytes"])), UNTRACKED))
-    return _wrap(HOTTEST_TITLE, width) + "\n" + _hottest_table(rows, width)
+    title = HOTTEST_TITLE.format(time=DEVICE_TIME.get(str(doc["attribution"].get("device_time")), ""))
+    return _wrap(title, width) + "\n" + _hottest_table(rows, width)
 
 
 def _holding_most_memory(lines: list[LineDict], doc: DocumentDict) -> list[LineDict]:

@@ -19,6 +19,9 @@ local MIN_TREE_BAR = 4 -- narrower, a bar says little: the tree shows its times 
 -- The last row: the iteration's time that no operation took, and what it is, in the place column.
 local UNTRACKED = 'untracked'
 local BETWEEN = 'between operations'
+-- The tree's title, which on a GPU says what an operation's time is (`attribution.device_time`).
+local TITLE = 'Operations'
+local DEVICE_TIME = { kernels = 'Operations (GPU kernel time)', spans = 'Operations (GPU stream spans)' }
 
 ---@class skyline.float.TreeRow
 ---@field node skyline.OperationNode
@@ -206,7 +209,8 @@ function M.render(sheet, context)
   local iteration_ms = context.document.iteration.run_time_ms or 0
   local columns = columns_for(rows, phases, root, context.width, iteration_ms)
   sheet:add({})
-  local header = layout.pad('Operations', columns.name + columns.place)
+  local attribution = context.document.attribution or {}
+  local header = layout.pad(DEVICE_TIME[attribution.device_time] or TITLE, columns.name + columns.place)
   for i, phase in ipairs(phases) do
     header = header .. (i < #phases and layout.pad(phase.title, columns.phase) or phase.title)
   end
