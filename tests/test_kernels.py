@@ -16,13 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from skyline_engine.attribute.creation import CreationSites
-from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.kernels import KERNELS, SPANS, KernelCapture, kernel_ms_by_operation, range_name
-from skyline_engine.attribute.recording import IterationRecording
-from skyline_engine.entry.loader import load_entry_point
-from skyline_engine.measure.iteration import IterationRunner
-from skyline_engine.measure.timing import TimingBudget
+from test_recorder import recorded
 
 HOST, AUTOGRAD = 101, 202  # the iteration's thread and autograd's device thread
 
@@ -123,51 +118,28 @@ class NoKernels(StandInForGpu):
         return KernelCapture.trace_events(self, profiler)
 
 
-ENTRY = """
-import torch
-
-
-def skyline_model_provider():
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-
-
-def skyline_input_provider(batch_size=4):
-    return (torch.randn(batch_size, 8),)
-
-
-def skyline_iteration_provider(model):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    def iteration(x):
-        optimizer.zero_grad()
-        model(x).sum().backward()
-        optimizer.step()
-    return iteration
-"""
-
-
-def recorded_with(capture: type[KernelCapture], project, iterations: int = 3):
-    (project / "entry.py").write_text(ENTRY, encoding="utf-8")
-    entry = load_entry_point(project / "entry.py", project)
-    device = torch.device("cpu")
-    creation = CreationSites(CallSites(entry.files))
-    with creation.recording_modules():
-        runner = IterationRunner(entry, device, TimingBudget())
-    with runner, runner.at_batch_size(4) as run:
-        recording = IterationRecording(creation, runner.model, device, kernel_capture=capture)
-        memory, _ = recording.record_first(run, runner.clock, runner.live_tensors)
-        recording.record_more(run, run_time_ms=1.0)  # fast: more recorded iterations, another capture
-    return recording, memory
+# A forward pass, its backward, and an optimizer step: every phase launches kernels on a GPU.
+LOOP = """
+    def skyline_iteration_provider(model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        def iteration(x):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        return iteration
+    """
 
 
 @pytest.mark.slow
 def test_recorded_operations_take_the_kernel_time_their_ranges_launched(tmp_path):
-    recording, memory = recorded_with(StandInForGpu, tmp_path)
-    operations = recording.recorder.recording.operations
+    result = recorded(tmp_path, LOOP, iterations=3, kernel_capture=StandInForGpu)
+    recording, memory = result.iterations, result.memory
+    operations = result.recording.operations
     phases = {op.phase for op in operations}
     assert phases == {"forward", "backward", "optimizer"}
     # Each capture saw one range per operation it recorded (the last capture: the iterations after
     # the first), and every operation took its own kernel's time, its span kept beside it.
-    iterations = len(recording.recorder.recording.iteration_starts)
+    iterations = len(result.recording.iteration_starts)
     assert StandInForGpu.ranges_seen == len(operations) * (iterations - 1) // iterations
     serials = sorted(round(op.duration_ms * 1000) - 1 for op in operations)
     assert serials == list(range(len(operations)))
@@ -187,8 +159,9 @@ def test_recorded_operations_take_the_kernel_time_their_ranges_launched(tmp_path
 
 @pytest.mark.slow
 def test_without_kernels_every_operation_keeps_its_span_and_the_document_says_why(tmp_path):
-    recording, memory = recorded_with(NoKernels, tmp_path)
-    operations = recording.recorder.recording.operations
+    result = recorded(tmp_path, LOOP, iterations=3, kernel_capture=NoKernels)
+    recording, memory = result.iterations, result.memory
+    operations = result.recording.operations
     assert all(op.span_ms is None and op.duration_ms > 0 for op in operations)
     breakdown = recording.breakdown(run_time_ms=10.0, peak_memory_bytes=memory.peak_bytes)
     assert breakdown.attribution.device_time == SPANS

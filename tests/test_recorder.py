@@ -13,6 +13,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from skyline_engine.attribute import recorder as recorder_module
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
+from skyline_engine.attribute.kernels import KernelCapture
 from skyline_engine.attribute.recorder import OperationRecord, Recording
 from skyline_engine.attribute.recording import RECORDING_LIMIT_MS, IterationRecording, recorded_iterations
 from skyline_engine.entry.loader import load_entry_point
@@ -183,8 +185,11 @@ class Recorded:
     iterations: IterationRecording
 
 
-def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
-    """`iterations` (1 to 3) recorded iterations of the entry point `PROVIDERS` + `loop`."""
+def recorded(
+    project: Path, loop: str, iterations: int = 1, kernel_capture: Callable[[], KernelCapture] | None = None
+) -> Recorded:
+    """`iterations` (1 to 3) recorded iterations of the entry point `PROVIDERS` + `loop`; with
+    `kernel_capture`, each operation's kernels captured as on CUDA (tests/test_kernels.py)."""
     (project / ENTRY).write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
     entry = load_entry_point(project / ENTRY, project)
     device = torch.device("cpu")
@@ -192,7 +197,7 @@ def recorded(project: Path, loop: str, iterations: int = 1) -> Recorded:
     with creation.recording_modules():
         runner = IterationRunner(entry, device, TimingBudget())
     with runner, runner.at_batch_size(BATCH_SIZE) as run:
-        iteration_recording = IterationRecording(creation, runner.model, device)
+        iteration_recording = IterationRecording(creation, runner.model, device, kernel_capture=kernel_capture)
         memory, _ = iteration_recording.record_first(run, runner.clock, runner.live_tensors)
         if iterations > 1:
             # As many as fit RECORDING_LIMIT_MS, where that is fewer than the minimum (recorded_iterations).
