@@ -298,7 +298,6 @@ class CudaMemoryMeter(MemoryMeter):
     """The allocator's peak during each operation."""
 
     def __init__(self, device: torch.device, allocator: CudaAllocator | None = None) -> None:
-        self.device = device
         self.allocator = allocator or CudaAllocator(device)
         self.allocator.peaks_since_reset()
         self._reserved = self.allocator.reserved()
