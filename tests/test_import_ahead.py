@@ -72,15 +72,15 @@ INSIDE = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from skyline_engine.measure import import_ahead
+    from skyline_engine.measure.import_ahead import InstalledFolders
     project = Path("project").resolve()
     venv = project / ".venv" / "site-packages"
     library = Path("library").resolve()
     folders = [venv, library]
     print(json.dumps([
-        import_ahead._installed(venv / "transformers" / "__init__.py", folders, project),
-        import_ahead._installed(project / "model.py", folders, project),
-        import_ahead._installed(library / "edited" / "__init__.py", folders, library / "edited"),
+        InstalledFolders(project, folders).holds(str(venv / "transformers" / "__init__.py")),
+        InstalledFolders(project, folders).holds(str(project / "model.py")),
+        InstalledFolders(library / "edited", folders).holds(str(library / "edited" / "__init__.py")),
     ]))
     """
 )
