@@ -561,3 +561,16 @@ def test_a_longer_measured_iteration_is_shared_out_over_the_operations_and_the_p
 )
 def test_slow_iterations_are_recorded_at_least_three_times(run_time_ms, iterations):
     assert recorded_iterations(run_time_ms) == iterations
+
+
+@pytest.mark.parametrize(
+    "run_time_ms, iterations",
+    [
+        (0.5, 5),
+        (700.0, 5),  # as many as a fast one gets
+        (4_000.0, 2),  # still within the limit
+        (20_000.0, 1),
+    ],
+)
+def test_a_busy_machine_records_slow_iterations_five_times(run_time_ms, iterations):
+    assert recorded_iterations(run_time_ms, busy=True) == iterations

@@ -17,6 +17,7 @@ from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recording import IterationRecording, recorded_iterations
 from skyline_engine.entry.user_frames import ProjectFiles
+from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, measure_memory
 from skyline_engine.measure.timing import CpuClock, TimingStats
 
@@ -24,6 +25,7 @@ CPU = torch.device("cpu")
 BATCH_SIZE = 8
 TIMED = TimingStats(run_time_ms=1.0, iqr_ms=0.1, iterations=40, block_size=4)
 RETIMED = TimingStats(run_time_ms=1.5, iqr_ms=0.1, iterations=40, block_size=4)
+SLOW = TimingStats(run_time_ms=700.0, iqr_ms=10.0, iterations=10, block_size=1)
 
 
 class LoggedSource(IterationSource):
@@ -31,7 +33,9 @@ class LoggedSource(IterationSource):
     measure_in_cycles answers; `apart`: whether memory is measured apart from the recording;
     `leak`: tensors each iteration keeps for good."""
 
-    def __init__(self, cycle: int | None = None, apart: bool = False, leak: bool = False) -> None:
+    def __init__(
+        self, cycle: int | None = None, apart: bool = False, leak: bool = False, timed: TimingStats = TIMED
+    ) -> None:
         self.batch_size = BATCH_SIZE
         self.clock = CpuClock()
         self.live_tensors = LiveTensors()
@@ -40,7 +44,7 @@ class LoggedSource(IterationSource):
         self.kept: list[torch.Tensor] = []
         self.cycle, self.apart, self.leak = cycle, apart, leak
         self.log: list[str] = []
-        self.timings = iter([TIMED, RETIMED])
+        self.timings = iter([timed, RETIMED])
 
     def iteration(self) -> None:
         self.optimizer.zero_grad()
@@ -118,6 +122,38 @@ def test_every_step_in_order_where_calls_do_not_differ():
     assert result.sample.memory == first.memory  # the recorded iteration's memory
     assert result.breakdown.attribution.recorded_iterations == recorded_iterations(TIMED.run_time_ms)
     assert result.growth is None
+
+
+class Contention(CpuContention):
+    """How busy other processes kept the CPUs while the batch size was timed, as given (how much
+    this machine's are is not the test's to decide)."""
+
+    def __init__(self, others_share: float) -> None:
+        super().__init__()
+        self.given = others_share
+
+    def __exit__(self, *exc: object) -> None:
+        self.others_share = self.given
+
+
+class ScriptLike(LoggedSource):
+    records_while_busy = False
+
+
+@pytest.mark.parametrize(
+    "source_class, others_share, iterations",
+    [
+        (LoggedSource, 0.0, 3),  # a slow iteration: the minimum
+        (LoggedSource, 0.1, 3),
+        (LoggedSource, 0.6, 5),  # busy: as many as a fast iteration gets
+        (ScriptLike, 0.6, 3),  # a source whose iterations may run out: no more
+    ],
+)
+def test_a_busy_machine_records_more_of_a_slow_iteration(source_class, others_share, iterations):
+    source = source_class(timed=SLOW)
+    result, _ = measured(source, contention=lambda: Contention(others_share))
+    assert result.breakdown.attribution.recorded_iterations == iterations
+    assert result.sample.timing == SLOW
 
 
 def test_in_cycles_the_iteration_is_timed_memory_measured_and_recorded_again():

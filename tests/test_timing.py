@@ -177,8 +177,12 @@ def test_the_share_of_the_cpus_other_processes_took(tmp_path, monkeypatch):
     # Other processes ran one CPU's worth of ticks during 0.5 s on 2 CPUs: half the machine.
     with ChangingStat(tmp_path / "stat", ticks_meanwhile=int(0.5 * hz), wall_s=0.5) as contention:
         pass
-    assert contention.others_share == pytest.approx(0.5, rel=1e-9)
-    assert CpuContention(str(tmp_path / "missing")).__enter__().others_share is None
+    assert contention.others_share == pytest.approx(0.5, rel=1e-9) and contention.busy
+    with ChangingStat(tmp_path / "stat", ticks_meanwhile=int(0.1 * hz), wall_s=0.5) as contention:
+        pass
+    assert contention.others_share == pytest.approx(0.1, rel=1e-9) and not contention.busy
+    missing = CpuContention(str(tmp_path / "missing")).__enter__()
+    assert missing.others_share is None and not missing.busy
 
 
 class SlowSizeClock(LoadedClock):

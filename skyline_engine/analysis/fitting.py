@@ -18,8 +18,6 @@ ONE_SAMPLE = (
     "that half and twice it can be measured too."
 )
 NOT_ASKED = "The analysis was asked for the breakdown alone, without predictions."
-# From this share of the CPUs kept busy by other processes while timing, a warning says so.
-BUSY_MACHINE = 0.25
 
 
 def fit_models(
@@ -46,13 +44,12 @@ def fit_models(
 def busy_machine_note(contention: CpuContention, compared: str) -> str | None:
     """The warning that other processes kept the CPUs busy while the batch sizes were timed
     (`compared`: how they were timed, and how far their comparison holds), or None."""
-    share = contention.others_share
-    if share is None or share < BUSY_MACHINE:
+    if not contention.busy:
         return None
     return (
-        f"Other processes kept {share:.0%} of the CPUs busy while the batch sizes were timed: iterations ran "
-        f"slower than on a quiet machine and vary more. The batch sizes were timed {compared} the times "
-        "themselves; re-run on a quiet machine for times to quote."
+        f"Other processes kept {contention.others_share:.0%} of the CPUs busy while the batch sizes were timed: "
+        f"iterations ran slower than on a quiet machine and vary more. The batch sizes were timed {compared} the "
+        "times themselves; re-run on a quiet machine for times to quote."
     )
 
 

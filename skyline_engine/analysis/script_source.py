@@ -16,7 +16,10 @@ class ScriptSource(IterationSource):
     the next. Where they differ in a cycle (an evaluation every few steps: more passes through the
     model), they are measured in whole cycles, as an entry point's calls are
     (measure/work_per_call.py); the passes are counted by a forward hook on the model, removed by
-    `close`."""
+    `close`. A busy machine adds no recorded iteration: the script's iterations are its own to
+    count, and one that ends before the analysis does fails it."""
+
+    records_while_busy = False
 
     def __init__(
         self,

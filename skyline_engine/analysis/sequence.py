@@ -3,7 +3,8 @@
 warm-up → memory (apart, or in the first recorded iteration) → the first recorded iteration (the
 first result, from single iterations) → memory kept for good (a leak) → timing → where calls
 differ, timing again in whole cycles of calls and one whole cycle's memory and recording; else a
-few more recorded iterations → the breakdown
+few more recorded iterations (more where other processes kept the CPUs busy while timing) → the
+breakdown
 
 An `IterationSource` says where the iterations come from: one process's runner (`OneProcess`), a
 rank of data-parallel training (analysis/distributed.py). The steps are the sequence's; a source
@@ -19,6 +20,7 @@ from typing import Callable
 from skyline_engine.attribute.breakdown import EAGER_REPLAY, RECORDED, Breakdown
 from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
+from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.iteration import IterationRunner, Run, Sample, single_iteration_timing
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile
 from skyline_engine.measure.timing import Clock, TimingStats
@@ -33,8 +35,10 @@ class IterationSource:
     batch_size: int
     clock: Clock
     live_tensors: LiveTensors
-    # More recorded iterations are averaged into the breakdown where the source allows it.
+    # More recorded iterations are combined into the breakdown where the source allows it, and
+    # more again on a busy machine where it runs as many iterations as asked (a script may end).
     records_more = True
+    records_while_busy = True
 
     @property
     def compiled(self) -> bool:
@@ -90,10 +94,12 @@ def measure_batch_size(
     *,
     timeline: bool,
     on_first: FirstResult | None = None,
+    contention: Callable[[], CpuContention] = CpuContention,
 ) -> BatchSizeMeasurement:
     """The sample, the breakdown and the memory growth of `source`'s batch size, recorded by
     `recording`. `on_first` gets a first sample and breakdown as soon as one recorded iteration
-    is broken down."""
+    is broken down. `contention` measures how busy other processes kept the CPUs while timing
+    (tests give a machine's counters)."""
     batch_size = source.batch_size
     warmup_ms = source.warm_up()
     mode = EAGER_REPLAY if source.compiled else RECORDED
@@ -107,7 +113,8 @@ def measure_batch_size(
         breakdown = recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode, memory.program)
         on_first(first, breakdown)
     growth = recording.memory_growth(source.run_recorded, source.live_tensors)
-    timing = source.time()
+    with contention() as others:
+        timing = source.time()
     cycle = source.measure_in_cycles(timing.run_time_ms)
     if cycle is not None:
         # Timed again in whole cycles: blocks of single calls leaned to the calls without the
@@ -118,7 +125,7 @@ def measure_batch_size(
         recorded = recording.record_cycle(source.run_recorded, cycle, source.live_tensors)
         memory = apart or recorded
     elif source.records_more:
-        recording.record_more(source.run_recorded, timing.run_time_ms)
+        recording.record_more(source.run_recorded, timing.run_time_ms, others.busy and source.records_while_busy)
     breakdown = recording.breakdown(
         source.recorded_run_time_ms(timing), memory.peak_bytes, timeline, mode, program_peak=memory.program
     )

@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 from time import monotonic  # bound now: user code may replace time's (freezegun)
 
+# From this share of the CPUs kept busy by other processes, the machine counts as busy: a warning
+# says so where batch sizes were timed, and more iterations are recorded for the breakdown.
+BUSY_MACHINE = 0.25
+
 
 class CpuContention:
     """Use as `with CpuContention() as contention:` around a measurement; then `others_share` is
@@ -35,6 +39,11 @@ class CpuContention:
         capacity = wall * (os.cpu_count() or 1)
         if capacity > 0:
             self.others_share = min(1.0, max(0.0, (busy / os.sysconf("SC_CLK_TCK") - ours) / capacity))
+
+    @property
+    def busy(self) -> bool:
+        """Whether other processes kept at least BUSY_MACHINE of the CPUs busy meanwhile."""
+        return self.others_share is not None and self.others_share >= BUSY_MACHINE
 
     def _now(self) -> tuple[float, float, int]:
         """(wall seconds, our CPU seconds, every process's busy ticks or -1)."""
