@@ -35,6 +35,7 @@ from skyline_engine.predict.recommendation import (
     Recommendation,
     beside_your_headline,
     candidate,
+    comparisons_decided,
     line_shortfall,
     noise,
     range_probe,
@@ -260,6 +261,39 @@ def test_a_probe_below_the_line_ends_the_trusted_range_at_the_largest_timed():
         "the largest measured: throughput at 1,024 fell below the run-time line (see the warnings), so nothing past "
         "256 is predicted"
     )
+
+
+def test_the_confirming_rounds_are_decided_once_each_comparison_clears_its_threshold_by_three_errors():
+    headline = sample(128, 2.75)  # the user's, timed alone
+    on_the_line = 1024 / 64 + 0.75
+
+    def decided(suggested, probe, times, errors):
+        timed = {b: sample(b, ms) for b, ms in times.items()}
+        return comparisons_decided(MODELS, headline, suggested, probe, timed, errors)
+
+    # 512, 26% faster than yours beside it and than the headline, each mean known to 1%: decided
+    # (0.16 from its threshold, the gain's error 1.8%).
+    faster = {128: 2.75, 512: 8.75}
+    assert decided(512, None, faster, {128: 0.01, 512: 0.01})
+    # Known to 5% each: the gain's error (9%) times three reaches past the threshold.
+    assert not decided(512, None, faster, {128: 0.05, 512: 0.05})
+    # 8% slower, known to 1%: decided the other way.
+    assert decided(512, None, {128: 2.75, 512: 12.0}, {128: 0.01, 512: 0.01})
+    # 11% faster beside yours: too near the 10% floor to call at 1%.
+    near = {128: 2.75, 512: 512 / (1.11 * 128 / 2.75)}
+    assert not decided(512, None, near, {128: 0.01, 512: 0.01})
+    # Faster than yours beside it, but near the headline timed alone: undecided until that clears.
+    assert not decided(512, None, {128: 3.3, 512: 512 / (1.1 * 128 / 2.75)}, {128: 0.001, 512: 0.01})
+    # The probe: on the line, or far below it, known to 1%: decided; at 10% below, the noise, not.
+    assert decided(None, 1024, {128: 2.75, 1024: on_the_line}, {128: 0.01, 1024: 0.01})
+    assert decided(None, 1024, {128: 2.75, 1024: 1.5 * on_the_line}, {128: 0.01, 1024: 0.01})
+    assert not decided(None, 1024, {128: 2.75, 1024: on_the_line / 0.9}, {128: 0.01, 1024: 0.01})
+    # Both must be decided; one left out of the rounds (out of memory) has nothing to decide.
+    both = {128: 2.75, 512: 8.75, 1024: on_the_line / 0.9}
+    assert not decided(512, 1024, both, {128: 0.01, 512: 0.01, 1024: 0.01})
+    assert decided(512, 1024, faster, {128: 0.01, 512: 0.01})
+    # Without the user's batch size nothing is compared yet.
+    assert not decided(512, None, {512: 8.75}, {512: 0.01})
 
 
 class RunsInTurn:

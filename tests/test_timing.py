@@ -11,7 +11,12 @@ import pytest
 
 from skyline_engine.analysis.session import remeasure_while_poor_fit
 from skyline_engine.measure.contention import CpuContention
-from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, measure_iteration_time
+from skyline_engine.measure.timing import (
+    MIN_DECIDING_BLOCKS,
+    InterleavedTiming,
+    TimingBudget,
+    measure_iteration_time,
+)
 from skyline_engine.predict.linear import fit_line
 
 SLOPE, BIAS = 0.5, 2.0  # ms a sample, ms an iteration
@@ -143,6 +148,36 @@ def test_timing_stops_once_precise_and_not_before_its_minimum():
             math.ceil(BUDGET.min_run_s * 1000 / stats.run_time_ms),
         )
         assert needed <= stats.iterations < needed + 2 * stats.block_size
+
+
+def noisy(n):
+    """Alternate blocks 30 % slower: never precise within the budget's 1.5 %."""
+    return 1.3 if n % 2 else 1.0
+
+
+def test_rounds_stop_once_the_comparison_is_decided_and_not_before_its_blocks():
+    clock = LoadedClock(noisy)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    asked = []
+
+    def decided(stats, errors):
+        asked.append({b: len(t.per_iteration) for b, t in timing.times.items()})
+        assert set(stats) == set(errors) == set(SIZES) and all(0 < e < math.inf for e in errors.values())
+        return True
+
+    timing.measure(max_s=5.0, decided=decided)
+    # Asked once, when every batch size had its deciding blocks, and the rounds ended there
+    # (the budget's minimum time and iterations, which the noise-free case below waits for, not).
+    assert asked == [dict.fromkeys(SIZES, MIN_DECIDING_BLOCKS)]
+    assert all(len(t.per_iteration) == MIN_DECIDING_BLOCKS for t in timing.times.values())
+
+
+def test_rounds_go_on_while_the_comparison_is_undecided():
+    clock = LoadedClock(noisy)
+    timing = InterleavedTiming(runs(clock), clock, BUDGET)
+    verdicts = iter([False, False, True])
+    timing.measure(max_s=5.0, decided=lambda stats, errors: next(verdicts))
+    assert all(len(t.per_iteration) == MIN_DECIDING_BLOCKS + 2 for t in timing.times.values())
 
 
 def write_stat(path, busy_ticks):

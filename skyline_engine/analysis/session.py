@@ -48,6 +48,7 @@ from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failur
 from skyline_engine.predict.linear import fit_line
 from skyline_engine.predict.recommendation import (
     candidate,
+    comparisons_decided,
     line_shortfall,
     range_probe,
     recommend,
@@ -56,6 +57,9 @@ from skyline_engine.predict.recommendation import (
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
+# Whether the confirming rounds so far decide their comparisons: their measurements, and the
+# relative standard error of each one's mean, by batch size (predict/recommendation.py).
+DecidedBy = Callable[[Mapping[int, Sample], Mapping[int, float]], bool]
 
 
 def no_progress(phase: str, fraction: float) -> None:
@@ -256,7 +260,7 @@ class _Analysis:
             self.progress("fitting the batch-size models", 0.9)
             memory = {**probing.memory, **probing.memory_only}
             models = fit_models(samples, memory, self.device, probing.failing, self.batch_size)
-            confirmed = self._confirm(runner, models, samples, probing) if models else Confirmed(models)
+            confirmed = self._confirm(runner, models, samples, probing, users) if models else Confirmed(models)
         models = confirmed.models
         warnings = (
             notes + probing.notes + timing_notes + confirmed.notes + (models.warnings() if models else [ONE_SAMPLE])
@@ -278,7 +282,12 @@ class _Analysis:
         )
 
     def _confirm(
-        self, runner: IterationRunner, models: BatchSizeModels, samples: list[Sample], probing: Probing
+        self,
+        runner: IterationRunner,
+        models: BatchSizeModels,
+        samples: list[Sample],
+        probing: Probing,
+        headline: Sample,
     ) -> Confirmed:
         """The confirming step, once the models are fitted: the batch size they suggest
         (predict/recommendation.py, `candidate`), where it was not timed with them, and, before the
@@ -286,9 +295,10 @@ class _Analysis:
         together beside the user's batch size in one set of interleaved rounds (`_time_checks`).
         Where the probe's throughput falls below the run-time line (`line_shortfall`), the range
         ends at the largest timed batch size. Then the recommendation, from measurements alone
-        (`recommend`). Its cost is bounded (half the budget's `max_run_s` for the rounds, at least
-        `min_blocks` blocks each), and a batch size is timed only where one
-        iteration is predicted to take at most `max_run_s / min_blocks` (its minimum of blocks
+        (`recommend`; `headline`: the user's batch size timed alone). The rounds stop once they
+        decide these comparisons (`comparisons_decided`); their cost is bounded (half the budget's
+        `max_run_s` for the rounds, at least `min_blocks` blocks each), and a batch size is timed
+        only where one iteration is predicted to take at most `max_run_s / min_blocks` (its minimum of blocks
         within the rounds' time: on a busy machine, the transformer example's probe at 105 samples,
         at 1.9 s predicted, had taken this step to 9.8 s)."""
         users = next(s for s in samples if s.batch_size == self.batch_size)
@@ -326,7 +336,11 @@ class _Analysis:
             wanted.discard(suggested)
         if not wanted:
             return Confirmed(models, recommendation=recommend(models, self.batch_size, samples, (), not_timed))
-        checks, notes = self._time_checks(runner, sorted(wanted), users, probing, not_timed)
+
+        def decided(timed: Mapping[int, Sample], errors: Mapping[int, float]) -> bool:
+            return comparisons_decided(models, headline, suggested, probe, timed, errors)
+
+        checks, notes = self._time_checks(runner, sorted(wanted), users, probing, not_timed, decided)
         models = dataclasses.replace(models, failing_batch_sizes=tuple(sorted(probing.failing)))
         by_size = {s.batch_size: s for s in checks}
         if probe in by_size and self.batch_size in by_size:
@@ -349,10 +363,11 @@ class _Analysis:
         users: Sample,
         probing: Probing,
         not_timed: dict[int, str],
+        decided: DecidedBy,
     ) -> tuple[list[Sample], list[str]]:
         """`sizes` measured (memory, then time) beside the user's batch size, timed together in
-        interleaved rounds; what could not be measured (out of memory, the user's code failing
-        there: `probing` tells it) is left out, and `not_timed` says why."""
+        interleaved rounds until `decided`; what could not be measured (out of memory, the user's
+        code failing there: `probing` tells it) is left out, and `not_timed` says why."""
         notes: list[str] = []
         memory = {users.batch_size: users.memory}
         for batch_size in sizes:
@@ -369,7 +384,7 @@ class _Analysis:
         if not measured:
             return [], notes
         checks, timing_notes = self._time_together(
-            runner, [users.batch_size, *measured], users, memory, probing, confirming=True
+            runner, [users.batch_size, *measured], users, memory, probing, confirming=decided
         )
         for batch_size in set(measured) - {s.batch_size for s in checks}:
             failed = batch_size in probing.failing
@@ -391,7 +406,7 @@ class _Analysis:
         users: Sample,
         memory: dict[int, MemoryProfile],
         probing: Probing | None = None,
-        confirming: bool = False,
+        confirming: DecidedBy | None = None,
     ) -> tuple[list[Sample], list[str]]:
         """Every batch size timed in interleaved rounds until each is precise, for the budget's
         longest time for one batch size in all (timed together, each needs fewer blocks than
@@ -400,25 +415,36 @@ class _Analysis:
         batch size that runs out of memory now is left out (the user's keeps its first timing), and so
         is one the user's code fails at now (a failure that depends on the iteration's state, which
         the probe did not meet), with what lies beyond it (`probing` tells the failure).
-        `confirming`: the confirming step's batch sizes (`_confirm`), timed as they are (the line
+        `confirming`: the confirming step's batch sizes (`_confirm`), timed until the comparisons
+        are decided (`confirming` says when, from the measurements so far), as they are (the line
         through them is no model's) and without a second note of a busy machine."""
         notes: list[str] = []
         budget = self.request.budget
         while True:
-            what = "confirming" if confirming else "timing"
-            self.progress(f"{what} batch sizes {', '.join(map(str, sizes))} together", 0.94 if confirming else 0.7)
+            what = "timing" if confirming is None else "confirming"
+            self.progress(
+                f"{what} batch sizes {', '.join(map(str, sizes))} together", 0.7 if confirming is None else 0.94
+            )
             try:
                 with CpuContention() as contention, runner.at_batch_sizes(sizes) as runs:
                     timing = runner.timing(runs)
-                    # The confirming rounds decide one comparison, not a line: half the time.
-                    timing.measure(budget.max_run_s / 2 if confirming else budget.max_run_s)
+                    if confirming is None:
+                        timing.measure(budget.max_run_s)
+                    else:  # the confirming rounds decide comparisons, not a line: half the time at most
+
+                        def decided(stats: Mapping[int, TimingStats], errors: Mapping[int, float]) -> bool:
+                            micro = _micro_batches(runner, users, list(stats))
+                            timed = {b: Sample(b, stats[b], memory[b], micro[b]) for b in stats}
+                            return confirming(timed, errors)
+
+                        timing.measure(budget.max_run_s / 2, decided)
                     micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
-                    if len(sizes) >= 3 and not confirming:
+                    if len(sizes) >= 3 and confirming is None:
                         remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes), micro_batches)
                     runner.check_trained(max(sizes))
                 break
             except OutOfMemoryAtBatchSize as exc:
-                left_out = "" if confirming else "; it is left out of the models"
+                left_out = "; it is left out of the models" if confirming is None else ""
                 notes.append(
                     f"Batch size {exc.batch_size} ran out of memory while timing{left_out}: "
                     "stay below it on this device (another process may hold some of its memory)."
@@ -438,7 +464,7 @@ class _Analysis:
         if users.batch_size not in stats:
             samples.append(dataclasses.replace(users, micro_batches=micro_batches[users.batch_size]))
         busy = busy_machine_note(contention, "side by side, so the comparison between them holds better than")
-        if busy and not confirming:
+        if busy and confirming is None:
             notes.append(busy)
         return sorted(samples, key=lambda s: s.batch_size), notes
 

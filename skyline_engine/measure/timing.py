@@ -20,7 +20,10 @@ the line bends, and saying so, not by an optimistic quantile.
 Timing stops once every batch size has had at least `min_iterations` iterations and its blocks pin
 its mean down to `target_relative_error` (its standard error), after a minimum time and number of
 blocks, or at the time limit; the minimum number of blocks is timed even past the limit, so that a
-slow iteration is never judged from one or two.
+slow iteration is never judged from one or two. Rounds timed to decide a comparison (`Decided`)
+also stop once the estimates decide it, from MIN_DECIDING_BLOCKS blocks each on: the minimum
+time and iterations are there to pin a mean down, and a comparison that is already decided does
+not need them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ import numpy as np
 import torch
 
 Run = Callable[[], None]
+# Whether the rounds so far decide what they are timed for, from each batch size's estimate and
+# the relative standard error of its mean (BlockTimes.relative_error), by batch size.
+Decided = Callable[[Mapping[int, "TimingStats"], Mapping[int, float]], bool]
 
 
 class Clock(Protocol):
@@ -76,6 +82,11 @@ class CudaClock:
 def clock_for(device: torch.device) -> Clock:
     return CudaClock(device) if device.type == "cuda" else CpuClock()
 
+
+# Rounds timed to decide a comparison may stop once each batch size has this many blocks: the
+# standard error of a mean of 3 blocks is itself too uncertain to decide by (Student's t with 2
+# degrees of freedom exceeds 3 one time in 10; with 4, one in 25).
+MIN_DECIDING_BLOCKS = 5
 
 # Timed again (`InterleavedTiming.extend`), an estimate is made of the new blocks alone once there
 # are this many of them.
@@ -196,15 +207,23 @@ class InterleavedTiming:
         }
         self._rounds = 0
 
-    def measure(self, max_s: float) -> None:
+    def measure(self, max_s: float, decided: Decided | None = None) -> None:
         """Rounds until every batch size is precise (after the budget's minimum time and blocks
-        each), or until `max_s` more seconds are spent. Every batch size takes part in every
-        round, even once it is precise itself: one that sat out while the machine got busier
-        would keep its quieter time while the others take the busier one, and the line through
-        them would bend (tests/test_timing.py)."""
+        each), or the estimates decide what they are timed for (`decided`, from
+        MIN_DECIDING_BLOCKS blocks each on), or until `max_s` more seconds are spent. Every batch
+        size takes part in every round, even once it is precise itself: one that sat out while the
+        machine got busier would keep its quieter time while the others take the busier one, and
+        the line through them would bend (tests/test_timing.py)."""
         started = perf_counter()
-        while (perf_counter() - started < max_s and not self.precise()) or not self.enough_blocks():
+        while (perf_counter() - started < max_s and not self.precise() and not self._decided(decided)) or (
+            not self.enough_blocks()
+        ):
             self.round()
+
+    def _decided(self, decided: Decided | None) -> bool:
+        if decided is None or any(len(t.per_iteration) < MIN_DECIDING_BLOCKS for t in self.times.values()):
+            return False
+        return decided(self.stats(), {batch_size: t.relative_error() for batch_size, t in self.times.items()})
 
     def extend(self, max_s: float) -> None:
         """As many rounds again as so far, or until `max_s` is spent, the estimates made of them

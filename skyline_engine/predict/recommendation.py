@@ -26,10 +26,16 @@ user's batch size (`range_probe`); where its throughput falls below the line's b
 noise (`line_shortfall`), the range ends at the largest timed batch size (the models'
 `line_bends_at`), as it does where no probe there can be timed within the budget
 (`range_unprobed`).
+
+The rounds that time the suggestion and the probe stop once they decide these comparisons
+(`comparisons_decided`): each estimate further than DECIDED_BY standard errors from the
+threshold it is held against. The comparisons themselves are made as before, from the rounds'
+final estimates.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +57,10 @@ FALLING_TIMES = 0.05
 # spreads of 11-17 % gave a knee at 467; 105-252 %, a knee at 2,841, and 1,024 measured 9.5×
 # faster than 128 in rounds where 128 ran at a third of its earlier speed.)
 MAX_SPREAD = 0.25
+# The confirming rounds stop once every comparison's estimate lies further than this many standard
+# errors from its threshold (the standard error of a ratio of two means: their relative errors
+# added in quadrature).
+DECIDED_BY = 3.0
 # How a recommended batch size and the user's were compared (`Recommendation.timed`): in the same
 # interleaved rounds (an entry point's), or in runs one after another, in both orders (a training
 # script's: analysis/script_sizes.py).
@@ -393,3 +403,44 @@ def line_shortfall(models: BatchSizeModels, yours: Sample, probe: Sample) -> flo
         return None
     shortfall = 1 - (probe.samples_per_second / yours.samples_per_second) / (predicted / before)
     return shortfall if shortfall > noise(yours, probe) else None
+
+
+def comparisons_decided(
+    models: BatchSizeModels,
+    headline: Sample,
+    suggested: int | None,
+    probe: int | None,
+    samples: Mapping[int, Sample],
+    errors: Mapping[int, float],
+) -> bool:
+    """Whether the confirming rounds so far (`samples`, by batch size, the user's among them;
+    `errors`, the relative standard error of each one's mean) decide the comparisons `recommend`
+    and `line_shortfall` will make: the `suggested` batch size's throughput against the user's
+    beside it and against the user's `headline` (timed alone, a fixed figure by now), and the
+    `probe`'s shortfall from the run-time line. One left out of the rounds (it ran out of memory)
+    has nothing to decide."""
+    yours = samples.get(headline.batch_size)
+    if yours is None:
+        return False
+    error_of = {b: math.hypot(errors[b], errors[headline.batch_size]) for b in samples}
+    if suggested is not None and suggested in samples:
+        theirs = samples[suggested]
+        gain = theirs.samples_per_second / yours.samples_per_second
+        over_headline = theirs.samples_per_second / headline.samples_per_second
+        if not _decided(gain, 1 + noise(yours, theirs), gain * error_of[suggested]):
+            return False
+        if not _decided(over_headline, 1 + NOISE_FLOOR, over_headline * errors[suggested]):
+            return False
+    if probe is not None and probe in samples:
+        predicted = models.predict(probe).samples_per_second
+        before = _measured_rate(models, headline.batch_size)
+        if predicted and before:
+            ratio = (samples[probe].samples_per_second / yours.samples_per_second) / (predicted / before)
+            if not _decided(1 - ratio, noise(yours, samples[probe]), ratio * error_of[probe]):
+                return False
+    return True
+
+
+def _decided(estimate: float, threshold: float, standard_error: float) -> bool:
+    """Whether `estimate` lies further than DECIDED_BY standard errors from `threshold`."""
+    return abs(estimate - threshold) > DECIDED_BY * standard_error
