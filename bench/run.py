@@ -24,7 +24,7 @@ import torch
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize
-from skyline_engine.measure.timing import TimingBudget
+from skyline_engine.measure.timing import MIN_DECIDING_BLOCKS, TimingBudget
 from skyline_engine.measure.work_per_call import CYCLE_BUDGET_MS, MAX_CYCLE
 from skyline_engine.predict.batch_models import BatchSizeModels
 from skyline_engine.predict.linear import fit_line
@@ -137,29 +137,32 @@ def timing_floor_s(document: dict) -> float:
     """What the timing rules alone cost at the iteration times `document` measured: the user's
     batch size timed alone, the models' batch sizes timed together, the confirming step's (half
     the time), each in rounds until every batch size has its minimum blocks, iterations and time
-    (all met at once, noise aside) or the step's time is up, its minimum blocks always; plus a
+    (all met at once, noise aside) or the step's time is up, its minimum blocks always (the
+    confirming step's rounds may end at MIN_DECIDING_BLOCKS, decided); plus a
     warm-up iteration per batch size and the recorded iterations. An analysis can be no faster
     while it keeps these rules (issue "Numbers you can act on")."""
     import math
 
     budget = TimingBudget()  # the engine's own
 
-    def rounds_ms(sizes: list[dict], limit_s: float) -> float:
+    def rounds_ms(sizes: list[dict], limit_s: float, deciding: bool = False) -> float:
         blocks = {s["batch_size"]: max(1, math.ceil(budget.min_block_ms / s["run_time_ms"])) for s in sizes}
         needed = max(
             max(math.ceil(budget.min_iterations / blocks[s["batch_size"]]),
                 math.ceil(budget.min_run_s * 1000 / (blocks[s["batch_size"]] * s["run_time_ms"])))
             for s in sizes
         )  # fmt: skip
+        if deciding:  # rounds that end once their comparisons are decided: from MIN_DECIDING_BLOCKS on
+            needed = min(needed, MIN_DECIDING_BLOCKS)
         round_ms = sum(blocks[s["batch_size"]] * s["run_time_ms"] for s in sizes)
         return max(budget.min_blocks * round_ms, min(needed * round_ms, limit_s * 1000))
 
     users = document["iteration"]
     models = document.get("models") or {}
-    steps = [([users], budget.max_run_s), (models.get("samples") or [], budget.max_run_s)]
-    steps.append((models.get("checks") or [], budget.max_run_s / 2))
-    timed_ms = sum(rounds_ms(sizes, limit_s) for sizes, limit_s in steps if sizes)
-    warm_ups_ms = sum(s["run_time_ms"] for sizes, _ in steps for s in sizes)
+    steps = [([users], budget.max_run_s, False), (models.get("samples") or [], budget.max_run_s, False)]
+    steps.append((models.get("checks") or [], budget.max_run_s / 2, True))
+    timed_ms = sum(rounds_ms(sizes, limit_s, deciding) for sizes, limit_s, deciding in steps if sizes)
+    warm_ups_ms = sum(s["run_time_ms"] for sizes, _, _ in steps for s in sizes)
     recorded_ms = document["attribution"]["recorded_iterations"] * users["run_time_ms"]
     return (timed_ms + warm_ups_ms + recorded_ms) / 1000
 
