@@ -1,0 +1,135 @@
+"""How much an iteration's time on the CPU depends on what ran before it in the process: glibc
+malloc's thresholds (skyline_engine/measure/allocator.py), left as a training process has them.
+
+    python bench/allocator_state.py [--rounds 3] [--models cnn,vit]
+
+In fresh processes, plain loops of each model's iteration (as bench/baselines/plain_loop.py runs
+it): at the user's batch size twice (the second, as long into the process as the last, is what it
+is compared with), then a few iterations at a larger one, then the user's again. Each time with
+the minor page faults per iteration (getrusage): glibc hands large blocks back to the
+kernel and faults them in again, until a larger block freed raises its thresholds for the rest
+of the process. An analysis times the models' batch sizes after larger ones have run (its memory
+probes, the interleaved rounds), so a difference here is one between the models' rounds and the
+user's own training at that batch size. Prints a table and writes it between the allocator-state
+markers of bench/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sections import write_section
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results.md"
+# The models of bench/fidelity.py, each with the larger batch size run in between (the largest
+# its analysis times or probes, about).
+MODELS = {
+    "default": ("examples/default/entry_point.py", 1024),
+    "cnn": ("examples/cnn/entry_point.py", 256),
+    "transformer": ("examples/transformer/entry_point.py", 64),
+    "gpt": ("bench/models/gpt/entry_point.py", 64),
+    "vit": ("bench/models/vit/entry_point.py", 128),
+}
+TIMED_S = 1.5  # of each measurement at the user's batch size (at least 5 iterations)
+
+
+def child(entry: Path, larger: int) -> None:
+    """One fresh process: the user's batch size twice, the larger one, the user's again; prints JSON."""
+    sys.path.insert(0, str(HERE / "baselines"))
+    from bare_iteration import load
+
+    module = load(entry.resolve())
+    model = module.skyline_model_provider()
+    iteration = module.skyline_iteration_provider(model)
+    users = module.skyline_input_provider()  # its default: the user's batch size
+    batch_size = len(users[0])
+
+    def measure(inputs: tuple, seconds: float, least: int) -> dict:
+        for _ in range(3):
+            iteration(*inputs)
+        times, faults = [], []
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds or len(times) < least:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            start = time.perf_counter()
+            iteration(*inputs)
+            times.append((time.perf_counter() - start) * 1000)
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        return {"ms": statistics.fmean(times), "faults": statistics.median(faults)}
+
+    measure(users, TIMED_S, 5)  # the process settles in (its first seconds run at another speed)
+    fresh = measure(users, TIMED_S, 5)
+    measure(module.skyline_input_provider(batch_size=larger), 0.0, 2)
+    after = measure(users, TIMED_S, 5)
+    print(json.dumps({"batch_size": batch_size, "fresh": fresh, "after": after}))
+
+
+def one_model(name: str, rounds: int) -> dict:
+    entry, larger = MODELS[name]
+    runs = []
+    for _ in range(rounds):
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", entry, str(larger)],
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    changes = [r["after"]["ms"] / r["fresh"]["ms"] - 1 for r in runs]
+    return {
+        "batch_size": runs[0]["batch_size"],
+        "larger": larger,
+        "fresh_ms": statistics.median(r["fresh"]["ms"] for r in runs),
+        "fresh_faults": statistics.median(r["fresh"]["faults"] for r in runs),
+        "after_ms": statistics.median(r["after"]["ms"] for r in runs),
+        "after_faults": statistics.median(r["after"]["faults"] for r in runs),
+        "changes": changes,
+    }
+
+
+def table(results: dict[str, dict], rounds: int) -> str:
+    lines = [
+        f"Plain loops on the CPU, glibc's default malloc, {rounds} fresh processes each, medians: the user's "
+        "batch size as its own training runs it (timed a second time, after the process settled in), then "
+        "after a few iterations of a larger one (the state an analysis's later rounds time it in); minor "
+        "page faults per iteration beside each (python bench/allocator_state.py).",
+        "",
+        "| model | batch | its own training: ms (faults) | after the larger: ms (faults) | change (each process) |",
+        "|---|--:|--:|--:|---|",
+    ]
+    for name, r in results.items():
+        each = ", ".join(f"{c:+.0%}" for c in r["changes"])
+        lines.append(
+            f"| {name} | {r['batch_size']} (then {r['larger']}) | {r['fresh_ms']:.2f} ({r['fresh_faults']:,.0f}) "
+            f"| {r['after_ms']:.2f} ({r['after_faults']:,.0f}) | {statistics.median(r['changes']):+.0%} ({each}) |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--child", nargs=2, metavar=("ENTRY", "LARGER"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(Path(args.child[0]), int(args.child[1]))
+        return
+    results = {name: one_model(name, args.rounds) for name in args.models.split(",")}
+    body = table(results, args.rounds)
+    print(body)
+    write_section(RESULTS, "allocator-state", "How an iteration's time depends on what ran before it", body)
+
+
+if __name__ == "__main__":
+    main()
