@@ -282,8 +282,10 @@ def test_the_confirming_rounds_are_decided_once_each_comparison_clears_its_thres
     # 11% faster beside yours: too near the 10% floor to call at 1%.
     near = {128: 2.75, 512: 512 / (1.11 * 128 / 2.75)}
     assert not decided(512, None, near, {128: 0.01, 512: 0.01})
-    # Faster than yours beside it, but near the headline timed alone: undecided until that clears.
+    # Faster than yours beside it, but near the headline timed alone: undecided until that clears;
+    # slower than yours beside it, it is not recommended whatever the headline: decided.
     assert not decided(512, None, {128: 3.3, 512: 512 / (1.1 * 128 / 2.75)}, {128: 0.001, 512: 0.01})
+    assert decided(512, None, {128: 2.2, 512: 512 / (1.1 * 128 / 2.75)}, {128: 0.001, 512: 0.01})
     # The probe: on the line, or far below it, known to 1%: decided; at 10% below, the noise, not.
     assert decided(None, 1024, {128: 2.75, 1024: on_the_line}, {128: 0.01, 1024: 0.01})
     assert decided(None, 1024, {128: 2.75, 1024: 1.5 * on_the_line}, {128: 0.01, 1024: 0.01})

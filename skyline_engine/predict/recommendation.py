@@ -416,20 +416,20 @@ def comparisons_decided(
     """Whether the confirming rounds so far (`samples`, by batch size, the user's among them;
     `errors`, the relative standard error of each one's mean) decide the comparisons `recommend`
     and `line_shortfall` will make: the `suggested` batch size's throughput against the user's
-    beside it and against the user's `headline` (timed alone, a fixed figure by now), and the
-    `probe`'s shortfall from the run-time line. One left out of the rounds (it ran out of memory)
-    has nothing to decide."""
+    beside it and, where it clears that, against the user's `headline` (timed alone, a fixed
+    figure by now), and the `probe`'s shortfall from the run-time line. One left out of the rounds
+    (it ran out of memory) has nothing to decide."""
     yours = samples.get(headline.batch_size)
     if yours is None:
         return False
     error_of = {b: math.hypot(errors[b], errors[headline.batch_size]) for b in samples}
     if suggested is not None and suggested in samples:
         theirs = samples[suggested]
-        gain = theirs.samples_per_second / yours.samples_per_second
+        gain, needed = theirs.samples_per_second / yours.samples_per_second, 1 + noise(yours, theirs)
         over_headline = theirs.samples_per_second / headline.samples_per_second
-        if not _decided(gain, 1 + noise(yours, theirs), gain * error_of[suggested]):
+        if not _decided(gain, needed, gain * error_of[suggested]):
             return False
-        if not _decided(over_headline, 1 + NOISE_FLOOR, over_headline * errors[suggested]):
+        if gain > needed and not _decided(over_headline, 1 + NOISE_FLOOR, over_headline * errors[suggested]):
             return False
     if probe is not None and probe in samples:
         predicted = models.predict(probe).samples_per_second
