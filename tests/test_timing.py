@@ -166,8 +166,8 @@ def test_rounds_stop_once_the_comparison_is_decided_and_not_before_its_blocks():
         return True
 
     timing.measure(max_s=5.0, decided=decided)
-    # Asked once, when every batch size had its deciding blocks, and the rounds ended there
-    # (the budget's minimum time and iterations, which the noise-free case below waits for, not).
+    # Asked once, when every batch size had its deciding blocks, and the rounds ended there, short
+    # of the budget's 10 iterations each that a precise estimate waits for.
     assert asked == [dict.fromkeys(SIZES, MIN_DECIDING_BLOCKS)]
     assert all(len(t.per_iteration) == MIN_DECIDING_BLOCKS for t in timing.times.values())
 
