@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from skyline_engine.attribute.kernels import KERNELS, SPANS, KernelCapture, kernel_ms_by_operation, range_name
-from test_recorder import recorded
+from test_recorder import STEPS, recorded
 
 HOST, AUTOGRAD = 101, 202  # the iteration's thread and autograd's device thread
 
@@ -118,21 +118,10 @@ class NoKernels(StandInForGpu):
         return KernelCapture.trace_events(self, profiler)
 
 
-# A forward pass, its backward, and an optimizer step: every phase launches kernels on a GPU.
-LOOP = """
-    def skyline_iteration_provider(model):
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        def iteration(x):
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
-        return iteration
-    """
-
-
 @pytest.mark.slow
 def test_recorded_operations_take_the_kernel_time_their_ranges_launched(tmp_path):
-    result = recorded(tmp_path, LOOP, iterations=3, kernel_capture=StandInForGpu)
+    # A forward pass, its backward and an optimizer step: every phase launches kernels on a GPU.
+    result = recorded(tmp_path, STEPS, iterations=3, kernel_capture=StandInForGpu)
     recording, memory = result.iterations, result.memory
     operations = result.recording.operations
     phases = {op.phase for op in operations}
@@ -159,7 +148,7 @@ def test_recorded_operations_take_the_kernel_time_their_ranges_launched(tmp_path
 
 @pytest.mark.slow
 def test_without_kernels_every_operation_keeps_its_span_and_the_document_says_why(tmp_path):
-    result = recorded(tmp_path, LOOP, iterations=3, kernel_capture=NoKernels)
+    result = recorded(tmp_path, STEPS, iterations=3, kernel_capture=NoKernels)
     recording, memory = result.iterations, result.memory
     operations = result.recording.operations
     assert all(op.span_ms is None and op.duration_ms > 0 for op in operations)

@@ -377,16 +377,7 @@ def test_the_memory_profile_sees_each_operations_outputs(tmp_path):
 
 
 def test_backward_work_carries_its_nodes_name_and_the_module_of_the_operation_that_made_the_node(tmp_path):
-    loop = """
-        def skyline_iteration_provider(model):
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            def iteration(x):
-                optimizer.zero_grad()
-                model(x).sum().backward()
-                optimizer.step()
-            return iteration
-        """
-    backward = [op for op in recorded(tmp_path, loop).recording.operations if op.phase == BACKWARD]
+    backward = [op for op in recorded(tmp_path, STEPS).recording.operations if op.phase == BACKWARD]
     linked = [op for op in backward if op.creator is not None]
     assert {(op.node_name, op.creator.name, op.module) for op in linked} == {
         ("SumBackward0", "sum", ""),  # outside any module
