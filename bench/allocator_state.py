@@ -25,19 +25,14 @@ import sys
 import time
 from pathlib import Path
 
+from fidelity import MODELS
 from sections import write_section
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.md"
-# The models of bench/fidelity.py, each with the larger batch size run in between (the largest
-# its analysis times or probes, about).
-MODELS = {
-    "default": ("examples/default/entry_point.py", 1024),
-    "cnn": ("examples/cnn/entry_point.py", 256),
-    "transformer": ("examples/transformer/entry_point.py", 64),
-    "gpt": ("bench/models/gpt/entry_point.py", 64),
-    "vit": ("bench/models/vit/entry_point.py", 128),
-}
+# For each of bench/fidelity.py's models, the larger batch size run in between (about the largest
+# its analysis times or probes).
+LARGER = {"default": 1024, "cnn": 256, "transformer": 64, "gpt": 64, "vit": 128}
 TIMED_S = 1.5  # of each measurement at the user's batch size (at least 5 iterations)
 
 
@@ -73,7 +68,7 @@ def child(entry: Path, larger: int) -> None:
 
 
 def one_model(name: str, rounds: int) -> dict:
-    entry, larger = MODELS[name]
+    entry, larger = MODELS[name], LARGER[name]
     runs = []
     for _ in range(rounds):
         out = subprocess.run(
