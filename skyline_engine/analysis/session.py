@@ -43,7 +43,7 @@ from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatch
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit, cublas_workspace_bytes
 from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_run import Pacer
-from skyline_engine.measure.timing import InterleavedTiming, TimingBudget, TimingStats
+from skyline_engine.measure.timing import Decided, InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
 from skyline_engine.predict.recommendation import (
@@ -431,13 +431,7 @@ class _Analysis:
                     if confirming is None:
                         timing.measure(budget.max_run_s)
                     else:  # the confirming rounds decide comparisons, not a line: half the time at most
-
-                        def decided(stats: Mapping[int, TimingStats], errors: Mapping[int, float]) -> bool:
-                            micro = _micro_batches(runner, users, list(stats))
-                            timed = {b: Sample(b, stats[b], memory[b], micro[b]) for b in stats}
-                            return confirming(timed, errors)
-
-                        timing.measure(budget.max_run_s / 2, decided)
+                        timing.measure(budget.max_run_s / 2, _deciding(runner, users, memory, confirming))
                     micro_batches = _micro_batches(runner, users, [*sizes, users.batch_size])
                     if len(sizes) >= 3 and confirming is None:
                         remeasure_while_poor_fit(timing, budget.max_run_s * len(sizes), micro_batches)
@@ -510,6 +504,19 @@ def remeasure_while_poor_fit(
 
 def _poor_fit(stats: dict[int, TimingStats], micro_batches: Mapping[int, int]) -> bool:
     return fits_poorly(fit_line(list(stats), [s.run_time_ms / micro_batches.get(b, 1) for b, s in stats.items()]))
+
+
+def _deciding(
+    runner: IterationRunner, users: Sample, memory: Mapping[int, MemoryProfile], confirming: DecidedBy
+) -> Decided:
+    """The confirming rounds' `decided` (measure/timing.py): `confirming`, asked of their estimates
+    as measurements of each batch size, its memory and micro-batches with them."""
+
+    def decided(stats: Mapping[int, TimingStats], errors: Mapping[int, float]) -> bool:
+        micro = _micro_batches(runner, users, list(stats))
+        return confirming({b: Sample(b, stats[b], memory[b], micro[b]) for b in stats}, errors)
+
+    return decided
 
 
 def _micro_batches(runner: IterationRunner, users: Sample, sizes: list[int]) -> dict[int, int]:
