@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from skyline_engine.measure.import_ahead import MAX_MODULES  # a result's `imports`, as a worker names them
 from skyline_engine.service.protocol import describe_type, describe_value
 
 # Documents nest about 6 levels; deeper input could make the service's recursive walks (the
@@ -30,7 +31,6 @@ from skyline_engine.service.protocol import describe_type, describe_value
 MAX_DOCUMENT_DEPTH = 32
 MAX_PHASE_CHARS = 500
 # A result's `imports`: module names the next worker imports ahead (measure/import_ahead.py).
-MAX_IMPORTS = 2000
 MODULE_NAME = re.compile(r"[A-Za-z_]\w{0,99}(\.[A-Za-z_]\w{0,99}){0,15}")
 # The kinds of `analysis_error` a worker itself reports; the others (crashed, time_limit, cancelled,
 # superseded, worker_protocol) only the service can tell.
@@ -89,10 +89,10 @@ def _result(message: dict[str, Any]) -> None:
     imports = message.get("imports", [])
     if not (
         isinstance(imports, list)
-        and len(imports) <= MAX_IMPORTS
+        and len(imports) <= MAX_MODULES
         and all(isinstance(name, str) and MODULE_NAME.fullmatch(name) for name in imports)
     ):
-        raise WorkerProtocolError(f"a result's `imports` are a list of at most {MAX_IMPORTS} module names")
+        raise WorkerProtocolError(f"a result's `imports` are a list of at most {MAX_MODULES} module names")
 
 
 def _error(message: dict[str, Any]) -> None:
