@@ -36,7 +36,8 @@ from skyline_engine.predict.recommendation import (
     beside_your_headline,
     candidate,
     comparisons_decided,
-    line_shortfall,
+    line_miss,
+    line_miss_note,
     noise,
     range_probe,
     recommend,
@@ -235,22 +236,38 @@ def test_a_probe_past_the_timed_batch_sizes_is_the_suggestion_or_the_ranges_end_
     assert range_probe(dataclasses.replace(MODELS, line_bends_at=1024), None, anything) is None
 
 
-def test_a_probe_below_the_line_ends_the_trusted_range_at_the_largest_timed():
+def test_a_probe_off_the_line_either_way_ends_the_trusted_range_at_the_largest_timed():
     yours = sample(128, 2.75)
     on_the_line = sample(1024, 1024 / 64 + 0.75)
-    assert line_shortfall(MODELS, yours, on_the_line) is None
+    assert line_miss(MODELS, yours, on_the_line) is None
     # 1.5 times the line's time: a third of the throughput it predicts is missing.
     bent = sample(1024, 1.5 * (1024 / 64 + 0.75))
-    assert line_shortfall(MODELS, yours, bent) == pytest.approx(1 / 3)
+    assert line_miss(MODELS, yours, bent) == pytest.approx(-1 / 3)
+    # Two thirds of the line's time: half as fast again as it predicts (a line too steep, fitted to
+    # times a busy machine stretched).
+    steep = sample(1024, (1024 / 64 + 0.75) / 1.5)
+    assert line_miss(MODELS, yours, steep) == pytest.approx(0.5)
     # The whole machine twice as slow in the probe's rounds: the line holds (the drift cancels).
-    assert line_shortfall(MODELS, sample(128, 5.5), sample(1024, 2 * (1024 / 64 + 0.75))) is None
-    # Within the noise: 8% short, and measurements that spread 30% each.
-    assert line_shortfall(MODELS, sample(128, 2.75), sample(1024, 1.08 * (1024 / 64 + 0.75))) is None
-    assert line_shortfall(MODELS, sample(128, 2.75, 0.3), sample(1024, 1.25 * (1024 / 64 + 0.75), 0.3)) is None
+    assert line_miss(MODELS, sample(128, 5.5), sample(1024, 2 * (1024 / 64 + 0.75))) is None
+    # Within the noise: 8% short or over, and measurements that spread 30% each.
+    assert line_miss(MODELS, sample(128, 2.75), sample(1024, 1.08 * (1024 / 64 + 0.75))) is None
+    assert line_miss(MODELS, sample(128, 2.75), sample(1024, (1024 / 64 + 0.75) / 1.08)) is None
+    assert line_miss(MODELS, sample(128, 2.75, 0.3), sample(1024, 1.25 * (1024 / 64 + 0.75), 0.3)) is None
+    assert line_miss(MODELS, sample(128, 2.75, 0.3), sample(1024, (1024 / 64 + 0.75) / 1.25, 0.3)) is None
+    # What the warning says, each way.
+    assert line_miss_note(1024, -1 / 3, 256, ", timed beside yours,") == (
+        "Batch size 1,024, timed beside yours, ran 33% below the throughput the run-time line predicts there: "
+        "iteration time grows faster than a straight line past the timed batch sizes, so the trusted range ends at "
+        "256, the largest timed; profile with --batch-size 1024 to fit the models around it."
+    )
+    assert line_miss_note(1024, 0.5, 256).startswith(
+        "Batch size 1,024 ran 50% above the throughput the run-time line predicts there: the line rises faster than "
+        "the time past the timed batch sizes"
+    )
 
     cut = dataclasses.replace(MODELS, line_bends_at=1024)
     assert cut.trusted_range == (64, 256)
-    assert cut.trusted_range_end == "the largest measured: throughput at 1024 fell below the run-time line"
+    assert cut.trusted_range_end == "the largest measured: throughput at 1024 did not follow the run-time line"
     assert cut.predict(512).extrapolated
     document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **cut.to_dict()}
     assert BatchSizeModels.from_dict(document_models, GiB).trusted_range == (64, 256)
@@ -258,8 +275,8 @@ def test_a_probe_below_the_line_ends_the_trusted_range_at_the_largest_timed():
     again = candidate(cut, 128)
     assert again.batch_size == 256
     assert again.why == (
-        "the largest measured: throughput at 1,024 fell below the run-time line (see the warnings), so nothing past "
-        "256 is predicted"
+        "the largest measured: throughput at 1,024 did not follow the run-time line (see the warnings), so nothing "
+        "past 256 is predicted"
     )
 
 
@@ -290,6 +307,9 @@ def test_the_confirming_rounds_are_decided_once_each_comparison_clears_its_thres
     assert decided(None, 1024, {128: 2.75, 1024: on_the_line}, {128: 0.01, 1024: 0.01})
     assert decided(None, 1024, {128: 2.75, 1024: 1.5 * on_the_line}, {128: 0.01, 1024: 0.01})
     assert not decided(None, 1024, {128: 2.75, 1024: on_the_line / 0.9}, {128: 0.01, 1024: 0.01})
+    # Above the line as well: far above it, decided; at 10% above, the noise, not.
+    assert decided(None, 1024, {128: 2.75, 1024: on_the_line / 1.5}, {128: 0.01, 1024: 0.01})
+    assert not decided(None, 1024, {128: 2.75, 1024: on_the_line / 1.1}, {128: 0.01, 1024: 0.01})
     # Both must be decided; one left out of the rounds (out of memory) has nothing to decide.
     both = {128: 2.75, 512: 8.75, 1024: on_the_line / 0.9}
     assert not decided(512, 1024, both, {128: 0.01, 512: 0.01, 1024: 0.01})
@@ -386,6 +406,11 @@ def bending(b: int) -> float:
     return straight(b) * (1.5 if b > 256 else 1.0)
 
 
+def flattening(b: int) -> float:
+    """As `straight` up to 256, then two thirds of it: the line through 64-256 rises too fast."""
+    return straight(b) / (1.5 if b > 256 else 1.0)
+
+
 def tiny_analysis(ms: Callable[[int], float]) -> dict:
     with injected_times(ms):
         return analyze(AnalysisRequest("entry_point.py", TINY, batch_size=128, device="cpu", budget=QUICK)).to_dict()
@@ -429,7 +454,19 @@ def test_a_real_analysis_whose_line_bends_past_the_timed_batch_sizes_cuts_the_tr
     assert advice["batch_size"] == 256 and advice["measured"] is True
     assert advice["samples_per_second"] == samples[256]["samples_per_second"]
     assert advice["users_samples_per_second"] == samples[128]["samples_per_second"]
-    assert advice["reason"].startswith("the largest measured: throughput at 1,024 fell below the run-time line")
+    assert advice["reason"].startswith("the largest measured: throughput at 1,024 did not follow the run-time line")
+
+
+@pytest.mark.slow  # a real analysis
+def test_a_real_analysis_whose_probe_runs_above_the_line_cuts_the_trusted_range_too():
+    document = tiny_analysis(flattening)
+    models = document["models"]
+    assert models["line_bends_at"] == 1024 and models["trusted_range"] == [64, 256]
+    (warning,) = [w for w in document["warnings"] if w.startswith("Batch size 1,024, timed beside yours")]
+    assert "ran 50% above the throughput the run-time line predicts there" in warning
+    assert [
+        p["run_time_ms"] is not None and p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 1024
+    ] == [True]
 
 
 @pytest.mark.slow  # a real analysis

@@ -24,7 +24,10 @@ function M.trusted_range_end(models)
     return string.format('the batch size below %d, where your code fails', end_ + 1)
   end
   if models.line_bends_at then
-    return string.format('the largest measured: throughput at %d fell below the run-time line', models.line_bends_at)
+    return string.format(
+      'the largest measured: throughput at %d did not follow the run-time line',
+      models.line_bends_at
+    )
   end
   if models.range_unprobed then
     return 'the largest measured: no batch size past it could be timed within the budget'

@@ -45,7 +45,8 @@ from skyline_engine.predict.recommendation import (
     Recommendation,
     candidate,
     compared,
-    line_shortfall,
+    line_miss,
+    line_miss_note,
     noise,
     range_probe,
     recommend,
@@ -350,16 +351,11 @@ class ScriptConfirming:
         by_size = {s.batch_size: s for s in checks}
         if probe not in by_size:
             return
-        shortfall = line_shortfall(self.models, by_size[self.users], by_size[probe])
-        if shortfall is None:
+        miss = line_miss(self.models, by_size[self.users], by_size[probe])
+        if miss is None:
             return
         self.models = dataclasses.replace(self.models, line_bends_at=probe)
-        self.notes.append(
-            f"Batch size {probe:,} ran {shortfall:.0%} below the throughput the run-time line predicts there: "
-            "iteration time grows faster than a straight line past the timed batch sizes, so the trusted range "
-            f"ends at {self.models.trusted_range[1]:,}, the largest timed; profile with --batch-size {probe} to fit "
-            "the models around it."
-        )
+        self.notes.append(line_miss_note(probe, miss, self.models.trusted_range[1]))
 
 
 def in_both_orders(

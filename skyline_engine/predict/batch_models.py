@@ -118,9 +118,9 @@ class BatchSizeModels:
     # micro-batches): `run_time` is then one micro-batch's time, and an iteration at batch size b
     # runs samples_per_step / b of them. None otherwise.
     samples_per_step: int | None = None
-    # A batch size past the timed ones whose throughput, timed beside the user's batch size, fell
-    # below the run-time line's by more than the noise (predict/recommendation.py, line_shortfall):
-    # the trusted range ends at the largest timed batch size. None where none did.
+    # A batch size past the timed ones whose throughput, timed beside the user's batch size, missed
+    # the run-time line's by more than the noise, below or above (predict/recommendation.py,
+    # line_miss): the trusted range ends at the largest timed batch size. None where none did.
     line_bends_at: int | None = None
     # Where the trusted range would extend past the timed batch sizes, but no probe there could be
     # timed within the budget: it ends at the largest timed, unchecked beyond.
@@ -224,7 +224,7 @@ class BatchSizeModels:
         if end + 1 in self.failing_batch_sizes:
             return f"the batch size below {end + 1}, where your code fails"
         if self.line_bends_at:
-            return f"the largest measured: throughput at {self.line_bends_at} fell below the run-time line"
+            return f"the largest measured: throughput at {self.line_bends_at} did not follow the run-time line"
         if self.range_unprobed:
             return "the largest measured: no batch size past it could be timed within the budget"
         if end == self.samples_per_step:

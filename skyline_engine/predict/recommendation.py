@@ -22,8 +22,8 @@ the knee up to the user's batch size times a power of two keeps such a knee's su
 it was when the line moves a little (19 and 28 are both 32 for a user at 8).
 
 Before the trusted range extends past the timed batch sizes, one probe there is timed beside the
-user's batch size (`range_probe`); where its throughput falls below the line's by more than the
-noise (`line_shortfall`), the range ends at the largest timed batch size (the models'
+user's batch size (`range_probe`); where its throughput misses the line's by more than the noise,
+below it or above it (`line_miss`), the range ends at the largest timed batch size (the models'
 `line_bends_at`), as it does where no probe there can be timed within the budget
 (`range_unprobed`).
 
@@ -183,7 +183,7 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
     if models.line_bends_at:
         why = (
-            f"the largest measured: throughput at {models.line_bends_at:,} fell below the run-time line (see the "
+            f"the largest measured: throughput at {models.line_bends_at:,} did not follow the run-time line (see the "
             f"warnings), so nothing past {measured:,} is predicted"
         )
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
@@ -393,16 +393,41 @@ def range_probe(models: BatchSizeModels, suggested: int | None, affordable: Call
     return low if low > largest_timed else None
 
 
-def line_shortfall(models: BatchSizeModels, yours: Sample, probe: Sample) -> float | None:
+def line_miss(models: BatchSizeModels, yours: Sample, probe: Sample) -> float | None:
     """How far the `probe`'s throughput, timed beside the user's batch size (`yours`, from the same
-    rounds), fell below what the run-time line predicts relative to the user's measured throughput
-    (the drift between the rounds cancels), where by more than the noise; None where it did not."""
+    rounds), missed what the run-time line predicts relative to the user's measured throughput (the
+    drift between the rounds cancels), where by more than the noise; None where it did not.
+    Negative below the line (the time grows faster than a straight line past the timed batch
+    sizes), positive above it (the line rises faster than the time: under two busy processes, a
+    line through the CNN example's 36, 81 and 252 ms at 16, 32 and 64 samples put 82 samples at 2.7
+    times the user's 32, which beside it took 2.1, and said 1,135 ms at 256, where plain loops take 319)."""
     predicted = models.predict(probe.batch_size).samples_per_second
     before = _measured_rate(models, yours.batch_size)
     if predicted is None or not before:
         return None
-    shortfall = 1 - (probe.samples_per_second / yours.samples_per_second) / (predicted / before)
-    return shortfall if shortfall > noise(yours, probe) else None
+    miss = (probe.samples_per_second / yours.samples_per_second) / (predicted / before) - 1
+    return miss if abs(miss) > noise(yours, probe) else None
+
+
+def line_miss_note(probe: int, miss: float, largest_timed: int, timed: str = "") -> str:
+    """The warning where the probe at `probe` missed the run-time line by `miss` (`line_miss`), so
+    the trusted range ends at `largest_timed`; `timed` says how the probe was timed (", timed
+    beside yours,")."""
+    if miss < 0:
+        what = (
+            f"ran {-miss:.0%} below the throughput the run-time line predicts there: iteration time grows faster "
+            "than a straight line past the timed batch sizes"
+        )
+    else:
+        what = (
+            f"ran {miss:.0%} above the throughput the run-time line predicts there: the line rises faster than the "
+            "time past the timed batch sizes (their times met a busy machine, or the time grows slower than a "
+            "straight line)"
+        )
+    return (
+        f"Batch size {probe:,}{timed} {what}, so the trusted range ends at {largest_timed:,}, the largest timed; "
+        f"profile with --batch-size {probe} to fit the models around it."
+    )
 
 
 def comparisons_decided(
@@ -415,9 +440,9 @@ def comparisons_decided(
 ) -> bool:
     """Whether the confirming rounds so far (`samples`, by batch size, the user's among them;
     `errors`, the relative standard error of each one's mean) decide the comparisons `recommend`
-    and `line_shortfall` will make: the `suggested` batch size's throughput against the user's
+    and `line_miss` will make: the `suggested` batch size's throughput against the user's
     beside it and, where it clears that, against the user's `headline` (timed alone, a fixed
-    figure by now), and the `probe`'s shortfall from the run-time line. One left out of the rounds
+    figure by now), and the `probe`'s miss of the run-time line, either way. One left out of the rounds
     (it ran out of memory) has nothing to decide."""
     yours = samples.get(headline.batch_size)
     if yours is None:
@@ -436,7 +461,8 @@ def comparisons_decided(
         before = _measured_rate(models, headline.batch_size)
         if predicted and before:
             ratio = (samples[probe].samples_per_second / yours.samples_per_second) / (predicted / before)
-            if not _decided(1 - ratio, noise(yours, samples[probe]), ratio * error_of[probe]):
+            needed, error = noise(yours, samples[probe]), ratio * error_of[probe]
+            if not (_decided(ratio - 1, -needed, error) and _decided(ratio - 1, needed, error)):
                 return False
     return True
 
