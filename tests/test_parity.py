@@ -180,6 +180,31 @@ MODEL_CASES = [
         [1, 2, 15, 16, 17],
     ),
     ({**document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)), "failing_batch_sizes": [34]}, [32, 33]),
+    # a probe past the timed batch sizes off the line, none affordable, one on the line short of 4 × 8
+    (
+        {
+            **document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)),
+            "trusted_range": [2, 8],
+            "line_bends_at": 20,
+        },
+        [8, 9, 20],
+    ),
+    (
+        {
+            **document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)),
+            "trusted_range": [2, 8],
+            "range_unprobed": True,
+        },
+        [8, 9],
+    ),
+    (
+        {
+            **document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)),
+            "trusted_range": [2, 20],
+            "range_probed_to": 20,
+        },
+        [20, 21],
+    ),
     # gradient accumulation: four micro-batches of b samples per iteration
     ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "micro_batches": 4}, [1, 64, 1000]),
     # accumulation to 256 samples a step: the line is one micro-batch's, b runs 256 / b of them
@@ -216,7 +241,9 @@ def test_what_ends_the_trusted_range_is_named_alike(nvim):
     )
     engine = [BatchSizeModels.from_dict(models, _capacity(models)).trusted_range_end for models in cases]
     assert lua == engine
-    assert len(set(engine)) == 4  # lines, a quadratic, a failure of the user's code, the samples per step
+    # lines, a quadratic, a failure of the user's code, the samples per step, a probe off the line,
+    # none affordable, one short of the end
+    assert len(set(engine)) == 7
 
 
 def _capacity(models):

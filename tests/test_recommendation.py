@@ -39,6 +39,7 @@ from skyline_engine.predict.recommendation import (
     line_miss,
     line_miss_note,
     noise,
+    range_checked,
     range_probe,
     recommend,
     too_noisy,
@@ -489,6 +490,47 @@ def test_where_no_probe_past_the_timed_batch_sizes_fits_the_budget_the_range_end
     assert unprobed.trusted_range_end == "the largest measured: no batch size past it could be timed within the budget"
     document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **unprobed.to_dict()}
     assert BatchSizeModels.from_dict(document_models, GiB).range_unprobed
+
+
+def test_a_probe_on_the_line_short_of_the_ranges_end_ends_the_range_there():
+    yours = sample(128, 2.75)
+    # At the range's end (4 × 256) on the line: the models as they were.
+    assert range_checked(MODELS, yours, sample(1024, 1024 / 64 + 0.75)) == (MODELS, None)
+    # Short of it (the budget timed no further) and of the knee (432): the range ends at the probe,
+    # which the models then suggest.
+    probed, note = range_checked(MODELS, yours, sample(400, 400 / 64 + 0.75))
+    assert note is None and probed.range_probed_to == 400 and probed.line_bends_at is None
+    assert probed.trusted_range == (64, 400) and probed.predict(1024).extrapolated
+    assert probed.trusted_range_end == (
+        "the probe at 400, the largest the budget could time: the run-time line is unchecked past it"
+    )
+    assert range_probe(probed, None, lambda b: True) is None  # checked already
+    again = candidate(probed, 128)
+    assert again.batch_size == 400
+    assert again.why.startswith("the largest checked: the run-time line held at 400, timed beside yours")
+    document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **probed.to_dict()}
+    assert BatchSizeModels.from_dict(document_models, GiB).trusted_range == (64, 400)
+    # Off the line there: the range ends at the largest timed, with the warning.
+    bent, note = range_checked(MODELS, yours, sample(400, 1.5 * (400 / 64 + 0.75)), ", timed beside yours,")
+    assert bent.line_bends_at == 400 and bent.range_probed_to is None and bent.trusted_range == (64, 256)
+    assert note is not None and note.startswith("Batch size 400, timed beside yours, ran 33% below")
+
+
+@pytest.mark.slow  # a real analysis
+def test_a_real_analysis_trusts_the_line_as_far_as_its_probe_checked_it():
+    # 0.2 ms a sample + 20 ms: the knee at 900 suggests 1,024, 225 ms an iteration, which the budget
+    # does not time (0.3 s / 3 blocks = 100 ms); the probe is the largest it times, 400, and the
+    # line holds there: the range ends at it, and it is what the analysis recommends, measured.
+    document = tiny_analysis(lambda b: 0.2 * b + 20.0)
+    models = document["models"]
+    assert models["line_bends_at"] is None and models["range_unprobed"] is False
+    probe = models["range_probed_to"]
+    assert probe in (399, 400) and models["trusted_range"] == [64, probe]
+    assert sorted(s["batch_size"] for s in models["checks"]) == [128, probe]
+    advice = models["recommendation"]
+    assert advice["batch_size"] == probe and advice["measured"] is True
+    assert advice["reason"].startswith(f"the largest checked: the run-time line held at {probe}, timed beside yours")
+    assert [p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 1024] == [True]
 
 
 @pytest.mark.slow  # a real analysis

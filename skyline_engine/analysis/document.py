@@ -130,6 +130,7 @@ class ModelsDict(TypedDict):
     failing_batch_sizes: list[int]
     line_bends_at: int | None
     range_unprobed: bool
+    range_probed_to: int | None
     throughput_knee_batch_size: int | None
     throughput_knee_samples_per_second: float | None
     best_batch_size: int | None

@@ -45,9 +45,8 @@ from skyline_engine.predict.recommendation import (
     Recommendation,
     candidate,
     compared,
-    line_miss,
-    line_miss_note,
     noise,
+    range_checked,
     range_probe,
     recommend,
     too_noisy,
@@ -306,7 +305,7 @@ class ScriptConfirming:
             wanted.remove(suggested)
         checks = self._time_after_the_models(wanted)
         if checks:
-            self._cut_the_range_where_the_line_bends(checks, probe)
+            self._check_the_range(checks, probe)
             checks = self._confirm_what_the_cut_suggests(checks)
         recommendation = recommend(self.models, self.users, self.samples, checks, self.not_timed, TIMED_IN_TURN)
         recommendation = in_both_orders(recommendation, self.users, self.samples, checks)
@@ -347,15 +346,12 @@ class ScriptConfirming:
             return checks
         return sorted([*(s for s in checks if s.batch_size != self.users), *again], key=_size)
 
-    def _cut_the_range_where_the_line_bends(self, checks: list[Sample], probe: int | None) -> None:
+    def _check_the_range(self, checks: list[Sample], probe: int | None) -> None:
         by_size = {s.batch_size: s for s in checks}
         if probe not in by_size:
             return
-        miss = line_miss(self.models, by_size[self.users], by_size[probe])
-        if miss is None:
-            return
-        self.models = dataclasses.replace(self.models, line_bends_at=probe)
-        self.notes.append(line_miss_note(probe, miss, self.models.trusted_range[1]))
+        self.models, missed = range_checked(self.models, by_size[self.users], by_size[probe])
+        self.notes.extend([missed] if missed else [])
 
 
 def in_both_orders(

@@ -49,8 +49,7 @@ from skyline_engine.predict.linear import fit_line
 from skyline_engine.predict.recommendation import (
     candidate,
     comparisons_decided,
-    line_miss,
-    line_miss_note,
+    range_checked,
     range_probe,
     recommend,
     too_noisy,
@@ -294,8 +293,9 @@ class _Analysis:
         (predict/recommendation.py, `candidate`), where it was not timed with them, and, before the
         trusted range extends past the timed batch sizes, one probe there (`range_probe`), timed
         together beside the user's batch size in one set of interleaved rounds (`_time_checks`).
-        Where the probe's throughput misses the run-time line, below or above (`line_miss`), the
-        range ends at the largest timed batch size. Then the recommendation, from measurements alone
+        Where the probe's throughput misses the run-time line, below or above, the range ends at
+        the largest timed batch size; where it held short of the range's end, at the probe
+        (`range_checked`). Then the recommendation, from measurements alone
         (`recommend`; `headline`: the user's batch size timed alone). The rounds stop once they
         decide these comparisons (`comparisons_decided`); their cost is bounded (half the budget's
         `max_run_s` for the rounds, at least `min_blocks` blocks each), and a batch size is timed
@@ -345,10 +345,8 @@ class _Analysis:
         models = dataclasses.replace(models, failing_batch_sizes=tuple(sorted(probing.failing)))
         by_size = {s.batch_size: s for s in checks}
         if probe in by_size and self.batch_size in by_size:
-            miss = line_miss(models, by_size[self.batch_size], by_size[probe])
-            if miss is not None:
-                models = dataclasses.replace(models, line_bends_at=probe)
-                notes.append(line_miss_note(probe, miss, models.trusted_range[1], ", timed beside yours,"))
+            models, missed = range_checked(models, by_size[self.batch_size], by_size[probe], ", timed beside yours,")
+            notes.extend([missed] if missed else [])
         recommendation = recommend(models, self.batch_size, samples, checks, not_timed)
         return Confirmed(models, checks, recommendation, notes)
 

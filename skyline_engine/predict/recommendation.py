@@ -25,7 +25,8 @@ Before the trusted range extends past the timed batch sizes, one probe there is 
 user's batch size (`range_probe`); where its throughput misses the line's by more than the noise,
 below it or above it (`line_miss`), the range ends at the largest timed batch size (the models'
 `line_bends_at`), as it does where no probe there can be timed within the budget
-(`range_unprobed`).
+(`range_unprobed`); where the probe held to the line short of the range's end (the largest the
+budget could time), the range ends at the probe (`range_probed_to`): nothing further was checked.
 
 The rounds that time the suggestion and the probe stop once they decide these comparisons
 (`comparisons_decided`): each estimate further than DECIDED_BY standard errors from the
@@ -35,6 +36,7 @@ final estimates.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -187,6 +189,12 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
             f"warnings), so nothing past {measured:,} is predicted"
         )
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
+    if high == models.range_probed_to:
+        why = (
+            f"the largest checked: the run-time line held at {high:,}, timed beside yours, and nothing further could "
+            f"be timed within the budget to check it; profile with --batch-size {high} to measure further"
+        )
+        return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest checked")
     trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
     why = (
         f"the largest of the trusted range (up to {trusted}); throughput still rises beyond it (90% of "
@@ -379,7 +387,8 @@ def range_probe(models: BatchSizeModels, suggested: int | None, affordable: Call
     the range does not extend past the timed batch sizes, or no time is predicted."""
     largest_timed = models.measured_batch_sizes[-1]
     high = models.trusted_range[1]
-    if not models.time_predictable or models.line_bends_at or models.range_unprobed or high <= largest_timed:
+    checked = models.line_bends_at or models.range_unprobed or models.range_probed_to
+    if not models.time_predictable or checked or high <= largest_timed:
         return None
     if suggested is not None and largest_timed < suggested <= high and affordable(suggested):
         return suggested
@@ -407,6 +416,24 @@ def line_miss(models: BatchSizeModels, yours: Sample, probe: Sample) -> float | 
         return None
     miss = (probe.samples_per_second / yours.samples_per_second) / (predicted / before) - 1
     return miss if abs(miss) > noise(yours, probe) else None
+
+
+def range_checked(
+    models: BatchSizeModels, yours: Sample, probe: Sample, timed: str = ""
+) -> tuple[BatchSizeModels, str | None]:
+    """The models once the `probe` past the timed batch sizes was timed beside the user's batch
+    size (`yours`, from the same rounds), and the warning to give, if any: where the probe missed
+    the run-time line (`line_miss`), the trusted range ends at the largest timed batch size
+    (`line_bends_at`), and the warning says which way (`timed`: how the probe was timed, as
+    `line_miss_note` takes it); else, where the probe lies short of the range's end (the largest
+    the budget could time), the range ends at the probe (`range_probed_to`)."""
+    miss = line_miss(models, yours, probe)
+    if miss is not None:
+        cut = dataclasses.replace(models, line_bends_at=probe.batch_size)
+        return cut, line_miss_note(probe.batch_size, miss, cut.trusted_range[1], timed)
+    if probe.batch_size < models.trusted_range[1]:
+        return dataclasses.replace(models, range_probed_to=probe.batch_size), None
+    return models, None
 
 
 def line_miss_note(probe: int, miss: float, largest_timed: int, timed: str = "") -> str:
