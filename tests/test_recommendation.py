@@ -248,6 +248,11 @@ def test_a_probe_off_the_line_either_way_ends_the_trusted_range_at_the_largest_t
     # times a busy machine stretched).
     steep = sample(1024, (1024 / 64 + 0.75) / 1.5)
     assert line_miss(MODELS, yours, steep) == pytest.approx(0.5)
+    # The user's batch size 30% slower beside the probe than in the models' rounds, the probe on
+    # the line: above it relative to the user's alone, which is no miss.
+    assert line_miss(MODELS, sample(128, 1.3 * 2.75), on_the_line) is None
+    # Below the line relative to the user's, the relative miss decides alone.
+    assert line_miss(MODELS, sample(128, 2.75 / 1.3), on_the_line) == pytest.approx(-1 + 1 / 1.3)
     # The whole machine twice as slow in the probe's rounds: the line holds (the drift cancels).
     assert line_miss(MODELS, sample(128, 5.5), sample(1024, 2 * (1024 / 64 + 0.75))) is None
     # Within the noise: 8% short or over, and measurements that spread 30% each.
