@@ -506,13 +506,11 @@ def test_a_probe_on_the_line_short_of_the_ranges_end_ends_the_range_there():
     probed, note = range_checked(MODELS, yours, sample(400, 400 / 64 + 0.75))
     assert note is None and probed.range_probed_to == 400 and probed.line_bends_at is None
     assert probed.trusted_range == (64, 400) and probed.predict(1024).extrapolated
-    assert probed.trusted_range_end == (
-        "the probe at 400, the largest the budget could time: the run-time line is unchecked past it"
-    )
+    assert probed.trusted_range_end == "the probe at 400: the run-time line is unchecked past it"
     assert range_probe(probed, None, lambda b: True) is None  # checked already
     again = candidate(probed, 128)
     assert again.batch_size == 400
-    assert again.why.startswith("the largest checked: the run-time line held at 400, timed beside yours")
+    assert again.why.startswith("the largest checked: the run-time line held at 400, and nothing past it was")
     document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **probed.to_dict()}
     assert BatchSizeModels.from_dict(document_models, GiB).trusted_range == (64, 400)
     # Off the line there: the range ends at the largest timed, with the warning.
@@ -534,7 +532,7 @@ def test_a_real_analysis_trusts_the_line_as_far_as_its_probe_checked_it():
     assert sorted(s["batch_size"] for s in models["checks"]) == [128, probe]
     advice = models["recommendation"]
     assert advice["batch_size"] == probe and advice["measured"] is True
-    assert advice["reason"].startswith(f"the largest checked: the run-time line held at {probe}, timed beside yours")
+    assert advice["reason"].startswith(f"the largest checked: the run-time line held at {probe}, and nothing past")
     assert [p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 1024] == [True]
 
 

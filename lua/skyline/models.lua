@@ -33,10 +33,7 @@ function M.trusted_range_end(models)
     return 'the largest measured: no batch size past it could be timed within the budget'
   end
   if models.range_probed_to and end_ == models.range_probed_to then
-    return string.format(
-      'the probe at %d, the largest the budget could time: the run-time line is unchecked past it',
-      end_
-    )
+    return string.format('the probe at %d: the run-time line is unchecked past it', end_)
   end
   if end_ == models.samples_per_step then
     return 'the samples per optimizer step, beyond which a step runs less than one micro-batch'

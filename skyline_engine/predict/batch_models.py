@@ -126,8 +126,8 @@ class BatchSizeModels:
     # timed within the budget: it ends at the largest timed, unchecked beyond.
     range_unprobed: bool = False
     # The probe past the timed batch sizes, where it held to the run-time line short of the end the
-    # timed batch sizes allow (the largest the budget could time): the trusted range ends there,
-    # unchecked beyond. None where no probe was timed, the line bent there, or it reached that end.
+    # timed batch sizes allow (the suggestion, or the largest the budget could time): the trusted
+    # range ends there, unchecked beyond. None where no probe was timed, the line bent there, or it reached that end.
     range_probed_to: int | None = None
 
     @classmethod
@@ -241,7 +241,7 @@ class BatchSizeModels:
         if self.range_unprobed:
             return "the largest measured: no batch size past it could be timed within the budget"
         if end == self.range_probed_to:
-            return f"the probe at {end}, the largest the budget could time: the run-time line is unchecked past it"
+            return f"the probe at {end}: the run-time line is unchecked past it"
         if end == self.samples_per_step:
             return "the samples per optimizer step, beyond which a step runs less than one micro-batch"
         if self.peak_memory.quadratic:

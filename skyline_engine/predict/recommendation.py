@@ -26,7 +26,8 @@ user's batch size (`range_probe`); where its throughput misses the line's by mor
 below it or above it (`line_miss`), the range ends at the largest timed batch size (the models'
 `line_bends_at`), as it does where no probe there can be timed within the budget
 (`range_unprobed`); where the probe held to the line short of the range's end (the largest the
-budget could time), the range ends at the probe (`range_probed_to`): nothing further was checked.
+budget could time, or the suggestion), the range ends at the probe (`range_probed_to`): nothing
+further was checked.
 
 The rounds that time the suggestion and the probe stop once they decide these comparisons
 (`comparisons_decided`): each estimate further than DECIDED_BY standard errors from the
@@ -191,8 +192,8 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
     if high == models.range_probed_to:
         why = (
-            f"the largest checked: the run-time line held at {high:,}, timed beside yours, and nothing further could "
-            f"be timed within the budget to check it; profile with --batch-size {high} to measure further"
+            f"the largest checked: the run-time line held at {high:,}, and nothing past it was timed to check it; "
+            f"profile with --batch-size {high} to measure further"
         )
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest checked")
     trusted = f"{high // measured}× {measured:,}, the largest measured" if high > measured else "the largest measured"
@@ -436,7 +437,7 @@ def range_checked(
     the run-time line (`line_miss`), the trusted range ends at the largest timed batch size
     (`line_bends_at`), and the warning says which way (`timed`: how the probe was timed, as
     `line_miss_note` takes it); else, where the probe lies short of the range's end (the largest
-    the budget could time), the range ends at the probe (`range_probed_to`)."""
+    the budget could time, or the suggestion), the range ends at the probe (`range_probed_to`)."""
     miss = line_miss(models, yours, probe)
     if miss is not None:
         cut = dataclasses.replace(models, line_bends_at=probe.batch_size)
