@@ -487,12 +487,14 @@ def test_where_no_probe_past_the_timed_batch_sizes_fits_the_budget_the_range_end
     assert advice["batch_size"] == 256 and advice["measured"] is True
     assert advice["samples_per_second"] == pytest.approx(256 / 148 * 1000)
     assert advice["reason"] == (
-        "the largest measured: no batch size past 256 could be timed within the budget to check the run-time line "
-        "there; profile with --batch-size 256 to measure further"
+        "the largest measured: no batch size past 256 was timed within the budget, precisely enough to check the "
+        "run-time line there; profile with --batch-size 256 to measure further"
     )
     unprobed = dataclasses.replace(MODELS, range_unprobed=True)
     assert unprobed.trusted_range == (64, 256)
-    assert unprobed.trusted_range_end == "the largest measured: no batch size past it could be timed within the budget"
+    assert unprobed.trusted_range_end == (
+        "the largest measured: no batch size past it was timed precisely enough to check the run-time line"
+    )
     document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **unprobed.to_dict()}
     assert BatchSizeModels.from_dict(document_models, GiB).range_unprobed
 
@@ -513,6 +515,16 @@ def test_a_probe_on_the_line_short_of_the_ranges_end_ends_the_range_there():
     assert again.why.startswith("the largest checked: the run-time line held at 400, and nothing past it was")
     document_models = {"samples": [s.to_dict() for s in TIMED], "memory_samples": [], **probed.to_dict()}
     assert BatchSizeModels.from_dict(document_models, GiB).trusted_range == (64, 400)
+    # On the line, but the two spread 30% each: too much to check it; the range ends at the largest
+    # timed, and a warning says why.
+    unchecked, note = range_checked(
+        MODELS, sample(128, 2.75, 0.3), sample(400, 400 / 64 + 0.75, 0.3), ", timed beside yours,"
+    )
+    assert unchecked.range_unprobed and unchecked.range_probed_to is None and unchecked.trusted_range == (64, 256)
+    assert note is not None and note.startswith(
+        "Batch size 400, timed beside yours, could not check the run-time line: its time and yours spread 30% of their "
+        "means, more than the 25%"
+    )
     # Off the line there: the range ends at the largest timed, with the warning.
     bent, note = range_checked(MODELS, yours, sample(400, 1.5 * (400 / 64 + 0.75)), ", timed beside yours,")
     assert bent.line_bends_at == 400 and bent.range_probed_to is None and bent.trusted_range == (64, 256)

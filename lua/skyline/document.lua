@@ -78,7 +78,7 @@
 ---@field trusted_range integer[] `{low, high}`
 ---@field failing_batch_sizes integer[]? where the user's code failed; absent from older documents
 ---@field line_bends_at integer? a probe past the timed batch sizes ran off the line (below or above): the range ends before it
----@field range_unprobed boolean? no probe past the timed batch sizes fit the budget: the range ends at them
+---@field range_unprobed boolean? no probe past the timed batch sizes fit the budget, or it spread too much: the range ends at them
 ---@field range_probed_to integer? the probe held to the line short of the range's end: the range ends at it
 ---@field throughput_knee_batch_size integer?
 ---@field throughput_knee_samples_per_second number?

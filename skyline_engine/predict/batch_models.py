@@ -123,7 +123,8 @@ class BatchSizeModels:
     # line_miss): the trusted range ends at the largest timed batch size. None where none did.
     line_bends_at: int | None = None
     # Where the trusted range would extend past the timed batch sizes, but no probe there could be
-    # timed within the budget: it ends at the largest timed, unchecked beyond.
+    # timed within the budget, or the probe's time spread too much to check the line: it ends at
+    # the largest timed, unchecked beyond.
     range_unprobed: bool = False
     # The probe past the timed batch sizes, where it held to the run-time line short of the end the
     # timed batch sizes allow (the suggestion, or the largest the budget could time): the trusted
@@ -239,7 +240,7 @@ class BatchSizeModels:
         if self.line_bends_at:
             return f"the largest measured: throughput at {self.line_bends_at} did not follow the run-time line"
         if self.range_unprobed:
-            return "the largest measured: no batch size past it could be timed within the budget"
+            return "the largest measured: no batch size past it was timed precisely enough to check the run-time line"
         if end == self.range_probed_to:
             return f"the probe at {end}: the run-time line is unchecked past it"
         if end == self.samples_per_step:

@@ -180,8 +180,8 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
     measured = models.measured_batch_sizes[-1]
     if models.range_unprobed:
         why = (
-            f"the largest measured: no batch size past {measured:,} could be timed within the budget to check the "
-            f"run-time line there; profile with --batch-size {measured} to measure further"
+            f"the largest measured: no batch size past {measured:,} was timed within the budget, precisely enough to "
+            f"check the run-time line there; profile with --batch-size {measured} to measure further"
         )
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
     if models.line_bends_at:
@@ -436,12 +436,24 @@ def range_checked(
     size (`yours`, from the same rounds), and the warning to give, if any: where the probe missed
     the run-time line (`line_miss`), the trusted range ends at the largest timed batch size
     (`line_bends_at`), and the warning says which way (`timed`: how the probe was timed, as
-    `line_miss_note` takes it); else, where the probe lies short of the range's end (the largest
-    the budget could time, or the suggestion), the range ends at the probe (`range_probed_to`)."""
+    `line_miss_note` takes it); where their times spread too much to tell (the noise above
+    MAX_SPREAD: under two busy processes the default example's probe at 831 took 105 ms, the line
+    said 330, and the noise was 93 %), it ends there too (`range_unprobed`), and a warning says
+    so; else, where the probe lies short of the range's end (the largest the budget could time, or
+    the suggestion), the range ends at the probe (`range_probed_to`)."""
     miss = line_miss(models, yours, probe)
     if miss is not None:
         cut = dataclasses.replace(models, line_bends_at=probe.batch_size)
         return cut, line_miss_note(probe.batch_size, miss, cut.trusted_range[1], timed)
+    needed = noise(yours, probe)
+    if needed > MAX_SPREAD:
+        unchecked = dataclasses.replace(models, range_unprobed=True)
+        return unchecked, (
+            f"Batch size {probe.batch_size:,}{timed} could not check the run-time line: its time and yours spread "
+            f"{needed:.0%} of their means, more than the {MAX_SPREAD:.0%} that tells a bend in the line from the "
+            f"machine's load, so the trusted range ends at {unchecked.trusted_range[1]:,}, the largest timed; "
+            "profile again on a quieter machine to check it."
+        )
     if probe.batch_size < models.trusted_range[1]:
         return dataclasses.replace(models, range_probed_to=probe.batch_size), None
     return models, None
