@@ -499,6 +499,25 @@ def test_where_no_probe_past_the_timed_batch_sizes_fits_the_budget_the_range_end
     assert BatchSizeModels.from_dict(document_models, GiB).range_unprobed
 
 
+def test_a_faster_batch_size_timed_too_roughly_to_tell_is_not_recommended():
+    # 512 (the knee, rounded up) 26% faster than yours beside it: each mean known to 1%, recommended.
+    def timed(b: int, ms: float, error: float) -> Sample:
+        return Sample(b, TimingStats(ms, 0.0, 20, 1, relative_error=error), memory(b))
+
+    precise = [timed(128, 2.75, 0.01), timed(512, 8.75, 0.01)]
+    assert recommend(MODELS, 128, TIMED, precise).batch_size == 512
+    # Known to 8% each: the ratio's standard error is 14%, and 26% is within three of them of the
+    # 10% a change must clear.
+    rough = [timed(128, 2.75, 0.08), timed(512, 8.75, 0.08)]
+    advice = recommend(MODELS, 128, TIMED, rough)
+    assert advice.batch_size is None
+    assert advice.reason == (
+        "512, which the models suggest, ran 26% faster than yours (128) timed beside it, but their times are known "
+        "only to ±14% (the standard error of the ratio), too little to tell that from the 10% a change must clear; "
+        "re-run on a quieter machine"
+    )
+
+
 def test_a_probe_on_the_line_short_of_the_ranges_end_ends_the_range_there():
     yours = sample(128, 2.75)
     # At the range's end (4 × 256) on the line: the models as they were.

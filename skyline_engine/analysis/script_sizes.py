@@ -167,7 +167,7 @@ class ScriptBatchSizes:
             with counting_gradients(model) as gradients:  # over one whole cycle, where iterations differ in one
                 memory = measure_memory(self.device, self._whole_cycle(source), source.live_tensors)
             micro_batches = self.users.micro_batches_at(gradients.backward_passes / self.cycle)
-            timing = source.time() if timed else TimingStats(warmup_ms, 0.0, 1, 1)
+            timing = source.time() if timed else TimingStats(warmup_ms, 0.0, 1, 1, relative_error=math.inf)
         return Sample(batch_size, timing, memory, micro_batches)
 
     def _whole_cycle(self, source: ScriptSource) -> Callable[[], None]:

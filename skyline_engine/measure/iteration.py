@@ -188,7 +188,7 @@ class Sample:
 def single_iteration_timing(*upper_bounds_ms: float) -> TimingStats:
     """The time of an iteration before it is timed, from single iterations that each over-estimate
     it (a warm-up may carry one-off costs, a recorded one the recorder's): the lowest of them."""
-    return TimingStats(min(upper_bounds_ms), 0.0, 1, 1)
+    return TimingStats(min(upper_bounds_ms), 0.0, 1, 1, relative_error=math.inf)
 
 
 _TUPLE_HINT = "Wrap the inputs in a tuple, e.g. `return (images, labels)` or `return (x,)`."

@@ -123,13 +123,16 @@ class TimingBudget:
 @dataclass(frozen=True)
 class TimingStats:
     """The time of one iteration at one batch size: the mean over the timed iterations, the
-    spread of the blocks' times per iteration (interquartile range), and how many iterations and
-    blocks were timed."""
+    spread of the blocks' times per iteration (interquartile range), how many iterations and
+    blocks were timed, and how well the blocks pin the mean down (`relative_error`: the standard
+    error of their mean relative to it, inf from fewer than two blocks; 0 for a time given, not
+    timed: a test's)."""
 
     run_time_ms: float
     iqr_ms: float
     iterations: int
     block_size: int
+    relative_error: float = 0.0
 
 
 class BlockTimes:
@@ -194,7 +197,8 @@ class BlockTimes:
         q1, q3 = np.percentile(window, [25, 75])
         # Every block runs `block_size` iterations: the mean of their times per iteration is the
         # total time over the iterations.
-        return TimingStats(float(np.mean(window)), float(q3 - q1), len(window) * self.block_size, self.block_size)
+        iterations = len(window) * self.block_size
+        return TimingStats(float(np.mean(window)), float(q3 - q1), iterations, self.block_size, self.relative_error())
 
 
 class InterleavedTiming:
