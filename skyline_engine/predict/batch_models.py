@@ -128,7 +128,8 @@ class BatchSizeModels:
     range_unprobed: bool = False
     # The probe past the timed batch sizes, where it held to the run-time line short of the end the
     # timed batch sizes allow (the suggestion, or the largest the budget could time): the trusted
-    # range ends there, unchecked beyond. None where no probe was timed, the line bent there, or it reached that end.
+    # range ends there, unchecked beyond. None where no probe was timed, the line bent there, or
+    # the probe reached that end.
     range_probed_to: int | None = None
 
     @classmethod
@@ -207,7 +208,7 @@ class BatchSizeModels:
         follow (a CLIP loss's line over 256-1,024 samples said 202 ms at 4,096; it took 826).
         Never up to a batch size the user's code failed at (below the smallest timed, one is
         outside already). Where a probe past the timed batch sizes found the line bending
-        (`line_bends_at`), or where none could be timed (`range_unprobed`), to the largest timed;
+        (`line_bends_at`), or where none could check it (`range_unprobed`), to the largest timed;
         where the probe held to the line short of that end, to the probe (`range_probed_to`): the
         vision transformer's line through 16, 32 and 64 samples, timed each in a process of its own,
         said 1,127-1,223 ms at 256 where it takes 1,460 (past 64 its blocks outgrow what glibc's
