@@ -211,9 +211,9 @@ class BatchSizeModels:
         (`line_bends_at`), or where none could check it (`range_unprobed`), to the largest timed;
         where the probe held to the line short of that end, to the probe (`range_probed_to`): the
         vision transformer's line through 16, 32 and 64 samples, timed each in a process of its own,
-        said 1,127-1,223 ms at 256 where it takes 1,460 (past 64 its blocks outgrow what glibc's
-        malloc keeps, and every iteration faults them in: 365,000 pages against 30,000), and its
-        probe, at 69, could not see it."""
+        says 12-23 % too little at 256 (bench/own_process_line.py: past 64 its blocks outgrow what
+        glibc's malloc keeps, and every iteration faults them in, about 300,000 pages against
+        25,000), and its probe, at 69, could not see it."""
         if self.line_bends_at or self.range_unprobed:
             high = self.measured_batch_sizes[-1]
         else:
