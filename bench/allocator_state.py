@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from fidelity import MODELS
 from sections import write_section
@@ -34,6 +35,20 @@ RESULTS = HERE / "results.md"
 # its analysis times or probes).
 LARGER = {"default": 1024, "cnn": 256, "transformer": 64, "gpt": 64, "vit": 128}
 TIMED_S = 1.5  # of each measurement at the user's batch size (at least 5 iterations)
+
+
+def timed_with_faults(iteration: Callable[..., object], inputs: tuple, seconds: float, least: int) -> dict:
+    """`iteration(*inputs)` timed one by one for at least `seconds` and `least` iterations: the mean
+    ms and the median minor page faults (getrusage) an iteration."""
+    times, faults = [], []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds or len(times) < least:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        iteration(*inputs)
+        times.append((time.perf_counter() - start) * 1000)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return {"ms": statistics.fmean(times), "faults": statistics.median(faults)}
 
 
 def child(entry: Path, larger: int) -> None:
@@ -50,15 +65,7 @@ def child(entry: Path, larger: int) -> None:
     def measure(inputs: tuple, seconds: float, least: int) -> dict:
         for _ in range(3):
             iteration(*inputs)
-        times, faults = [], []
-        started = time.perf_counter()
-        while time.perf_counter() - started < seconds or len(times) < least:
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            start = time.perf_counter()
-            iteration(*inputs)
-            times.append((time.perf_counter() - start) * 1000)
-            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        return {"ms": statistics.fmean(times), "faults": statistics.median(faults)}
+        return timed_with_faults(iteration, inputs, seconds, least)
 
     measure(users, TIMED_S, 5)  # the process settles in (its first seconds run at another speed)
     fresh = measure(users, TIMED_S, 5)

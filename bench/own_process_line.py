@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from allocator_state import timed_with_faults
 from fidelity import MODELS
 from sections import write_section
 
@@ -41,20 +39,8 @@ def child(entry: Path, batch_size: int) -> None:
     iteration = module.skyline_iteration_provider(module.skyline_model_provider())
     inputs = module.skyline_input_provider(batch_size=batch_size)
 
-    def measure(seconds: float, least: int) -> tuple[list[float], list[int]]:
-        times, faults = [], []
-        started = time.perf_counter()
-        while time.perf_counter() - started < seconds or len(times) < least:
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            start = time.perf_counter()
-            iteration(*inputs)
-            times.append((time.perf_counter() - start) * 1000)
-            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-        return times, faults
-
-    measure(SETTLE_S, 3)
-    times, faults = measure(TIMED_S, 5)
-    print(json.dumps({"ms": statistics.fmean(times), "faults": statistics.median(faults)}))
+    timed_with_faults(iteration, inputs, SETTLE_S, 3)
+    print(json.dumps(timed_with_faults(iteration, inputs, TIMED_S, 5)))
 
 
 def own_process(entry: str, batch_size: int) -> dict:
