@@ -32,7 +32,7 @@ function M.trusted_range_end(models)
   if models.range_unprobed then
     return 'the largest measured: no batch size past it was timed precisely enough to check the run-time line'
   end
-  if models.range_probed_to and end_ == models.range_probed_to then
+  if end_ == models.range_probed_to then
     return string.format('the probe at %d: the run-time line is unchecked past it', end_)
   end
   if end_ == models.samples_per_step then

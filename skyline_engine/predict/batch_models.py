@@ -216,8 +216,10 @@ class BatchSizeModels:
         25,000), and its probe, at 69, could not see it."""
         if self.line_bends_at or self.range_unprobed:
             high = self.measured_batch_sizes[-1]
+        elif self.range_probed_to:
+            high = min(self._measured_end(), self.range_probed_to)
         else:
-            high = min(self._measured_end(), self.range_probed_to or self._measured_end())
+            high = self._measured_end()
         failing = self._failing_above()
         return self.measured_batch_sizes[0], high if failing is None else min(high, failing - 1)
 

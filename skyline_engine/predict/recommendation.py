@@ -339,7 +339,7 @@ def recommend(
             f"change must be at least {needed:.0%} faster to clear the noise"
         )
     error = gain * math.hypot(theirs.timing.relative_error, yours.timing.relative_error)
-    if gain - DECIDED_BY * error <= 1:
+    if not _decided(gain, 1.0, error):  # gain clears the noise above: decided means faster at all
         # Three blocks of a small GPT's 16 and 32 under two busy processes, spreading 21 and 17 %,
         # put 32 27 % faster (the noise: 19 %) and advised it; the analyses before and after it
         # advised nothing, and on a quiet machine 8 is the faster. Asked to clear the noise by
