@@ -382,9 +382,23 @@ def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
     summary["analyses_warning_of_load"] = sum(
         any(warning.startswith("Other processes kept") for warning in a["warnings"]) for a in analyses
     )
+    # Processes whose CPU threads waited for a core at every parallel region (measure/thread_waits.py):
+    # the analyses that warned of it, the plain loops whose probe found it; and the top lines' spread
+    # over the other analyses, the state of the processes that did not wait.
+    waited = [_threads_waited(a) for a in analyses]
+    summary["analyses_threads_waited"] = sum(waited)
+    summary["plain_threads_waited"] = sum(p.get("threads_waited_ms") is not None for p in plain_user)
+    summary["plain_runs"] = len(plain_user)
+    for line in summary["top_lines"]:
+        unwaited = [share for share, w in zip(line["shares_percent"], waited) if not w]
+        line["spread_points_unwaited"] = max(unwaited) - min(unwaited) if len(unwaited) > 1 else None
     summary["advised_batch_sizes"] = [a["recommendation"]["batch_size"] for a in analyses]
     summary["analysis_wall_seconds"] = [a["wall_seconds"] for a in analyses]
     return summary
+
+
+def _threads_waited(analysis: dict[str, Any]) -> bool:
+    return any(warning.startswith("Your ") and "waited for a core" in warning for warning in analysis["warnings"])
 
 
 def _ms(value: float | None) -> str:
@@ -443,14 +457,33 @@ def markdown(result: dict[str, Any]) -> str:
     if any(loaded.values()):
         counts = ", ".join(f"{name} {count} of {result['rounds']}" for name, count in loaded.items() if count)
         out += ["", f"Analyses that warned of other processes busy while timing: {counts}."]
+    waited = {
+        name: s for name, s in result["summary"].items() if s["analyses_threads_waited"] or s["plain_threads_waited"]
+    }
+    if waited:
+        counts = ", ".join(
+            f"{name} {s['analyses_threads_waited']} of {result['rounds']} analyses, "
+            f"{s['plain_threads_waited']} of {s['plain_runs']} plain loops"
+            for name, s in waited.items()
+        )
+        out += [
+            "",
+            "Processes whose CPU threads waited for a core at every parallel region (the engine's probe, "
+            f"measure/thread_waits.py; the analyses warn of it): {counts}. Spread without them: over the "
+            "analyses whose threads did not wait.",
+        ]
     out += ["", "Top lines (own forward + backward + step time over the iteration):", ""]
-    out += ["| model | line | median share | spread (pp) | shares |", "|---|---|--:|--:|---|"]
+    out += [
+        "| model | line | median share | spread (pp) | spread without waits (pp) | shares |",
+        "|---|---|--:|--:|--:|---|",
+    ]
     for name, s in result["summary"].items():
         for line in s["top_lines"]:
             shares = ", ".join(f"{v:.1f}" for v in line["shares_percent"])
+            unwaited = line.get("spread_points_unwaited")
             out.append(
                 f"| {name} | `{line['line']}` | {line['median_share_percent']:.1f}% "
-                f"| {line['spread_points']:.1f} | {shares} |"
+                f"| {line['spread_points']:.1f} | {'—' if unwaited is None else f'{unwaited:.1f}'} | {shares} |"
             )
     return "\n".join(out) + "\n"
 

@@ -8,8 +8,9 @@ with `batch_size=N`) exactly as a training script would: no default device, no e
 changes, no allocator settings. Runs `--warmup` iterations, then times iterations one by one
 until it has at least `--min-iterations` and `--min-seconds`, or `--max-seconds` of timing with at
 least 3 iterations (a slow iteration: fewer than asked, bounded), and prints one JSON object: the
-mean and the median milliseconds per iteration, how many were timed, and torch's version and
-threads.
+mean and the median milliseconds per iteration, how many were timed, torch's version and
+threads, and whether the threads waited for a core at every parallel region (the engine's probe,
+after the timing).
 """
 
 import argparse
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=60.0)
     args = parser.parse_args()
     import torch
+
+    from skyline_engine.measure.thread_waits import thread_waits
 
     module = load(args.entry.resolve())
     model = module.skyline_model_provider()
@@ -64,6 +67,9 @@ def main() -> None:
                 "timed_seconds": elapsed,
                 "torch_version": torch.__version__,
                 "torch_threads": torch.get_num_threads(),
+                # Whether this process's threads waited for a core at every parallel region, probed
+                # after the timing as an analysis probes (measure/thread_waits.py): null when not.
+                "threads_waited_ms": waits.region_ms if (waits := thread_waits(torch.device("cpu"))) else None,
             }
         )
     )

@@ -149,7 +149,7 @@ class _RankAnalysis:
             batch_size_location=batch_size_location(self.entry),
             warnings=[
                 *([differing] if differing else []),
-                *([growth.warning()] if growth else []),
+                *measured.warnings(),
                 *data_parallel_notes(data_parallel, link_unfitted),
             ],
             distributed=data_parallel,

@@ -246,9 +246,8 @@ def _users_batch_size(
                     timeline=timeline,
                     on_first=first,
                 )
-    growth = measured.growth
     differing = source.work.script_warning(measured.breakdown.attribution.recorded_iterations)
-    warnings = ([differing] if differing else []) + notes + ([growth.warning()] if growth else [])
+    warnings = ([differing] if differing else []) + notes + measured.warnings()
     sample = measured.sample
     iteration = UsersIteration(
         batch_size, sample.micro_batches, gradients.backward_passes / source.iterations, source.cycle

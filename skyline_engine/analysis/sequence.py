@@ -23,6 +23,7 @@ from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.iteration import IterationRunner, Run, Sample, single_iteration_timing
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile
+from skyline_engine.measure.thread_waits import ThreadWaits, thread_waits
 from skyline_engine.measure.timing import Clock, TimingStats
 
 FirstResult = Callable[[Sample, Breakdown], None]
@@ -86,6 +87,14 @@ class BatchSizeMeasurement:
     sample: Sample
     breakdown: Breakdown  # not yet fitted to the document's iteration time
     growth: MemoryGrowth | None  # tensor memory each iteration keeps for good; None when none
+    # The CPU threads' wait at each parallel region while timing (measure/thread_waits.py); None
+    # when they did not wait.
+    waits: ThreadWaits | None = None
+
+    def warnings(self) -> list[str]:
+        """What the measurement found to warn of: memory kept for good (a leak), threads that
+        waited for a core."""
+        return [found.warning() for found in (self.growth, self.waits) if found is not None]
 
 
 def measure_batch_size(
@@ -115,6 +124,7 @@ def measure_batch_size(
     growth = recording.memory_growth(source.run_recorded, source.live_tensors)
     with contention() as others:
         timing = source.time()
+    waits = thread_waits(recording.device)  # the state the iterations were just timed in
     cycle = source.measure_in_cycles(timing.run_time_ms)
     if cycle is not None:
         # Timed again in whole cycles: blocks of single calls leaned to the calls without the
@@ -129,7 +139,7 @@ def measure_batch_size(
     breakdown = recording.breakdown(
         source.recorded_run_time_ms(timing), memory.peak_bytes, timeline, mode, program_peak=memory.program
     )
-    return BatchSizeMeasurement(Sample(batch_size, timing, memory, micro_batches), breakdown, growth)
+    return BatchSizeMeasurement(Sample(batch_size, timing, memory, micro_batches), breakdown, growth, waits)
 
 
 class OneProcess(IterationSource):

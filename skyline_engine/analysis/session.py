@@ -222,7 +222,7 @@ class _Analysis:
         with runner:
             measured = self._users_batch_size(runner, creation)
             users, breakdown, self.growth = measured.sample, measured.breakdown, measured.growth
-            notes = [*runner.notes, *([self.growth.warning()] if self.growth else [])]  # the warm-up's, a leak
+            notes = [*runner.notes, *measured.warnings()]  # the warm-up's, a leak, threads that waited
             if not self.request.predict:
                 return self.document(
                     samples=[users], breakdown=breakdown, models=None, warnings=notes, models_withheld=NOT_ASKED
