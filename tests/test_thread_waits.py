@@ -1,6 +1,7 @@
 """CPU threads that wait for a core at every parallel region (measure/thread_waits.py): the
-probe's verdict from its times, and the state itself, made for real in a fresh process by holding
-its OpenMP threads on one core, found by the probe and reported by a whole analysis."""
+probe's verdict from its times, the recommendation withheld, and the state itself, made for real
+in a fresh process by holding its OpenMP threads on one core, found by the probe and reported by a
+whole analysis, which advises no batch size from it."""
 
 import json
 import os
@@ -10,7 +11,9 @@ import sys
 import pytest
 import torch
 
-from skyline_engine.measure.thread_waits import GRAIN, SLICE_WAIT_MS, thread_waits, waits_of
+from skyline_engine.analysis.fitting import THREADS_WAITED, withheld_where_threads_waited
+from skyline_engine.measure.thread_waits import GRAIN, SLICE_WAIT_MS, ThreadWaits, thread_waits, waits_of
+from skyline_engine.predict.recommendation import Recommendation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,7 +27,7 @@ def test_probes_of_a_slice_each_are_a_wait_named_in_the_warning():
     assert waits is not None and waits.region_ms == 8.0 and waits.threads == 4
     warning = waits.warning()
     assert "Your 4 CPU threads waited for a core" in warning
-    assert f"{GRAIN * 4:,} numbers took 8.0 ms" in warning
+    assert f"{GRAIN * 4:,} numbers, timed after your iterations, took 8.0 ms" in warning
     assert "OMP_WAIT_POLICY=passive" in warning
 
 
@@ -44,6 +47,17 @@ def test_nothing_is_probed_on_one_thread_or_a_gpu():
     assert thread_waits(torch.device("cuda")) is None  # its device's type alone: no GPU is used
 
 
+def test_a_batch_size_is_not_advised_from_iterations_that_waited():
+    advice = Recommendation(512, 9000.0, True, "the fastest measured", 4000.0)
+    waited = ThreadWaits(8.0, 2)
+    assert withheld_where_threads_waited(advice, None) is advice
+    withheld = withheld_where_threads_waited(advice, waited)
+    assert withheld is not None and withheld.batch_size is None and withheld.reason == THREADS_WAITED
+    none = Recommendation.none("no batch size is faster than yours")
+    assert withheld_where_threads_waited(none, waited) is none  # its own reason stands
+    assert withheld_where_threads_waited(None, waited) is None
+
+
 # In a fresh process: OpenMP's threads start across the CPUs (libgomp decides how long they spin
 # from what it sees then), and then all of them are held on one core, as the scheduler can leave
 # them beside other processes' work.
@@ -58,8 +72,9 @@ from skyline_engine.measure.thread_waits import thread_waits
 waits = thread_waits(torch.device("cpu"))
 sys.path.insert(0, "tests")
 from engine_helpers import analysed
-document = analysed(Path("examples/default"), predict=False)
-print(json.dumps({"region_ms": waits and waits.region_ms, "warnings": document["warnings"]}))
+document = analysed(Path("examples/default"))
+found = {"region_ms": waits and waits.region_ms, "warnings": document["warnings"]}
+print(json.dumps({**found, "recommendation": document["models"]["recommendation"]}))
 """
 
 
@@ -68,7 +83,7 @@ print(json.dumps({"region_ms": waits and waits.region_ms, "warnings": document["
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or torch.get_num_threads() < 2,
     reason="threads to hold on one core: two CPUs at least",
 )
-def test_threads_held_on_one_core_wait_and_the_analysis_says_so():
+def test_threads_held_on_one_core_wait_and_the_analysis_says_so_and_advises_nothing():
     # The user's own settings of OpenMP's waiting would change what is measured: the default's.
     settings = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "SKYLINE_SETTLE_RUNTIME")
     env = {name: value for name, value in os.environ.items() if name not in settings}
@@ -80,3 +95,8 @@ def test_threads_held_on_one_core_wait_and_the_analysis_says_so():
     assert found["region_ms"] is not None and found["region_ms"] >= SLICE_WAIT_MS
     waited = [w for w in found["warnings"] if w.startswith("Your ") and "waited for a core" in w]
     assert len(waited) == 1, found["warnings"]
+    # Its iterations were mostly waits: larger batch sizes ran many times faster per sample (312 ms
+    # an iteration at 128 and at 1,024 samples), which a process whose threads do not wait would
+    # not reproduce.
+    assert found["recommendation"]["batch_size"] is None
+    assert found["recommendation"]["reason"] == THREADS_WAITED

@@ -22,7 +22,7 @@ import torch
 
 from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
-from skyline_engine.analysis.fitting import NOT_ASKED
+from skyline_engine.analysis.fitting import NOT_ASKED, withheld_where_threads_waited
 from skyline_engine.analysis.script_sizes import (
     ScriptBatchSizes,
     ScriptPredictions,
@@ -143,7 +143,7 @@ def analyze_script(
         memory_only=predictions.memory_only,
         models_withheld=predictions.models_withheld,
         checks=predictions.checks,
-        recommendation=predictions.recommendation,
+        recommendation=withheld_where_threads_waited(predictions.recommendation, users.measured.waits),
         iteration=users.measured.sample,
     )
     progress("done", 1.0)

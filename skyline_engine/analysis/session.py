@@ -20,7 +20,14 @@ from typing import Any, Callable
 
 from skyline_engine.analysis.assembly import build_document, with_output_note
 from skyline_engine.analysis.document import AnalysisDocument
-from skyline_engine.analysis.fitting import NOT_ASKED, ONE_SAMPLE, Confirmed, busy_machine_note, fit_models
+from skyline_engine.analysis.fitting import (
+    NOT_ASKED,
+    ONE_SAMPLE,
+    Confirmed,
+    busy_machine_note,
+    fit_models,
+    withheld_where_threads_waited,
+)
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script import analyze_script
 from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
@@ -43,6 +50,7 @@ from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatch
 from skyline_engine.measure.memory import MemoryProfile, address_space_limit, cublas_workspace_bytes
 from skyline_engine.measure.runtime import runtime_changes
 from skyline_engine.measure.script_run import Pacer
+from skyline_engine.measure.thread_waits import thread_waits
 from skyline_engine.measure.timing import Decided, InterleavedTiming, TimingBudget, TimingStats
 from skyline_engine.predict.batch_models import BatchSizeModels, beyond_a_failure, fits_poorly, usable_memory_bytes
 from skyline_engine.predict.linear import fit_line
@@ -261,9 +269,16 @@ class _Analysis:
             memory = {**probing.memory, **probing.memory_only}
             models = fit_models(samples, memory, self.device, probing.failing, self.batch_size)
             confirmed = self._confirm(runner, models, samples, probing, users) if models else Confirmed(models)
+            # Probed again after every round: the state can begin later in a process.
+            waits = measured.waits or thread_waits(runner.device)
         models = confirmed.models
         warnings = (
-            notes + probing.notes + timing_notes + confirmed.notes + (models.warnings() if models else [ONE_SAMPLE])
+            notes
+            + ([waits.warning()] if waits and not measured.waits else [])
+            + probing.notes
+            + timing_notes
+            + confirmed.notes
+            + (models.warnings() if models else [ONE_SAMPLE])
         )
         return self.document(
             samples=samples,
@@ -273,7 +288,7 @@ class _Analysis:
             memory_only=probing.memory_only,
             models_withheld=None if models else ONE_SAMPLE,
             checks=confirmed.checks,
-            recommendation=confirmed.recommendation,
+            recommendation=withheld_where_threads_waited(confirmed.recommendation, waits),
             # The time the user's training gets: their batch size timed alone, before any other
             # ran in this process. Timed beside the others, the same batch size read 11-32 % faster
             # or slower than plain loops (the allocator's and the caches' state follow what ran

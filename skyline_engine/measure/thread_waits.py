@@ -14,8 +14,9 @@ passive waiting cost the examples' iterations 5-80 %.
 
 An analysis measures the process it runs in, so its times and its lines' shares are then those of
 this state: the probe says so. It runs a few parallel regions of one grain of work per thread (no
-region smaller is split) right after the user's batch size was timed: microseconds in all, or a
-slice each in this state.
+region smaller is split) right after the user's batch size was timed, and again after the other
+batch sizes' rounds (the state can begin later in a process): microseconds in all, or a slice
+each in this state.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ class ThreadWaits:
 
     def warning(self) -> str:
         return (
-            f"Your {self.threads} CPU threads waited for a core at every parallel operation while your batch size "
-            f"was timed: a parallel addition of {GRAIN * self.threads:,} numbers took {self.region_ms:.1f} ms, "
-            "where it takes microseconds. PyTorch's OpenMP threads spin while they wait for each other, and with "
+            f"Your {self.threads} CPU threads waited for a core at every parallel operation: a parallel addition of "
+            f"{GRAIN * self.threads:,} numbers, timed after your iterations, took {self.region_ms:.1f} ms, where it "
+            "takes microseconds. PyTorch's OpenMP threads spin while they wait for each other, and with "
             "other processes on the cores the spinning thread held the core the other needed; a training process "
             "can run this way for its whole life (here the default example's loop, 3 of 8 fresh processes beside "
             "two busy ones, 40 times slower). These times and shares are of that state. OMP_WAIT_POLICY=passive, "
