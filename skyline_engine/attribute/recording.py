@@ -31,15 +31,18 @@ Run = Callable[[], None]
 # The breakdown combines at least MIN_RECORDED_ITERATIONS recorded iterations (each operation's
 # fastest time in them, attribute/breakdown.py), slow ones too, within RECORDING_LIMIT_MS of
 # iteration time; fast ones up to MAX_RECORDED_ITERATIONS within RECORDING_BUDGET_MS, and on a
-# busy machine every one that many, within RECORDING_LIMIT_MS. From one recorded iteration, the
-# shares of a 140 ms iteration's lines swung by up to 19 points between back-to-back analyses on a
-# busy machine (a small GPT's loss line: 28, 11, 8, 9 %). Under two busy processes on two cores,
-# an operation that runs in many short parallel regions waits for the CPU in runs of seconds: a
-# small GPT's MLP, timed in a plain loop beside its output layer, took 14 to 51 % of their time
-# over 2-second windows (14 % on a quiet machine); the fastest of 3 consecutive iterations still
-# read 11 to 50 %, of 6, 11 to 18 %.
+# busy machine up to BUSY_RECORDED_ITERATIONS, within RECORDING_LIMIT_MS. From one recorded
+# iteration, the shares of a 140 ms iteration's lines swung by up to 19 points between
+# back-to-back analyses on a busy machine (a small GPT's loss line: 28, 11, 8, 9 %). Under two
+# busy processes on two cores, OpenMP's threads wait for a core in episodes (measure/
+# thread_waits.py): the small GPT's operations, 15 recorded iterations in each of two fresh
+# processes, took their own time plus about 7.7 or 15 ms in runs of consecutive operations and
+# iterations (an MLP product 1.1 ms clean read 14.9, 5.6, 15.6, 15.6, 16.5 ms in five iterations
+# in a row). The fastest of the first 5 put its top lines' shares 11.6, 0.1, 4.6 and 4.0 points
+# apart between the two processes; the fastest of 15, 4.2, 0.5, 0.7 and 4.1.
 MIN_RECORDED_ITERATIONS = 3
 MAX_RECORDED_ITERATIONS = 5
+BUSY_RECORDED_ITERATIONS = 15
 RECORDING_BUDGET_MS = 200.0
 RECORDING_LIMIT_MS = 10_000.0
 
@@ -195,11 +198,13 @@ def recorded_iterations(run_time_ms: float, busy: bool = False) -> int:
     """How many recorded iterations the breakdown combines, for iterations of `run_time_ms`: at
     least MIN_RECORDED_ITERATIONS where they fit RECORDING_LIMIT_MS (one where not even two do),
     more for fast ones, up to MAX_RECORDED_ITERATIONS within RECORDING_BUDGET_MS; on a `busy`
-    machine, MAX_RECORDED_ITERATIONS where they fit RECORDING_LIMIT_MS."""
+    machine, BUSY_RECORDED_ITERATIONS, or as many as fit RECORDING_LIMIT_MS."""
     run_time_ms = max(run_time_ms, 1e-3)
+    fit = int(RECORDING_LIMIT_MS // run_time_ms)
+    if busy:
+        return max(1, min(BUSY_RECORDED_ITERATIONS, fit))
     fast = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // run_time_ms))
-    least = MAX_RECORDED_ITERATIONS if busy else MIN_RECORDED_ITERATIONS
-    return max(1, min(max(least, fast), int(RECORDING_LIMIT_MS // run_time_ms)))
+    return max(1, min(max(MIN_RECORDED_ITERATIONS, fast), fit))
 
 
 def _index_at_peak(profile: MemoryProfile, operations: list[OperationRecord]) -> int | None:
