@@ -387,8 +387,9 @@ def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
     # over the other analyses, the state of the processes that did not wait.
     waited = [_threads_waited(a) for a in analyses]
     summary["analyses_threads_waited"] = sum(waited)
-    summary["plain_threads_waited"] = sum(p.get("threads_waited_ms") is not None for p in plain_user)
-    summary["plain_runs"] = len(plain_user)
+    plains = [p for runs in model["plain"].values() for p in runs]  # at both batch sizes
+    summary["plain_threads_waited"] = sum(p.get("threads_waited_ms") is not None for p in plains)
+    summary["plain_runs"] = len(plains)
     for line in summary["top_lines"]:
         unwaited = [share for share, w in zip(line["shares_percent"], waited) if not w]
         line["spread_points_unwaited"] = max(unwaited) - min(unwaited) if len(unwaited) > 1 else None
