@@ -287,30 +287,6 @@ def test_a_probe_off_the_line_either_way_ends_the_trusted_range_at_the_largest_t
     )
 
 
-def test_a_probe_past_the_bend_measured_faster_than_the_range_allows_is_recommended():
-    # The line ends the trusted range at 256, the largest timed; 1,024, timed beside yours, ran
-    # 25 % above the line's throughput there: 93 % faster than 128 beside it, where 256 ran 16 %
-    # faster than 128 in the models' rounds.
-    cut = dataclasses.replace(MODELS, line_bends_at=1024)
-    yours, probe = sample(128, 2.75), sample(1024, (1024 / 64 + 0.75) / 1.25)
-    advice = recommend(cut, 128, TIMED, [yours, probe])
-    assert advice.batch_size == 1024 and advice.measured
-    assert advice.samples_per_second == probe.samples_per_second
-    assert advice.users_samples_per_second == yours.samples_per_second
-    assert advice.reason == (
-        "measured past the batch sizes the run-time line holds for: it did not follow the line there (see the "
-        "warnings), so nothing between 256 and 1,024 is predicted"
-    )
-    # Slower than the range's own suggestion, against yours: the range's (256, from the models' rounds).
-    slow = sample(1024, 1024 / (1.1 * 128 / 2.75))
-    assert recommend(cut, 128, TIMED, [yours, slow]).batch_size == 256
-    # Not timed beside yours, or predicted not to fit: the range's.
-    assert recommend(cut, 128, TIMED, [yours]).batch_size == 256
-    small = dataclasses.replace(fit(TIMED, capacity=8_000_000 + 1000 * 600), line_bends_at=1024)
-    assert small.max_batch_size() < 1024
-    assert recommend(small, 128, TIMED, [yours, probe]).batch_size != 1024
-
-
 def test_the_confirming_rounds_are_decided_once_each_comparison_clears_its_threshold_by_three_errors():
     headline = sample(128, 2.75)  # the user's, timed alone
     on_the_line = 1024 / 64 + 0.75
@@ -501,11 +477,6 @@ def test_a_real_analysis_whose_probe_runs_above_the_line_cuts_the_trusted_range_
     assert [
         p["run_time_ms"] is not None and p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 1024
     ] == [True]
-    # Measured faster than anything the range holds: the probe is the recommendation, its measurement quoted.
-    advice = models["recommendation"]
-    checks = {s["batch_size"]: s for s in models["checks"]}
-    assert advice["batch_size"] == 1024 and advice["samples_per_second"] == checks[1024]["samples_per_second"]
-    assert advice["reason"].startswith("measured past the batch sizes the run-time line holds for")
 
 
 @pytest.mark.slow  # a real analysis

@@ -313,59 +313,8 @@ def recommend(
     the models were fitted, in rounds with the user's (which `checks` holds again); `not_timed`,
     why a batch size could not be timed (it ran out of memory, the user's code failed there). The
     candidate's measurement is compared with the user's from the same rounds (`timed`: how they
-    were timed, as the reasons say it). Where the run-time line did not hold at the probe past the
-    timed batch sizes, the probe, measured, is recommended instead where it passes the same tests
-    with the larger gain (`_past_the_bend`)."""
-    within = _recommended(candidate(models, users), models, users, samples, checks, not_timed, timed)
-    past = _past_the_bend(models, users, checks)
-    if past is None:
-        return within
-    beyond = _recommended(past, models, users, samples, checks, not_timed, timed)
-    if beyond.batch_size is None or (within.batch_size is not None and _gain(within) >= _gain(beyond)):
-        return within
-    return beyond
-
-
-def _past_the_bend(models: BatchSizeModels, users: int, checks: Sequence[Sample]) -> Candidate | None:
-    """The probe at which the run-time line bent (`line_bends_at`), timed beside the user's batch
-    size, as a candidate of its own; None where there is none, or it is not one to use (not larger
-    than the user's, predicted not to fit, not dividing the samples per optimizer step). The line
-    ends the trusted range before it, so nothing between is predicted, but its own measurement
-    stands: the default example's line through 64, 128 and 256 samples, in a slow process, said
-    1,024 would take 24.6 ms; it took 17.9, and the advice fell back on 256 (25 % faster than 128
-    in the models' rounds) where 1,024 ran 93 % faster beside 128, as the other two analyses of the
-    run advised."""
-    bend = models.line_bends_at
-    largest = models.max_batch_size()
-    per_step = models.samples_per_step
-    if bend is None or bend <= users or bend not in {s.batch_size for s in checks}:
-        return None
-    if (largest is not None and bend > largest) or (per_step and per_step % bend):
-        return None
-    why = (
-        f"measured past the batch sizes the run-time line holds for: it did not follow the line there (see the "
-        f"warnings), so nothing between {models.trusted_range[1]:,} and {bend:,} is predicted"
-    )
-    return Candidate(bend, why)
-
-
-def _gain(recommendation: Recommendation) -> float:
-    """The recommended batch size's measured throughput over the user's, timed in the same rounds."""
-    assert recommendation.samples_per_second is not None and recommendation.users_samples_per_second
-    return recommendation.samples_per_second / recommendation.users_samples_per_second
-
-
-def _recommended(
-    chosen: Candidate,
-    models: BatchSizeModels,
-    users: int,
-    samples: Sequence[Sample],
-    checks: Sequence[Sample],
-    not_timed: Mapping[int, str] | None,
-    timed: str,
-) -> Recommendation:
-    """`chosen` recommended where its measurement beats the user's batch size's, from the same
-    rounds, by the noise and by three standard errors; else none, and why."""
+    were timed, as the reasons say it)."""
+    chosen = candidate(models, users)
     batch_size = chosen.batch_size
     if batch_size is None:
         return Recommendation.none(chosen.why)
