@@ -14,9 +14,9 @@ passive waiting cost the examples' iterations 5-80 %.
 
 An analysis measures the process it runs in, so its times and its lines' shares are then those of
 this state: the probe says so. It runs a few parallel regions of one grain of work per thread (no
-region smaller is split) right after the user's batch size was timed, and again after the other
-batch sizes' rounds (the state can begin later in a process): microseconds in all, or a slice
-each in this state.
+region smaller is split) right after the user's batch size was timed, and, in an entry point's
+analysis, again after the other batch sizes' rounds (the state can begin later in a process):
+microseconds in all, or a slice each in this state.
 """
 
 from __future__ import annotations
