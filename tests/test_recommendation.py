@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import random
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine_helpers import QUICK
+from skyline_engine.analysis.fitting import BUSY_WHILE_COMPARED, withheld_where_busy
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script_sizes import ScriptConfirming, UsersIteration, in_both_orders
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure import iteration as iteration_module
 from skyline_engine.measure import thread_waits as thread_waits_module
+from skyline_engine.measure.contention import CpuContention
+from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import IterationRunner, Sample
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.timing import TimingBudget, TimingStats
@@ -388,10 +393,12 @@ class InjectedTimes:
 
 
 @contextlib.contextmanager
-def injected_times(ms: Callable[[int], float]) -> Iterator[None]:
-    """Every analysis meanwhile times its iterations with `InjectedTimes(ms)`, and its threads'
-    parallel regions in microseconds (measure/thread_waits.py): how busy this machine's cores are
-    is not the test's to decide (on a busy one, threads that waited withhold the recommendation)."""
+def injected_times(ms: Callable[[int], float], others_ticks: int | None = None) -> Iterator[None]:
+    """Every analysis meanwhile times its iterations with `InjectedTimes(ms)`, its threads'
+    parallel regions in microseconds (measure/thread_waits.py), and reads the kernel's counters of
+    every process's CPU time (measure/contention.py) as none (`others_ticks` None) or as advanced
+    by `others_ticks` at each reading: how busy this machine's cores are is not the test's to
+    decide (on a busy one, threads that waited and busy rounds withhold the recommendation)."""
     clock = InjectedTimes(ms)
     calls = IterationRunner._call_iteration
 
@@ -403,6 +410,8 @@ def injected_times(ms: Callable[[int], float]) -> Iterator[None]:
         patch.setattr(IterationRunner, "_call_iteration", call)
         patch.setattr(iteration_module, "clock_for", lambda device: clock)
         patch.setattr(thread_waits_module, "_region_times", lambda threads: [0.01] * thread_waits_module.PROBES)
+        readings = itertools.count(step=others_ticks or 1)
+        patch.setattr(CpuContention, "_busy_ticks", lambda self: -1 if others_ticks is None else next(readings))
         yield
 
 
@@ -421,14 +430,49 @@ def flattening(b: int) -> float:
     return straight(b) / (1.5 if b > 256 else 1.0)
 
 
-def tiny_analysis(ms: Callable[[int], float]) -> dict:
-    with injected_times(ms):
+def tiny_analysis(ms: Callable[[int], float], others_ticks: int | None = None) -> dict:
+    with injected_times(ms, others_ticks):
         return analyze(AnalysisRequest("entry_point.py", TINY, batch_size=128, device="cpu", budget=QUICK)).to_dict()
 
 
 @pytest.fixture(scope="module")
 def straight_document() -> dict:
     return tiny_analysis(straight)
+
+
+def device_of(kind: str) -> DeviceInfo:
+    return DeviceInfo(torch.device(kind), kind, 1 << 30, "user")
+
+
+def contention(others_share: float | None) -> CpuContention:
+    """A reading of how busy other processes kept the CPUs (None: counters it could not read)."""
+    read = CpuContention()
+    read.others_share = others_share
+    return read
+
+
+def test_advice_compared_on_a_busy_cpu_is_withheld_and_says_how_busy():
+    advice = Recommendation(512, 9000.0, True, "the fastest measured", 4000.0)
+    withheld = withheld_where_busy(advice, contention(0.67), device_of("cpu"))
+    assert withheld is not None and withheld.batch_size is None
+    assert withheld.reason == BUSY_WHILE_COMPARED.format(share=0.67) and "kept 67% of the CPUs busy" in withheld.reason
+    for quiet in (contention(0.1), contention(None), None):
+        assert withheld_where_busy(advice, quiet, device_of("cpu")) is advice
+    # A GPU's iteration is timed on the device; what the CPUs do was not found to bend it.
+    assert withheld_where_busy(advice, contention(0.67), device_of("cuda")) is advice
+    none = Recommendation.none("no batch size is faster than yours")
+    assert withheld_where_busy(none, contention(0.67), device_of("cpu")) is none  # its own reason stands
+
+
+@pytest.mark.slow  # a real analysis
+def test_a_real_analysis_on_a_busy_cpu_withholds_the_advice_its_rounds_give(straight_document):
+    # The times that advise 1,024 on a quiet machine, while other processes take every CPU.
+    assert straight_document["models"]["recommendation"]["batch_size"] == 1024
+    busy = tiny_analysis(straight, others_ticks=10**9)
+    advice = busy["models"]["recommendation"]
+    assert advice["batch_size"] is None and advice["measured"] is False
+    assert advice["reason"].startswith("other processes kept 100% of the CPUs busy while the batch sizes were compared")
+    assert any(w.startswith("Other processes kept 100% of the CPUs busy") for w in busy["warnings"])
 
 
 @pytest.mark.slow  # a real analysis

@@ -29,6 +29,17 @@ THREADS_WAITED = (
     "mostly waits, about the same at any batch size, so larger batch sizes ran faster per sample than they do in "
     "a process whose threads do not wait"
 )
+# Why no batch size is recommended on a CPU that other processes kept busy while the batch sizes
+# were compared (measure/contention.py): waits for a core, about the same at any batch size, make
+# larger batch sizes read faster than they run on a quiet machine. A small GPT beside two busy
+# processes: 32 read 21 and 22 % faster than 16 in two analyses' rounds (a third advised it),
+# where its own loops ran 32 10 % faster then, and on a quiet machine 16 was the faster; the
+# default example's 1,024 against 128 ran 2.4 times the samples a second busy, 1.7 times quiet.
+BUSY_WHILE_COMPARED = (
+    "other processes kept {share:.0%} of the CPUs busy while the batch sizes were compared: waits for a core, "
+    "about the same at any batch size, make larger ones read faster than they run on a quiet machine; re-run on a "
+    "quiet machine for advice"
+)
 
 
 def fit_models(
@@ -84,3 +95,17 @@ def withheld_where_threads_waited(
     if waits is None or recommendation is None or recommendation.batch_size is None:
         return recommendation
     return Recommendation.none(THREADS_WAITED)
+
+
+def withheld_where_busy(
+    recommendation: Recommendation | None, compared: CpuContention | None, device: DeviceInfo
+) -> Recommendation | None:
+    """`recommendation`, or none where it advised a batch size that was compared on the CPU device
+    while other processes kept the CPUs busy (`compared`: the busiest of the rounds that timed it
+    and the user's). The CPU device's alone: there the model's own threads wait for the cores
+    (measured there; a GPU's iteration waits for them only where launching its work does)."""
+    if recommendation is None or recommendation.batch_size is None or device.type != "cpu":
+        return recommendation
+    if compared is None or not compared.busy:
+        return recommendation
+    return Recommendation.none(BUSY_WHILE_COMPARED.format(share=compared.others_share))

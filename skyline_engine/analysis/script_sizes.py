@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from skyline_engine.analysis.fitting import ONE_SAMPLE, Confirmed, busy_machine_note, fit_models
+from skyline_engine.analysis.fitting import ONE_SAMPLE, Confirmed, busy_machine_note, fit_models, withheld_where_busy
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script_source import ScriptSource
 from skyline_engine.entry.script import TrainingScript, load_training_script
@@ -241,14 +241,16 @@ def predict_script_sizes(
     if models is None:
         return ScriptPredictions(samples, None, ONE_SAMPLE, probing.memory_only, notes=[*notes, ONE_SAMPLE])
     confirming = ScriptConfirming(sizes, models, samples, probing, budget)
-    confirmed = confirming.run()
+    with CpuContention() as confirming_contention:
+        confirmed = confirming.run()
+    busiest = max((contention, confirming_contention), key=lambda c: c.others_share or 0.0)
     return ScriptPredictions(
         samples,
         confirming.models,  # as confirmed.models: cut where the line bends
         None,
         probing.memory_only,
         confirmed.checks,
-        confirmed.recommendation,
+        withheld_where_busy(confirmed.recommendation, busiest, device),
         [*notes, *confirmed.notes, *confirming.models.warnings()],
     )
 

@@ -26,6 +26,7 @@ from skyline_engine.analysis.fitting import (
     Confirmed,
     busy_machine_note,
     fit_models,
+    withheld_where_busy,
     withheld_where_threads_waited,
 )
 from skyline_engine.analysis.probing import Probing
@@ -198,6 +199,9 @@ class _Analysis:
         self.location = batch_size_location(entry)
         self.runner: IterationRunner | None = None
         self.growth: MemoryGrowth | None = None  # tensor memory each iteration keeps, once measured
+        # The busiest of the rounds that timed batch sizes together: what the models and the
+        # recommendation compare was timed beside how busy other processes kept the CPUs.
+        self.busiest_rounds: CpuContention | None = None
         self._build_document = functools.partial(
             build_document,
             project_root=str(entry.files.root),
@@ -288,7 +292,9 @@ class _Analysis:
             memory_only=probing.memory_only,
             models_withheld=None if models else ONE_SAMPLE,
             checks=confirmed.checks,
-            recommendation=withheld_where_threads_waited(confirmed.recommendation, waits),
+            recommendation=withheld_where_busy(
+                withheld_where_threads_waited(confirmed.recommendation, waits), self.busiest_rounds, self.device
+            ),
             # The time the user's training gets: their batch size timed alone, before any other
             # ran in this process. Timed beside the others, the same batch size read 11-32 % faster
             # or slower than plain loops (the allocator's and the caches' state follow what ran
@@ -462,6 +468,10 @@ class _Analysis:
                 sizes = [b for b in sizes if not beyond_a_failure(b, users.batch_size, probing.failing)]
                 if sizes == [users.batch_size]:
                     return [users], notes
+        if contention.others_share is not None and (
+            self.busiest_rounds is None or contention.others_share > (self.busiest_rounds.others_share or 0.0)
+        ):
+            self.busiest_rounds = contention
         stats = timing.stats()
         samples = [Sample(b, stats[b], memory[b], micro_batches[b]) for b in sizes]
         if users.batch_size not in stats:
