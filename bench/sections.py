@@ -1,6 +1,6 @@
 """bench/results.md is written by several scripts: bench/run.py its tables, and each of the others
 (bench/distributed.py, bench/compiled.py, bench/profiler_agreement.py,
-bench/recorded_iterations.py, bench/memory_growth.py) a section of its own
+bench/recorded_iterations.py, bench/memory_growth.py, bench/analysis_parts.py) a section of its own
 between two markers. Each keeps what the others wrote: a script replaces only its own section,
 and run.py keeps every section."""
 
