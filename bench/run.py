@@ -44,6 +44,9 @@ MODELS = {
     "evaluates": "bench/models/evaluates_every_few_calls/entry_point.py",
     "per_step": "bench/models/samples_per_step/entry_point.py",
     "hf_bert": "bench/models/hf_bert/entry_point.py",  # transformers: a bench extra
+    # A small GPT (bench/fidelity.py's): a transformer language model written with torch alone. GPT-2
+    # small (124M parameters) would take seconds an iteration on two CPU cores, minutes an analysis.
+    "gpt": "bench/models/gpt/entry_point.py",
 }
 # Held out: none of these is among the batch sizes the engine measures (half, once, twice).
 HELD_OUT = (0.75, 1.5, 3.0)
@@ -469,9 +472,7 @@ def markdown(results: dict) -> str:
         time_error = acc["time_error_median"]
         memory_error = acc["memory_error_median"]
         out.append(
-            f"| {name} | {cold['skyline_over_torch_profiler']:.2f} "
-            f"({cold['seconds']['skyline']:.1f} s / {cold['seconds']['torch_profiler']:.1f} s), "
-            f"{mark(cold['skyline_over_torch_profiler'] <= TARGETS['cold_ratio'])} "
+            f"| {name} | {_cold(cold, warm)} "
             f"| {_percent(cold.get('imports_share_of_torch_profiler'))} "
             f"| {_ratio(cold.get('first_result_over_torch_profiler'))} "
             f"| {cold['skyline_over_bare_iteration']:.2f} "
@@ -634,6 +635,21 @@ def _prediction_sections(results: dict) -> list[str]:
                 f"| {_percent(error)}, {mark(error is not None and error <= TARGETS['cross_process_error_median'])} |"
             )
     return out
+
+
+def _cold(cold: dict, warm: dict) -> str:
+    """The cold column: the ratio, and where the warm run measured the timing rules' floor, the
+    floor under it: importing torch and its compiler (the profiler's own floor too), then timing
+    as the rules ask (issue "Numbers you can act on"): no cold analysis keeping them is faster."""
+    ratio, seconds = cold["skyline_over_torch_profiler"], cold["seconds"]
+    text = (
+        f"{ratio:.2f} ({seconds['skyline']:.1f} s / {seconds['torch_profiler']:.1f} s), "
+        f"{mark(ratio <= TARGETS['cold_ratio'])}"
+    )
+    if "timing_floor_s" not in warm or "imports" not in seconds:
+        return text
+    floor = (seconds["imports"] + warm["timing_floor_s"]) / seconds["torch_profiler"]
+    return f"{text}; its floor {floor:.2f} (the imports, then the timing rules' floor)"
 
 
 def _warm(warm: dict) -> str:
