@@ -33,8 +33,7 @@ THREADS_WAITED = (
 # were compared (measure/contention.py): waits for a core, about the same at any batch size, make
 # larger batch sizes read faster than they run on a quiet machine. A small GPT beside two busy
 # processes: 32 read 21 and 22 % faster than 16 in two analyses' rounds (a third advised it),
-# where its own loops ran 32 10 % faster then, and on a quiet machine 16 was the faster; the
-# default example's 1,024 against 128 ran 2.4 times the samples a second busy, 1.7 times quiet.
+# where its own loops ran 32 10 % faster then, and on a quiet machine 16 was the faster.
 BUSY_WHILE_COMPARED = (
     "other processes kept {share:.0%} of the CPUs busy while the batch sizes were compared: waits for a core, "
     "about the same at any batch size, make larger ones read faster than they run on a quiet machine; re-run on a "
