@@ -24,7 +24,7 @@ import torch
 from engine_helpers import QUICK
 from skyline_engine.analysis.fitting import BUSY_WHILE_COMPARED, withheld_where_busy
 from skyline_engine.analysis.probing import Probing
-from skyline_engine.analysis.script_sizes import ScriptConfirming, UsersIteration, in_both_orders
+from skyline_engine.analysis.script_sizes import ScriptConfirming, UsersIteration, in_both_orders, predict_script_sizes
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from skyline_engine.measure import iteration as iteration_module
 from skyline_engine.measure import thread_waits as thread_waits_module
@@ -378,6 +378,41 @@ def test_a_scripts_suggestion_moved_by_the_cut_is_timed_in_runs_of_its_own_too()
     assert [s.batch_size for s in straight_runs.runs] == [512, 128]
 
 
+class ScriptRuns(RunsInTurn):
+    """As `RunsInTurn`, with what analysis/script_sizes.py's models' runs need besides: probing's
+    runs measure memory and time, each timed one kept."""
+
+    def __init__(self, users: int, ms: Callable[[int], float]) -> None:
+        super().__init__(users, ms)
+        self.cycle = 1
+        self.samples: dict[int, Sample] = {}
+
+    def memory_and_time(self, batch_size: int) -> MemoryProfile:
+        self.samples[batch_size] = self.measure(batch_size)
+        return self.samples[batch_size].memory
+
+    def memory_alone(self, batch_size: int) -> MemoryProfile:
+        return self.measure(batch_size).memory
+
+
+@pytest.mark.parametrize(("others_ticks", "advised"), [(None, 512), (10**9, None)])
+def test_a_scripts_advice_from_runs_on_a_busy_cpu_is_withheld(others_ticks, advised):
+    # The line of 64-256 through every run (the knee's 512 runs on it, in both orders): advised
+    # where the counters say nothing of other processes, withheld where they took every CPU.
+    line_ms = lambda b: b / 64 + 0.75  # noqa: E731
+    runs = ScriptRuns(128, line_ms)
+    with cpu_counters(others_ticks):
+        predictions = predict_script_sizes(
+            runs, sample(128, line_ms(128)), device_of("cpu"), TimingBudget(), lambda phase, fraction: None
+        )
+    advice = predictions.recommendation
+    assert advice is not None and advice.batch_size == advised
+    if advised is None:
+        assert advice.reason.startswith(
+            "other processes kept 100% of the CPUs busy while the batch sizes were compared"
+        )
+
+
 class InjectedTimes:
     """A clock that reads each block's time from `ms` (batch size → milliseconds an iteration)
     summed over the iterations it ran, which run for real: the analysis sees these times."""
@@ -395,10 +430,9 @@ class InjectedTimes:
 @contextlib.contextmanager
 def injected_times(ms: Callable[[int], float], others_ticks: int | None = None) -> Iterator[None]:
     """Every analysis meanwhile times its iterations with `InjectedTimes(ms)`, its threads'
-    parallel regions in microseconds (measure/thread_waits.py), and reads the kernel's counters of
-    every process's CPU time (measure/contention.py) as none (`others_ticks` None) or as advanced
-    by `others_ticks` at each reading: how busy this machine's cores are is not the test's to
-    decide (on a busy one, threads that waited and busy rounds withhold the recommendation)."""
+    parallel regions in microseconds (measure/thread_waits.py), and reads the CPUs' counters as
+    `cpu_counters(others_ticks)` gives them: how busy this machine's cores are is not the test's
+    to decide (on a busy one, threads that waited and busy rounds withhold the recommendation)."""
     clock = InjectedTimes(ms)
     calls = IterationRunner._call_iteration
 
@@ -406,11 +440,20 @@ def injected_times(ms: Callable[[int], float], others_ticks: int | None = None) 
         clock.ran.append(batch_size)
         calls(runner, inputs, batch_size)
 
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, cpu_counters(others_ticks):
         patch.setattr(IterationRunner, "_call_iteration", call)
         patch.setattr(iteration_module, "clock_for", lambda device: clock)
         patch.setattr(thread_waits_module, "_region_times", lambda threads: [0.01] * thread_waits_module.PROBES)
-        readings = itertools.count(step=others_ticks or 1)
+        yield
+
+
+@contextlib.contextmanager
+def cpu_counters(others_ticks: int | None) -> Iterator[None]:
+    """The kernel's counters of every process's CPU time (measure/contention.py), meanwhile, read
+    as unreadable (`others_ticks` None: nothing is said of other processes) or as advanced by
+    `others_ticks` at each reading (a large number: other processes took every CPU)."""
+    readings = itertools.count(step=others_ticks or 1)
+    with pytest.MonkeyPatch.context() as patch:
         patch.setattr(CpuContention, "_busy_ticks", lambda self: -1 if others_ticks is None else next(readings))
         yield
 
