@@ -501,7 +501,8 @@ def test_advice_compared_on_a_busy_cpu_is_withheld_and_says_how_busy():
     assert withheld.reason == BUSY_WHILE_COMPARED.format(share=0.67) and "kept 67% of the CPUs busy" in withheld.reason
     for quiet in (contention(0.1), contention(None), None):
         assert withheld_where_busy(advice, quiet, device_of("cpu")) is advice
-    # A GPU's iteration is timed on the device; what the CPUs do was not found to bend it.
+    # A GPU's analysis is left as it was: its iterations are timed on the device, and nothing
+    # measured there says the CPUs' load bends its comparisons.
     assert withheld_where_busy(advice, contention(0.67), device_of("cuda")) is advice
     none = Recommendation.none("no batch size is faster than yours")
     assert withheld_where_busy(none, contention(0.67), device_of("cpu")) is none  # its own reason stands
