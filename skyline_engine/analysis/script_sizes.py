@@ -32,7 +32,7 @@ from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script_source import ScriptSource
 from skyline_engine.entry.script import TrainingScript, load_training_script
 from skyline_engine.errors import EntryPointError, UserCodeError
-from skyline_engine.measure.contention import CpuContention
+from skyline_engine.measure.contention import CpuContention, busiest
 from skyline_engine.measure.device import DeviceInfo
 from skyline_engine.measure.iteration import OutOfMemoryAtBatchSize, Sample, counting_gradients
 from skyline_engine.measure.memory import MemoryProfile, is_out_of_memory, measure_memory, release_cached_memory
@@ -243,14 +243,13 @@ def predict_script_sizes(
     confirming = ScriptConfirming(sizes, models, samples, probing, budget)
     with CpuContention() as confirming_contention:
         confirmed = confirming.run()
-    busiest = max((contention, confirming_contention), key=lambda c: c.others_share or 0.0)
     return ScriptPredictions(
         samples,
         confirming.models,  # as confirmed.models: cut where the line bends
         None,
         probing.memory_only,
         confirmed.checks,
-        withheld_where_busy(confirmed.recommendation, busiest, device),
+        withheld_where_busy(confirmed.recommendation, busiest(contention, confirming_contention), device),
         [*notes, *confirmed.notes, *confirming.models.warnings()],
     )
 

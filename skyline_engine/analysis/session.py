@@ -44,7 +44,7 @@ from skyline_engine.entry.script import is_script
 from skyline_engine.entry.user_output import first_lines_of_user_output
 from skyline_engine.errors import EntryPointError, OutOfMemory, SkylineError, UserCodeError
 from skyline_engine.measure.compilation import is_compiled
-from skyline_engine.measure.contention import CpuContention
+from skyline_engine.measure.contention import CpuContention, busiest
 from skyline_engine.measure.device import DeviceInfo, describe_device, resolve_device, torch_version
 from skyline_engine.measure.inputs import InputsIgnoreBatchSize
 from skyline_engine.measure.iteration import IterationRunner, OutOfMemoryAtBatchSize, Sample
@@ -468,10 +468,7 @@ class _Analysis:
                 sizes = [b for b in sizes if not beyond_a_failure(b, users.batch_size, probing.failing)]
                 if sizes == [users.batch_size]:
                     return [users], notes
-        if contention.others_share is not None and (
-            self.busiest_rounds is None or contention.others_share > (self.busiest_rounds.others_share or 0.0)
-        ):
-            self.busiest_rounds = contention
+        self.busiest_rounds = busiest(self.busiest_rounds, contention)
         stats = timing.stats()
         samples = [Sample(b, stats[b], memory[b], micro_batches[b]) for b in sizes]
         if users.batch_size not in stats:

@@ -61,3 +61,10 @@ class CpuContention:
         # user nice system idle iowait irq softirq steal: all but idle and iowait are busy
         ticks = [int(value) for value in fields[1:9]]
         return sum(ticks) - ticks[3] - ticks[4]
+
+
+def busiest(*readings: CpuContention | None) -> CpuContention | None:
+    """Of `readings` (None: not taken), the one whose other processes took the largest share of the
+    CPUs; None where no counters could be read."""
+    read = [r for r in readings if r is not None and r.others_share is not None]
+    return max(read, key=lambda r: r.others_share or 0.0, default=None)
