@@ -28,11 +28,7 @@ from sections import write_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results.md"
-MODELS = {
-    "default": "examples/default/entry_point.py",
-    "cnn": "examples/cnn/entry_point.py",
-    "transformer": "examples/transformer/entry_point.py",
-}
+EXAMPLES = ("default", "cnn", "transformer")  # of bench/run.py's models
 # The parts a partial document ends: the first per-line result, then the user's batch size timed.
 PARTIAL_PARTS = ("first per-line result", "user's batch size timed in full")
 
@@ -78,6 +74,8 @@ def child(entry: str) -> None:
 
 
 def measure(names: list[str], rounds: int) -> dict[str, list[dict]]:
+    from run import MODELS  # the bench's entry points; here, not at the top: run.py imports torch
+
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for round_ in range(rounds):
         for name in names:
@@ -118,7 +116,7 @@ def table(runs: dict[str, list[dict]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(EXAMPLES), help="of bench/run.py's models")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
