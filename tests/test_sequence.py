@@ -90,7 +90,22 @@ class LoggedSource(IterationSource):
         self._step("align")
 
 
+class Contention(CpuContention):
+    """How busy other processes kept the CPUs while the batch size was timed, as given (how much
+    this machine's are is not the test's to decide)."""
+
+    def __init__(self, others_share: float) -> None:
+        super().__init__()
+        self.given = others_share
+
+    def __exit__(self, *exc: object) -> None:
+        self.others_share = self.given
+
+
 def measured(source: LoggedSource, **options):
+    """Measured as on a quiet machine unless `contention` says otherwise: how busy the machine
+    running the tests is must not change how many iterations are recorded."""
+    options.setdefault("contention", lambda: Contention(0.0))
     recording = IterationRecording(CreationSites(CallSites(ProjectFiles(Path(__file__).parent))), source.model, CPU)
     firsts = []
     result = measure_batch_size(
@@ -122,18 +137,6 @@ def test_every_step_in_order_where_calls_do_not_differ():
     assert result.sample.memory == first.memory  # the recorded iteration's memory
     assert result.breakdown.attribution.recorded_iterations == recorded_iterations(TIMED.run_time_ms)
     assert result.growth is None
-
-
-class Contention(CpuContention):
-    """How busy other processes kept the CPUs while the batch size was timed, as given (how much
-    this machine's are is not the test's to decide)."""
-
-    def __init__(self, others_share: float) -> None:
-        super().__init__()
-        self.given = others_share
-
-    def __exit__(self, *exc: object) -> None:
-        self.others_share = self.given
 
 
 class ScriptLike(LoggedSource):
