@@ -365,6 +365,14 @@ def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
             larger_error_percent=_error(predicted, larger_mean),
             larger_plain_spread_percent=_spread([p["mean_ms"] for p in plain_larger]),
         )
+    # Each analysis against the plain loop of its own round, minutes apart at most: the machine's
+    # slow and fast phases, which move both alike, drop out of the ratio.
+    summary["paired_errors_percent"] = _paired(analyses, plain_user, "run_time_ms")
+    summary["paired_error_percent"] = _median(summary["paired_errors_percent"])
+    if larger is not None:
+        paired = _paired(analyses, model["plain"].get(str(larger), []), "predicted_larger_ms")
+        summary["larger_paired_errors_percent"] = paired
+        summary["larger_paired_error_percent"] = _median(paired)
     # The top lines: by their median share over the analyses (a line an analysis did not report
     # counts as 0 there).
     places = {place for a in analyses for place in a["line_shares"]}
@@ -398,6 +406,14 @@ def summarise(name: str, model: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def _paired(analyses: list[dict[str, Any]], plains: list[dict[str, Any]], figure: str) -> list[float]:
+    """Each analysis's `figure` against the plain loop's mean of the same round, in percent (rounds
+    without either left out)."""
+    plain_of = {p["round"]: p["mean_ms"] for p in plains}
+    errors = [_error(a.get(figure), plain_of.get(a["round"])) for a in analyses]
+    return [e for e in errors if e is not None]
+
+
 def _threads_waited(analysis: dict[str, Any]) -> bool:
     return any(warning.startswith("Your ") and "waited for a core" in warning for warning in analysis["warnings"])
 
@@ -410,6 +426,20 @@ def _ms(value: float | None) -> str:
 
 def _percent(value: float | None) -> str:
     return "—" if value is None else f"{value:+.1f}%"
+
+
+def _percents(values: list[float]) -> str:
+    """Errors by round, and their median."""
+    if not values:
+        return "—"
+    return ", ".join(f"{v:+.1f}" for v in values) + f" % (median {statistics.median(values):+.1f} %)"
+
+
+def _paired_line(name: str, summary: dict[str, Any]) -> str:
+    """A model's errors paired by round, at the user's batch size and the larger one."""
+    line = f"{name} {_percents(summary['paired_errors_percent'])}"
+    larger = summary.get("larger_paired_errors_percent")
+    return line + (f", at {summary['larger_batch_size']:,} {_percents(larger)}" if larger else "")
 
 
 def _plain_spread(value: float | None) -> str:
@@ -454,6 +484,12 @@ def markdown(result: dict[str, Any]) -> str:
             f"{_plain_spread(s.get('larger_plain_spread_percent'))} "
             f"| {_percent(s.get('larger_error_percent'))} | {spreads} | {advised} | {wall} |"
         )
+    paired = [_paired_line(name, s) for name, s in result["summary"].items()]
+    out += [
+        "",
+        "Paired by round (each analysis against the plain loops that ran right after it, in the same "
+        "phase of the machine), at the user's batch size and the larger one: " + "; ".join(paired) + ".",
+    ]
     loaded = {name: s["analyses_warning_of_load"] for name, s in result["summary"].items()}
     if any(loaded.values()):
         counts = ", ".join(f"{name} {count} of {result['rounds']}" for name, count in loaded.items() if count)
