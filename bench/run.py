@@ -150,14 +150,14 @@ def timing_floor_s(document: dict) -> float:
 
     def rounds_ms(sizes: list[dict], limit_s: float, deciding: bool = False) -> float:
         blocks = {s["batch_size"]: max(1, math.ceil(budget.min_block_ms / s["run_time_ms"])) for s in sizes}
+        round_ms = sum(blocks[s["batch_size"]] * s["run_time_ms"] for s in sizes)
+        # The minimum time is the rounds' together; the minimum iterations each batch size's.
         needed = max(
-            max(math.ceil(budget.min_iterations / blocks[s["batch_size"]]),
-                math.ceil(budget.min_run_s * 1000 / (blocks[s["batch_size"]] * s["run_time_ms"])))
-            for s in sizes
-        )  # fmt: skip
+            math.ceil(budget.min_run_s * 1000 / round_ms),
+            *(math.ceil(budget.min_iterations / blocks[s["batch_size"]]) for s in sizes),
+        )
         if deciding:  # rounds that end once their comparisons are decided: from MIN_DECIDING_BLOCKS on
             needed = min(needed, MIN_DECIDING_BLOCKS)
-        round_ms = sum(blocks[s["batch_size"]] * s["run_time_ms"] for s in sizes)
         return max(budget.min_blocks * round_ms, min(needed * round_ms, limit_s * 1000))
 
     users = document["iteration"]

@@ -140,14 +140,24 @@ def test_timing_stops_once_precise_and_not_before_its_minimum():
     timing.measure(max_s=5.0)
     for stats in timing.stats().values():
         assert stats.iqr_ms == pytest.approx(0.0)
-        # at least min_run_s of iterations, min_blocks blocks and min_iterations iterations, then no
-        # more rounds than that needed
-        needed = max(
-            BUDGET.min_blocks * stats.block_size,
-            BUDGET.min_iterations,
-            math.ceil(BUDGET.min_run_s * 1000 / stats.run_time_ms),
-        )
+        # min_blocks blocks and min_iterations iterations (the rounds' min_run_s passed in the
+        # first of them), then no more rounds than that needed
+        needed = max(BUDGET.min_blocks * stats.block_size, BUDGET.min_iterations)
         assert needed <= stats.iterations < needed + 2 * stats.block_size
+
+
+def test_the_minimum_time_is_the_rounds_not_each_batch_sizes_own():
+    # Each batch size's blocks are spread over all the rounds' time: once the rounds have spent
+    # the minimum together, the smallest batch size needs none of its own (16's 10 ms iterations
+    # would have needed 100 rounds of their own for 1 s; 17 rounds of all three spend it).
+    clock = LoadedClock(lambda n: 1.0)  # no noise at all: precise at once
+    budget = dataclasses.replace(BUDGET, min_run_s=1.0, min_iterations=3)
+    timing = InterleavedTiming(runs(clock), clock, budget)
+    timing.measure(max_s=5.0)
+    spent = sum(t.spent_ms for t in timing.times.values())
+    round_ms = sum(SLOPE * b + BIAS for b in SIZES)  # a block is one iteration at these times
+    assert budget.min_run_s * 1000 <= spent < budget.min_run_s * 1000 + round_ms
+    assert {len(t.per_iteration) for t in timing.times.values()} == {math.ceil(1000 / round_ms)}
 
 
 def noisy(n):
