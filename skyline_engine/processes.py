@@ -152,9 +152,15 @@ def end_orphans(orphans: Collection[int]) -> None:
     for orphan in orphans:
         process = processes.get(orphan)
         if process is not None and process.state != "Z":
-            if process.group != os.getpgrp():
+            # Its group killed only where it leads it: its pid, so the group's id, stays ours until
+            # it is reaped. Another group's id, read in the scan, can be free again by now and taken
+            # (a fork chain cycles through every pid in seconds): a spare worker started meanwhile,
+            # in a session of its own, would be killed and left a zombie, as the fork-chain test
+            # found twice under load. Members of such a group are this orphan's descendants or
+            # orphans themselves, ended here all the same.
+            if process.group == orphan != os.getpgrp():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.group, signal.SIGKILL)
+                    os.killpg(orphan, signal.SIGKILL)
             kill_descendants(orphan)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(orphan, signal.SIGKILL)

@@ -10,8 +10,11 @@ process ids next to itself.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from skyline_engine import processes
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # the service
 
 ESCAPES = "escapes/entry_point.py"
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +213,40 @@ def test_a_fork_chain_is_ended_as_a_group_and_leaves_no_zombies(root, service):
         time.sleep(0.1)
     assert with_marker(marker) == [] and zombie_children(service.proc.pid) == []
     assert service.client.request("status")["latest_complete_analysis_id"] is not None  # it answers at once
+
+
+# A process that leads a group of its own starts two sleepers in it and exits: both come to this
+# subreaper, their group's leader gone. Only one of them is ended as an orphan.
+GROUP_WITHOUT_ITS_LEADER = r"""
+import json, os, subprocess, sys, time
+from skyline_engine.processes import become_subreaper, end_orphans, own_children
+assert become_subreaper()
+sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+leads = "import subprocess, sys; s = [subprocess.Popen(%r) for _ in range(2)]; print(s[0].pid, s[1].pid)" % (sleeper,)
+leader = subprocess.Popen([sys.executable, "-c", leads], start_new_session=True, stdout=subprocess.PIPE, text=True)
+ended, kept = map(int, leader.stdout.readline().split())
+leader.wait()
+deadline = time.monotonic() + 30
+while not {ended, kept} <= set(own_children()) and time.monotonic() < deadline:
+    time.sleep(0.01)
+end_orphans([ended])
+time.sleep(0.5)
+state = open(f"/proc/{kept}/stat").read().rsplit(")", 1)[1].split()[0]
+print(json.dumps({"ended_reaped": not os.path.exists(f"/proc/{ended}"), "kept_state": state}))
+os.kill(kept, 9)
+os.waitpid(kept, 0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is Linux's")
+def test_an_orphans_group_is_killed_by_its_id_only_where_the_orphan_leads_it():
+    # A group whose leader is gone can be free again by the time it is killed, its id taken by
+    # another process (a spare worker the service started meanwhile, when a fork chain had cycled
+    # through the pids): only a group the orphan leads, which keeps its id while unreaped, is.
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_WITHOUT_ITS_LEADER],
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["ended_reaped"] and found["kept_state"] in ("S", "R")
