@@ -256,18 +256,18 @@ class InterleavedTiming:
         self._rounds += 1
 
     def precise(self) -> bool:
-        return all(self._precise(t) for t in self.times.values())
+        # The minimum time is the rounds', not each batch size's own: every batch size's blocks
+        # are spread over all of it (TimingBudget).
+        spent_ms = sum(t.spent_ms for t in self.times.values())
+        return spent_ms >= self.budget.min_run_s * 1000 and all(self._precise(t) for t in self.times.values())
 
     def enough_blocks(self) -> bool:
         """Whether every batch size has its minimum number of blocks, timed whatever the limit."""
         return all(len(t.per_iteration) >= self.budget.min_blocks for t in self.times.values())
 
     def _precise(self, times: BlockTimes) -> bool:
-        # The minimum time is the rounds', not each batch size's own: every batch size's blocks
-        # are spread over all of it (TimingBudget).
         return (
-            sum(t.spent_ms for t in self.times.values()) >= self.budget.min_run_s * 1000
-            and len(times.per_iteration) >= self.budget.min_blocks
+            len(times.per_iteration) >= self.budget.min_blocks
             and times.iterations >= self.budget.min_iterations
             and times.relative_error() <= self.budget.target_relative_error
         )
