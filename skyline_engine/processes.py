@@ -155,9 +155,9 @@ def end_orphans(orphans: Collection[int]) -> None:
             # Its group killed only where it leads it: its pid, so the group's id, stays ours until
             # it is reaped. Another group's id, read in the scan, can be free again by now and taken
             # (a fork chain cycles through every pid in seconds): a spare worker started meanwhile,
-            # in a session of its own, would be killed and left a zombie, as the fork-chain test
-            # found twice under load. Members of such a group are this orphan's descendants or
-            # orphans themselves, ended here all the same.
+            # in a session of its own, would be killed and left a zombie, the likely cause of the
+            # zombie the fork-chain test found twice. Members of such a group are this orphan's
+            # descendants or orphans themselves, ended here all the same.
             if process.group == orphan != os.getpgrp():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(orphan, signal.SIGKILL)
