@@ -57,7 +57,11 @@ class ProjectFiles:
         """The project's files among the modules imported in this process (thousands, with torch),
         relative to the root, sorted."""
         filenames = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
-        return sorted({self.relative(f) for f in filenames if f and self.contains(f)})
+        # Absolute names only: torch.ops and torch.classes name "_ops.py" and "_classes.py", which
+        # would resolve against the working directory, often the project root.
+        return sorted(
+            {self.relative(f) for f in filenames if isinstance(f, str) and os.path.isabs(f) and self.contains(f)}
+        )
 
 
 def innermost_user_frame(tb: TracebackType | None, files: ProjectFiles) -> traceback.FrameSummary | None:
