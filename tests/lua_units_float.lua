@@ -36,6 +36,20 @@ function cases.a_section_draws_from_the_context_it_is_given()
   }, sheet.lines, 'the compilation section at 30 columns')
 end
 
+-- What was taken from the previous analysis follows the warnings, marked apart from them.
+function cases.what_was_reused_follows_the_warnings()
+  local sheet = require('skyline.float.layout').new(40)
+  local document = {
+    warnings = { 'a warning' },
+    reused = { memory_batch_sizes = { 8 }, memory_growth_check_skipped = true, reason = 'Taken from before.' },
+  }
+  require('skyline.float.warnings').render(sheet, { document = document, width = 40 })
+  eq({ '', '! a warning', 'i Taken from before.' }, sheet.lines, 'warnings, then what was reused')
+  local alone = require('skyline.float.layout').new(40)
+  require('skyline.float.warnings').render(alone, { document = { warnings = {} }, width = 40 })
+  eq({}, alone.lines, 'nothing to say: no section')
+end
+
 -- No section reads the editor's state: each draws from the context it is given.
 function cases.no_section_reads_the_state()
   local folder =

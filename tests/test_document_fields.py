@@ -13,6 +13,7 @@ field there (`timeline` only when asked for), nothing else, each value of its de
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import sys
 import types
@@ -24,6 +25,7 @@ import pytest
 from engine_helpers import QUICK, analysed
 from skyline_engine import vocabulary
 from skyline_engine.analysis.document import DocumentDict
+from skyline_engine.analysis.known_memory import KnownMemory
 from skyline_engine.analysis.session import AnalysisRequest, analyze
 from test_recommendation import straight, tiny_analysis
 
@@ -137,16 +139,22 @@ def mismatches(value: Any, declared: Any, where: str = "document") -> list[str]:
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
     """The default example's complete document and first partial one, a document with memory-only
-    probes (tests/projects/branching), one of data-parallel training, one of a compiled model, one
-    of an iteration that keeps memory for good, and one whose confirming step timed batch sizes
-    beside the user's (`models.checks`: a tiny model with injected times, test_recommendation.py)."""
+    probes (tests/projects/branching) and the next one of the same code (`reused`), one of
+    data-parallel training, one of a compiled model, one of an iteration that keeps memory for
+    good, and one whose confirming step timed batch sizes beside the user's (`models.checks`: a
+    tiny model with injected times, test_recommendation.py)."""
     partials: list[dict[str, Any]] = []
     request = AnalysisRequest("examples/default/entry_point.py", REPO, device="cpu", budget=QUICK, timeline=True)
     complete = analyze(request, partial=lambda document: partials.append(document.to_dict())).to_dict()
     assert complete["models"] is not None and complete["timeline"] and complete["optimizer_state"]
     branching = REPO / "tests" / "projects" / "branching"
-    probed = analysed(branching)
+    handed: list[KnownMemory] = []
+    request = AnalysisRequest("entry_point.py", branching, device="cpu", budget=QUICK)
+    probed = analyze(request, remember=handed.append).to_dict()
     assert probed["models"]["memory_samples"]
+    # The service's next analysis of the same code, given what this one measured.
+    reused = analyze(dataclasses.replace(request, known_memory=handed[-1])).to_dict()
+    assert reused["reused"]["memory_batch_sizes"]
     data_parallel = REPO / "tests" / "projects" / "data_parallel"
     ranks = analysed(data_parallel, world_size=2)
     assert ranks["distributed"]["buckets"]
@@ -157,7 +165,7 @@ def documents() -> list[dict[str, Any]]:
     assert leaks["memory_growth"]["lines"]
     checked = tiny_analysis(straight)
     assert checked["models"]["checks"] and checked["models"]["recommendation"]["batch_size"]
-    return [complete, partials[0], probed, ranks, compiled, leaks, checked]
+    return [complete, partials[0], probed, reused, ranks, compiled, leaks, checked]
 
 
 @pytest.mark.slow

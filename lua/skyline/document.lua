@@ -24,6 +24,7 @@
 ---@field compilation skyline.Compilation? what torch.compile compiled; nil when nothing was
 ---@field memory_growth skyline.MemoryGrowth? memory each iteration keeps for good
 ---@field runtime_changes string[] what the engine changed in the process's runtime (--settle-runtime)
+---@field reused skyline.Reused? what was taken from the previous analysis of the same code
 ---@field lines skyline.SourceLine[] the per-line breakdown, by path then line
 ---@field operations skyline.OperationNode the module and operation tree (root: `iteration`)
 ---@field weights skyline.Weight[]
@@ -52,6 +53,11 @@
 ---@field peak_memory_bytes integer
 ---@field peak_memory_phase string `"forward_backward"`, `"optimizer"` or `"other"`
 ---@field peak_memory_reserved_bytes integer? CUDA: the caching allocator's peak; nil on the CPU
+
+---@class skyline.Reused
+---@field memory_batch_sizes integer[] whose memory was taken, not measured again
+---@field memory_growth_check_skipped boolean
+---@field reason string in a sentence
 
 ---@class skyline.MemoryGrowth
 ---@field bytes_per_iteration integer

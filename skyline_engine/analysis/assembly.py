@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from skyline_engine.analysis.breakdown_notes import breakdown_notes
 from skyline_engine.analysis.data_parallel import DataParallel
 from skyline_engine.analysis.document import AnalysisDocument, PredictionRow
+from skyline_engine.analysis.known_memory import Reused
 from skyline_engine.attribute.breakdown import Breakdown
 from skyline_engine.attribute.memory_growth import MemoryGrowth
 from skyline_engine.entry.batch_size import BatchSizeLocation
@@ -46,6 +47,7 @@ def build_document(
     recommendation: Recommendation | None = None,
     iteration: Sample | None = None,
     script: bool = False,
+    reused: Reused | None = None,
 ) -> AnalysisDocument:
     """The document of an analysis at `batch_size` (which `samples` must hold), with the models'
     predictions over the ladder of batch sizes when there are models. The breakdown is fitted to
@@ -57,7 +59,8 @@ def build_document(
     is; `recommendation` the one made from them, else the one the models and measurements make
     (predict/recommendation.py). `iteration`: the user's batch size as the document's `iteration`,
     where it is not its sample in `samples` (timed alone, before any other batch size ran).
-    `script`: the document of a training script (the breakdown's notes advise for one)."""
+    `script`: the document of a training script (the breakdown's notes advise for one). `reused`:
+    what was taken from the previous analysis of the same code (analysis/known_memory.py)."""
     measured = {s.batch_size: s for s in samples}
     headline = iteration or measured[batch_size]
     fitted = breakdown.fitted_to(breakdown_time_ms or headline.run_time_ms)
@@ -95,6 +98,7 @@ def build_document(
         runtime_changes=list(runtime_changes or []),
         checks=sorted(checks, key=lambda s: s.batch_size) if models is not None else [],
         recommendation=recommendation if models is not None else None,
+        reused=reused,
     )
 
 

@@ -23,6 +23,7 @@ from skyline_engine.vocabulary import OperationPhase, PeakPhase
 
 if TYPE_CHECKING:  # each imports torch or numpy
     from skyline_engine.analysis.data_parallel import DataParallel
+    from skyline_engine.analysis.known_memory import Reused
     from skyline_engine.attribute.breakdown import Breakdown
     from skyline_engine.attribute.memory_growth import MemoryGrowth
     from skyline_engine.entry.batch_size import BatchSizeLocation
@@ -320,6 +321,14 @@ class MemoryGrowthDict(TypedDict):
     lines: list[KeptLineDict]
 
 
+class ReusedDict(TypedDict):
+    """`reused` (analysis/known_memory.py, Reused)."""
+
+    memory_batch_sizes: list[int]
+    memory_growth_check_skipped: bool
+    reason: str
+
+
 class RankDict(TypedDict):
     """`distributed.ranks[]`."""
 
@@ -421,6 +430,7 @@ class DocumentDict(BreakdownDict):
     compilation: CompilationDict | None
     memory_growth: MemoryGrowthDict | None
     runtime_changes: list[str]
+    reused: ReusedDict | None
 
 
 # --- the typed parts, and where they meet the shape -------------------------------------------
@@ -466,6 +476,8 @@ class AnalysisDocument:
     # the batch size to use: with `models`.
     checks: list[Sample] = field(default_factory=list)
     recommendation: Recommendation | None = None
+    # What was taken from the previous analysis of the same code, not measured again (the service's).
+    reused: Reused | None = None
 
     def to_dict(self) -> DocumentDict:
         location, distributed = self.batch_size_location, self.distributed
@@ -488,6 +500,7 @@ class AnalysisDocument:
             "compilation": cast("CompilationDict", compilation.to_dict()) if compilation else None,
             "memory_growth": cast("MemoryGrowthDict", growth.to_dict()) if growth else None,
             "runtime_changes": list(self.runtime_changes),
+            "reused": cast("ReusedDict", self.reused.to_dict()) if self.reused else None,
             **cast("BreakdownDict", self.breakdown.to_dict()),
         }
 

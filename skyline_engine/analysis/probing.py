@@ -29,6 +29,12 @@ SETTLED_RESIDUAL = 0.01
 FURTHER = (4, 16)
 Progress = Callable[[str, float], None]
 MeasureMemory = Callable[[int], MemoryProfile]
+# The memory of a batch size known without measuring it (analysis/known_memory.py), or None.
+KnownMemoryOf = Callable[[int], "MemoryProfile | None"]
+
+
+def nothing_known(batch_size: int) -> MemoryProfile | None:
+    return None
 
 
 class Probing:
@@ -40,10 +46,13 @@ class Probing:
         user_batch_size: int,
         users_memory: MemoryProfile,
         measure_memory_only: MeasureMemory | None = None,
+        known: KnownMemoryOf = nothing_known,
     ) -> None:
         self.measure_memory = measure_memory
         # What measures a batch size for the memory model alone (a script's runs time the others too).
         self.measure_memory_only = measure_memory_only or measure_memory
+        # Taken in place of measuring, where a previous analysis of the same code measured it.
+        self.known = known
         self.usable = usable_memory_bytes
         self.progress = progress
         self.user_batch_size = user_batch_size
@@ -87,8 +96,7 @@ class Probing:
             target = factor * largest if fits is None else min(factor * largest, fits)
             if target <= largest or self._seconds_at(target, model, seconds_per_sample) > budget_s:
                 return
-            self.progress(f"measuring the memory of batch size {target}", 0.6)
-            if not self._measure_memory_only(target):
+            if not self._measure_memory_only(target, f"measuring the memory of batch size {target}", 0.6):
                 return
         self._measure_the_limit(seconds_per_sample, budget_s)
 
@@ -118,8 +126,9 @@ class Probing:
             or self._seconds_at(limit, model, seconds_per_sample) > budget_s
         ):
             return
-        self.progress(f"measuring the memory of batch size {limit}, the largest predicted to fit", 0.65)
-        self._measure_memory_only(limit)
+        self._measure_memory_only(
+            limit, f"measuring the memory of batch size {limit}, the largest predicted to fit", 0.65
+        )
 
     def _seconds_at(self, batch_size: int, model: PeakMemoryModel, seconds_per_sample: float) -> float:
         """One iteration's predicted time at `batch_size`: the user's time per sample, times the
@@ -130,11 +139,15 @@ class Probing:
         growth = model(batch_size) / batch_size / users if users > 0 else 1.0
         return batch_size * seconds_per_sample * max(1.0, growth)
 
-    def _measure_memory_only(self, batch_size: int) -> bool:
+    def _measure_memory_only(self, batch_size: int, phase: str, fraction: float) -> bool:
         if self._beyond_a_failure(batch_size):
             return False
         try:
-            self.memory_only[batch_size] = self.measure_memory_only(batch_size)
+            profile = self.known(batch_size)
+            if profile is None:
+                self.progress(phase, fraction)
+                profile = self.measure_memory_only(batch_size)
+            self.memory_only[batch_size] = profile
             return True
         except OutOfMemoryAtBatchSize:
             self.notes.append(
@@ -228,5 +241,8 @@ class Probing:
 
     def _measure(self, batch_size: int) -> None:
         self._tried.add(batch_size)
-        self.progress(f"measuring the memory of batch size {batch_size}", 0.4 + 0.1 * len(self.memory))
-        self.memory[batch_size] = self.measure_memory(batch_size)
+        profile = self.known(batch_size)
+        if profile is None:
+            self.progress(f"measuring the memory of batch size {batch_size}", 0.4 + 0.1 * len(self.memory))
+            profile = self.measure_memory(batch_size)
+        self.memory[batch_size] = profile

@@ -27,6 +27,7 @@ from skyline_engine.measure.thread_waits import ThreadWaits, thread_waits
 from skyline_engine.measure.timing import Clock, TimingStats
 
 FirstResult = Callable[[Sample, Breakdown], None]
+GrowthKnownNone = Callable[[int, MemoryProfile], bool]
 
 
 class IterationSource:
@@ -104,11 +105,14 @@ def measure_batch_size(
     timeline: bool,
     on_first: FirstResult | None = None,
     contention: Callable[[], CpuContention] = CpuContention,
+    growth_known_none: GrowthKnownNone | None = None,
 ) -> BatchSizeMeasurement:
     """The sample, the breakdown and the memory growth of `source`'s batch size, recorded by
     `recording`. `on_first` gets a first sample and breakdown as soon as one recorded iteration
     is broken down. `contention` measures how busy other processes kept the CPUs while timing
-    (tests give a machine's counters)."""
+    (tests give a machine's counters). `growth_known_none`, given the first recorded iteration's
+    memory, says whether the memory growth check can be skipped: a previous analysis of the same
+    code found none (analysis/known_memory.py)."""
     batch_size = source.batch_size
     warmup_ms = source.warm_up()
     mode = EAGER_REPLAY if source.compiled else RECORDED
@@ -121,7 +125,10 @@ def measure_batch_size(
         first = Sample(batch_size, single_iteration_timing(warmup_ms, recorded_ms), memory, micro_batches)
         breakdown = recording.breakdown(first.run_time_ms, memory.peak_bytes, timeline, mode, memory.program)
         on_first(first, breakdown)
-    growth = recording.memory_growth(source.run_recorded, source.live_tensors)
+    if growth_known_none is not None and growth_known_none(batch_size, memory):
+        growth = None
+    else:
+        growth = recording.memory_growth(source.run_recorded, source.live_tensors)
     with contention() as others:
         timing = source.time()
     waits = thread_waits(recording.device)  # the state the iterations were just timed in

@@ -29,6 +29,7 @@ from skyline_engine.analysis.fitting import (
     withheld_where_busy,
     withheld_where_threads_waited,
 )
+from skyline_engine.analysis.known_memory import KnownMemory, Reuse, remembered
 from skyline_engine.analysis.probing import Probing
 from skyline_engine.analysis.script import analyze_script
 from skyline_engine.analysis.sequence import BatchSizeMeasurement, OneProcess, measure_batch_size
@@ -38,6 +39,7 @@ from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.memory_growth import GROWING_MEMORY, MemoryGrowth
 from skyline_engine.attribute.recording import IterationRecording
 from skyline_engine.entry.batch_size import BatchSizeLocation, find_batch_size_location
+from skyline_engine.entry.code_digest import code_digest
 from skyline_engine.entry.contract import INPUT_PROVIDER
 from skyline_engine.entry.loader import EntryPoint, load_entry_point, read_source, resolve_entry_path
 from skyline_engine.entry.script import is_script
@@ -66,6 +68,7 @@ from skyline_engine.predict.recommendation import (
 
 Progress = Callable[[str, float], None]
 Partial = Callable[[AnalysisDocument], None]
+Remember = Callable[[KnownMemory], None]
 # Whether the confirming rounds so far decide their comparisons: their measurements, and the
 # relative standard error of each one's mean, by batch size (predict/recommendation.py).
 DecidedBy = Callable[[Mapping[int, Sample], Mapping[int, float]], bool]
@@ -107,17 +110,24 @@ class AnalysisRequest:
     # A training script: write `batch_size` at its literal in the file once its model showed that
     # literal is its batch size (--set-batch-size); else the literal is set in memory only.
     write_batch_size: bool = False
+    # What the previous analysis of this entry point measured of the memory (the service keeps
+    # it between analyses): taken where it still holds (analysis/known_memory.py).
+    known_memory: KnownMemory | None = None
 
 
 def analyze(
-    request: AnalysisRequest, progress: Progress = no_progress, partial: Partial | None = None
+    request: AnalysisRequest,
+    progress: Progress = no_progress,
+    partial: Partial | None = None,
+    remember: Remember | None = None,
 ) -> AnalysisDocument:
     """Run one analysis and return its document.
 
     `partial`, when given, receives early documents (`models` None, no predictions): the first as
     soon as one iteration at the user's batch size is broken down (its time from that one
     iteration, `repetitions` 1), then, when predicting, the user's batch size timed in full,
-    before the other batch sizes are probed.
+    before the other batch sizes are probed. `remember`, when given, receives what the next
+    analysis of the same code may take from this one (an entry point's complete analysis).
     """
     _check_batch_size(request.batch_size)
     if request.world_size > 1:
@@ -142,7 +152,10 @@ def analyze(
     entry = load_entry_point(path, root)
     try:
         with first_lines_of_user_output() as output:
-            document = _Analysis(request, entry, device_info, progress, partial).run()
+            analysis = _Analysis(request, entry, device_info, progress, partial)
+            document = analysis.run()
+            if remember is not None:
+                analysis.hand_on(remember)
         workspaces = cublas_workspace_bytes(device)  # once nothing is measured any more: it frees them
         document = dataclasses.replace(document, breakdown=document.breakdown.with_workspaces(workspaces))
     finally:
@@ -202,6 +215,14 @@ class _Analysis:
         # The busiest of the rounds that timed batch sizes together: what the models and the
         # recommendation compare was timed beside how busy other processes kept the CPUs.
         self.busiest_rounds: CpuContention | None = None
+        known = request.known_memory
+        self.device_key = f"{device.name} ({device.torch_device}), torch {torch_version()}"
+        unchanged = known is not None and known.unchanged(Path(entry.files.root), self.location, self.device_key)
+        self.reuse = Reuse(known if unchanged else None)
+        # The code as loaded: what the next analysis may take from this one is handed on only
+        # where it is still the code at the end (a save during the analysis changes it).
+        self.code = code_digest(Path(entry.files.root), self._code_files(), self.location)
+        self.memory: dict[int, MemoryProfile] = {}  # every batch size's, measured or taken: for the next analysis
         self._build_document = functools.partial(
             build_document,
             project_root=str(entry.files.root),
@@ -223,8 +244,42 @@ class _Analysis:
             parts["warnings"] = [differing, *parts["warnings"]]
         changes = runtime_changes(os.environ, self.runner is not None and self.runner.malloc_pinned)
         return self._build_document(
-            compilation=compilation, memory_growth=self.growth, runtime_changes=changes, **parts
+            compilation=compilation,
+            memory_growth=self.growth,
+            runtime_changes=changes,
+            reused=self.reuse.reused(),
+            **parts,
         )
+
+    def known_memory(self, runner: IterationRunner, batch_size: int) -> MemoryProfile | None:
+        """The memory of `batch_size` taken from the previous analysis, where it holds (after the
+        warm-up the batch size is due); None where it is to be measured (`memory_at`)."""
+        if not self.reuse.knows(batch_size):
+            return None
+        runner.warm_up_at(batch_size)  # out of memory there raises as measuring would
+        profile = self.memory[batch_size] = self.reuse.take(batch_size)
+        return profile
+
+    def memory_at(self, runner: IterationRunner, batch_size: int) -> MemoryProfile:
+        """The memory of `batch_size`, measured (and kept for the next analysis)."""
+        profile = self.memory[batch_size] = runner.memory_at(batch_size)
+        return profile
+
+    def hand_on(self, remember: Remember) -> None:
+        """Hand on what this analysis measured of the memory, where the code it loaded is still the
+        code on disk (with the modules it imported later, as they are now)."""
+        code = code_digest(Path(self.entry.files.root), self._code_files(), self.location)
+        if self.code is None or code is None or any(code.get(path) != digest for path, digest in self.code.items()):
+            return
+        # What it took still holds: with it, the batch sizes of analyses before it stay known.
+        memory = {**(self.reuse.known.memory if self.reuse.known is not None else {}), **self.memory}
+        known = remembered(code, self.device_key, memory, self.growth is None)
+        if known is not None:
+            remember(known)
+
+    def _code_files(self) -> set[str]:
+        """The entry point and the project's modules imported so far."""
+        return {self.entry.relative_path, *self.entry.files.loaded()}
 
     def run(self) -> AnalysisDocument:
         self.progress("building the model", 0.0)
@@ -234,6 +289,7 @@ class _Analysis:
         with runner:
             measured = self._users_batch_size(runner, creation)
             users, breakdown, self.growth = measured.sample, measured.breakdown, measured.growth
+            self.memory[self.batch_size] = users.memory
             notes = [*runner.notes, *measured.warnings()]  # the warm-up's, a leak, threads that waited
             if not self.request.predict:
                 return self.document(
@@ -251,7 +307,14 @@ class _Analysis:
                     models_withheld=GROWING_MEMORY,
                 )
             usable = usable_memory_bytes(self.device.memory_capacity_bytes)
-            probing = Probing(runner.memory_at, usable, self.progress, self.batch_size, users.memory)
+            probing = Probing(
+                functools.partial(self.memory_at, runner),
+                usable,
+                self.progress,
+                self.batch_size,
+                users.memory,
+                known=functools.partial(self.known_memory, runner),
+            )
             try:
                 sizes = probing.probe()
                 # A memory probe runs a whole cycle where calls differ (IterationRunner.measure_in_cycles).
@@ -386,9 +449,11 @@ class _Analysis:
         notes: list[str] = []
         memory = {users.batch_size: users.memory}
         for batch_size in sizes:
-            self.progress(f"measuring the memory of batch size {batch_size}", 0.92)
             try:
-                memory[batch_size] = runner.memory_at(batch_size)
+                known = self.known_memory(runner, batch_size)
+                if known is None:
+                    self.progress(f"measuring the memory of batch size {batch_size}", 0.92)
+                memory[batch_size] = known or self.memory_at(runner, batch_size)
             except OutOfMemoryAtBatchSize:
                 notes.append(f"Batch size {batch_size} ran out of memory: stay below it on this device.")
                 not_timed[batch_size] = "it ran out of memory (see the warnings)"
@@ -490,6 +555,7 @@ class _Analysis:
                     IterationRecording(creation, runner.model, runner.device, runner.held_modules),
                     timeline=self.request.timeline,
                     on_first=lambda sample, found: self._send(sample, found, runner.notes),
+                    growth_known_none=self.reuse.growth_known_none,
                 )
         except OutOfMemoryAtBatchSize as exc:
             raise _does_not_fit(exc, self.device, self.location, self.request.memory_limit_source, self.entry) from None

@@ -479,6 +479,13 @@ class IterationRunner:
             self.warm_up(run)
             return self.memory(run)
 
+    def warm_up_at(self, batch_size: int) -> None:
+        """The warm-up `memory_at` runs, without the memory: for a batch size whose memory is
+        known already (analysis/known_memory.py). None is due on the CPU, where this only makes
+        the inputs (out of memory there raises as `memory_at` would)."""
+        with self.at_batch_size(batch_size) as run:
+            self.warm_up(run)
+
     def measure(self, batch_size: int) -> Sample:
         """Time and peak memory at `batch_size`; OutOfMemoryAtBatchSize when it does not fit."""
         with self.at_batch_size(batch_size) as run:

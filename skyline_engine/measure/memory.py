@@ -187,6 +187,37 @@ class MemoryProfile:
     def peak_bytes(self) -> int:
         return max(self.start_bytes, *self.operation_bytes) if self.operation_bytes else self.start_bytes
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (msgpack's), for `from_dict` in another process."""
+        return {
+            "start_bytes": self.start_bytes,
+            "operation_bytes": list(self.operation_bytes),
+            "operation_names": list(self.operation_names),
+            "phase_starts": [list(start) for start in self.phase_starts],
+            "reserved_peak_bytes": self.reserved_peak_bytes,
+            "operation_held_bytes": None if self.operation_held_bytes is None else list(self.operation_held_bytes),
+            "count_slack_bytes": self.count_slack_bytes,
+            "program": self.program,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryProfile:
+        """`to_dict`'s data read back; ValueError, TypeError or KeyError where it is not that."""
+        held = data["operation_held_bytes"]
+        profile = cls(
+            start_bytes=_count(data["start_bytes"]),
+            operation_bytes=tuple(_count(n) for n in data["operation_bytes"]),
+            operation_names=tuple(_text(name) for name in data["operation_names"]),
+            phase_starts=tuple((_count(index), _text(phase)) for index, phase in data["phase_starts"]),
+            reserved_peak_bytes=None if data["reserved_peak_bytes"] is None else _count(data["reserved_peak_bytes"]),
+            operation_held_bytes=None if held is None else tuple(_count(n) for n in held),
+            count_slack_bytes=_count(data["count_slack_bytes"]),
+            program=bool(data["program"]),
+        )
+        if len(profile.operation_names) != len(profile.operation_bytes) or not profile.phase_starts:
+            raise ValueError("a memory profile names each operation and starts a phase")
+        return profile
+
     def phases(self) -> list[str]:
         """The phase of each operation."""
         ends = [start for start, _ in self.phase_starts[1:]] + [len(self.operation_bytes)]
@@ -201,6 +232,18 @@ class MemoryProfile:
         if not self.operation_bytes or self.start_bytes >= max(self.operation_bytes):
             return self.phase_starts[0][1]
         return self.phases()[self.operation_bytes.index(max(self.operation_bytes))]
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"not a count of bytes: {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"not a name: {value!r}")
+    return value
 
 
 class MemoryMeter:
