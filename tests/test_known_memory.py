@@ -6,6 +6,7 @@ workers run them one after another."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from skyline_engine.entry.user_frames import ProjectFiles
 pytestmark = pytest.mark.slow  # real analyses
 
 MODEL = """\
+import dataclasses
 import json
 from pathlib import Path
 
@@ -200,3 +202,23 @@ def test_the_projects_loaded_files_are_files_of_the_project_only(project, monkey
     loaded = ProjectFiles(project).loaded()
     assert not any(os.path.basename(path) in ("_ops.py", "_classes.py") for path in loaded)
 
+
+def test_known_memory_too_large_for_a_message_is_not_handed_on(project):
+    """A model with very many operations: its profiles would crowd the document out of the
+    worker's result message (the service reads 16 MiB of one at most); the next analysis then
+    measures everything."""
+    from skyline_engine.service.worker_main import MAX_KNOWN_MEMORY_BYTES, handed_on
+
+    analyses = Analyses(project)
+    analyses.run()
+    known = analyses.known
+    assert known is not None and handed_on(known) == known.to_dict()
+    profile = next(iter(known.memory.values()))
+    operations = MAX_KNOWN_MEMORY_BYTES // 8  # each at least a byte count and a name: 8 bytes or more
+    large = dataclasses.replace(
+        profile,
+        operation_bytes=(1 << 20,) * operations,
+        operation_names=("aten::mm",) * operations,
+        phase_starts=((0, profile.phase_starts[0][1]),),
+    )
+    assert handed_on(dataclasses.replace(known, memory={8: large})) is None

@@ -346,3 +346,28 @@ def test_the_next_worker_imports_ahead_the_installed_libraries_the_last_analysis
         assert ahead() == []
     finally:
         service.stop()
+
+
+def test_the_next_analysis_of_unchanged_code_takes_the_memory_the_last_measured(tmp_path):
+    """A save answered without measuring again what an unchanged model's memory was (issue "Fast
+    enough"): the service hands each complete analysis's memory to the next worker, which takes
+    it while the code is the same (analysis/known_memory.py), and not once the model changes."""
+    root = copy_project(tmp_path)
+    service = ServiceProcess(root, "--quick")
+    try:
+        client = service.stdio_client()
+        client.initialize()
+
+        def reused() -> dict | None:
+            _, method, final = client.analyze(TINY)
+            assert method == "analysis", final
+            return final["document"]["reused"]
+
+        assert reused() is None
+        taken = reused()
+        assert taken is not None and taken["memory_batch_sizes"] and taken["memory_growth_check_skipped"]
+        model = root / "tiny" / "model.py"
+        model.write_text(model.read_text().replace("nn.Linear(8, 4)", "nn.Linear(8, 6)"))
+        assert reused() is None
+    finally:
+        service.stop()

@@ -38,6 +38,9 @@ FORGED = {
     "a result whose imports are not a list": msgpack.packb(
         {"type": "result", "document": {"models": None}, "imports": "transformers"}
     ),
+    "a result whose known memory is not a map": msgpack.packb(
+        {"type": "result", "document": {"models": None}, "known_memory": ["forged"]}
+    ),
     "a progress of the wrong types": msgpack.packb({"type": "progress", "phase": ["x"], "fraction": "half"}),
     "a progress past 1": msgpack.packb({"type": "progress", "phase": "measuring", "fraction": 7.5}),
     "a partial nested too deep": msgpack.packb({"type": "partial", "document": {"a": nested(100)}}),
@@ -92,3 +95,17 @@ def test_a_malformed_worker_message_ends_that_analysis_only(service, client, roo
     assert zombie_children(service.proc.pid) == []
     # predict still answers from the last good analysis.
     assert client.request("predict", {"batch_size": 8})["analysis_id"] == complete
+
+
+def test_a_forged_known_memory_is_handed_on_and_taken_for_nothing(service, client, root):
+    """A well-formed result's `known_memory` is the worker's word: the service hands it to the next
+    worker, which reads what it can (analysis/known_memory.py) and measures everything itself."""
+    forged = {"code": {TINY: "0" * 64}, "device": "forged", "memory": [[8, {"start_bytes": -1}]], "no_growth": True}
+    (root / "forges" / "message.msgpack").write_bytes(
+        msgpack.packb({"type": "result", "document": {"models": None}, "known_memory": forged})
+    )
+    _, method, _ = client.analyze(FORGES)
+    assert method == "analysis"  # accepted: a map, whatever it holds
+    _, method, final = client.analyze(TINY)
+    assert method == "analysis", final
+    assert final["document"]["reused"] is None and final["document"]["models"] is not None

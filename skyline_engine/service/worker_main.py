@@ -43,6 +43,7 @@ from skyline_engine.service.failures import Failure
 
 if TYPE_CHECKING:
     from skyline_engine.analysis.document import AnalysisDocument, DocumentDict
+    from skyline_engine.analysis.known_memory import KnownMemory
     from skyline_engine.errors import SkylineError
 
 
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> None:
         _finish(channel, {"type": "error", **startup_error.to_dict()})
     try:
         environ = dict(os.environ)
-        document = _analyze(job, channel, limited=args.memory_limit is not None)
-        message = {"type": "result", "document": document, "imports": _imports_to_pass_on(engines_modules, environ)}
+        document, known_memory = _analyze(job, channel, limited=args.memory_limit is not None)
+        imports = _imports_to_pass_on(engines_modules, environ)
+        message = {"type": "result", "document": document, "imports": imports, "known_memory": known_memory}
     except BaseException as exc:  # noqa: BLE001 - whatever ends the analysis is reported, not raised
         failure = describe_failure(exc, "running the analysis", project_root=job.get("project_root"))
         message = {"type": "error", **failure.to_dict()}
@@ -215,7 +217,10 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
-def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> DocumentDict:
+def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> tuple[DocumentDict, dict[str, Any] | None]:
+    """The analysis's document, and what it measured of the memory for the next analysis (the
+    job's `known_memory` is the last one's: analysis/known_memory.py)."""
+    from skyline_engine.analysis.known_memory import KnownMemory
     from skyline_engine.analysis.session import AnalysisRequest, analyze
     from skyline_engine.measure.timing import TimingBudget
 
@@ -229,7 +234,9 @@ def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> DocumentDi
         device=job.get("device", "auto"),
         budget=dataclasses.replace(TimingBudget(), **job.get("budget", {})),
         memory_limit_source="--worker-memory-limit" if limited else "inherited by the worker",
+        known_memory=KnownMemory.from_dict(job.get("known_memory")),
     )
+    remembered: list[KnownMemory] = []
 
     def progress(phase: str, fraction: float) -> None:
         channel.send({"type": "progress", "phase": phase, "fraction": float(fraction)})
@@ -237,7 +244,21 @@ def _analyze(job: dict[str, Any], channel: Channel, limited: bool) -> DocumentDi
     def partial(document: AnalysisDocument) -> None:
         channel.send({"type": "partial", "document": document.to_dict()})
 
-    return analyze(request, progress=progress, partial=partial).to_dict()
+    document = analyze(request, progress=progress, partial=partial, remember=remembered.append).to_dict()
+    return document, handed_on(remembered[-1]) if remembered else None
+
+
+# What a result's `known_memory` may take of the message (msgpack bytes): a quarter of what the
+# service reads of one (worker_pool.MAX_WORKER_MESSAGE_BYTES, 16 MiB), so that the document always
+# fits beside it. The small GPT's, three batch sizes of 1,004 operations, took 59 KiB.
+MAX_KNOWN_MEMORY_BYTES = 4 << 20
+
+
+def handed_on(known: KnownMemory) -> dict[str, Any] | None:
+    """`known` as the result hands it on; None where it is too large to (the next analysis then
+    measures everything)."""
+    data = known.to_dict()
+    return data if len(msgpack.packb(data, use_bin_type=True)) <= MAX_KNOWN_MEMORY_BYTES else None
 
 
 def describe_failure(exc: BaseException, doing: str, project_root: str | None = None) -> Failure:

@@ -11,7 +11,9 @@ reaches the client, and the client's latest complete analysis stays what it was.
     progress  {phase: str, fraction: number from 0 to 1}
     partial   {document: map}
     result    {document: map whose `models` (when not nil) `predict` can read,
-               imports: list of module names (optional; measure/import_ahead.py)}
+               imports: list of module names (optional; measure/import_ahead.py),
+               known_memory: map or nil (optional; passed to the next worker, which checks it:
+               analysis/known_memory.py)}
     error     the fields of a Failure, `kind` one a worker reports
 
 Their order is checked too, by WorkerProcess: `ready` first and once, then `started` once, then
@@ -93,6 +95,7 @@ def _result(message: dict[str, Any]) -> None:
         and all(isinstance(name, str) and MODULE_NAME.fullmatch(name) for name in imports)
     ):
         raise WorkerProtocolError(f"a result's `imports` are a list of at most {MAX_MODULES} module names")
+    _map_or_nil(message, "known_memory")
 
 
 def _error(message: dict[str, Any]) -> None:

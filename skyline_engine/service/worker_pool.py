@@ -398,6 +398,9 @@ class WorkerPool:
         # The installed modules the last complete analysis imported: the next spare imports them
         # while it waits (measure/import_ahead.py).
         self._import_ahead: tuple[str, ...] = ()
+        # What the last complete analysis measured of the memory (the worker's `known_memory`), for
+        # the next analysis to take from where its code is unchanged (analysis/known_memory.py).
+        self.known_memory: dict[str, Any] | None = None
 
     def imported(self, modules: list[str]) -> None:
         """A complete analysis's installed modules (the worker's `imports`), for the next spare."""
@@ -546,7 +549,8 @@ class Job:
                     return
                 if self.stopped:  # cancelled while the worker was taken: stop() saw none to kill
                     self._worker.kill()
-                self.worker.send_job(self.request)
+                # Read now, once the analysis before has ended: it holds the device until then.
+                self.worker.send_job({**self.request, "known_memory": self.pool.known_memory})
                 self._follow()
         except Exception:  # a bug here must not leave the worker running (or a zombie) or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
@@ -634,6 +638,7 @@ class Job:
             self._deadline = time.monotonic() + EXIT_GRACE_S  # it exits by itself, or is killed then
             if kind == "result":
                 self.pool.imported(message.get("imports", []))  # before release() starts the next spare
+                self.pool.known_memory = message.get("known_memory")
                 self.listener.on_result(self, message["document"])
             else:
                 self.listener.on_error(self, Failure.from_dict(message))
