@@ -7,6 +7,7 @@ service start their own. `--quick` keeps each analysis of the tiny model to a fe
 
 from __future__ import annotations
 
+import shutil
 import signal
 
 import pytest
@@ -350,22 +351,26 @@ def test_the_next_worker_imports_ahead_the_installed_libraries_the_last_analysis
 
 def test_the_next_analysis_of_unchanged_code_takes_the_memory_the_last_measured(tmp_path):
     """A save answered without measuring again what an unchanged model's memory was (issue "Fast
-    enough"): the service hands each complete analysis's memory to the next worker, which takes
-    it while the code is the same (analysis/known_memory.py), and not once the model changes."""
+    enough"): the service hands each complete analysis's memory to the next worker analysing the
+    same entry point, which takes it while the code is the same (analysis/known_memory.py), also
+    after another entry point was analysed in between, and not once the model changes."""
     root = copy_project(tmp_path)
+    shutil.copytree(root / "tiny", root / "other")
     service = ServiceProcess(root, "--quick")
     try:
         client = service.stdio_client()
         client.initialize()
 
-        def reused() -> dict | None:
-            _, method, final = client.analyze(TINY)
+        def reused(entry: str = TINY) -> dict | None:
+            _, method, final = client.analyze(entry)
             assert method == "analysis", final
             return final["document"]["reused"]
 
         assert reused() is None
         taken = reused()
         assert taken is not None and taken["memory_batch_sizes"] and taken["memory_growth_check_skipped"]
+        assert reused("other/entry_point.py") is None  # its own files: nothing known of them
+        assert reused() is not None  # what the tiny model's last analysis measured is still kept
         model = root / "tiny" / "model.py"
         model.write_text(model.read_text().replace("nn.Linear(8, 4)", "nn.Linear(8, 6)"))
         assert reused() is None

@@ -98,14 +98,24 @@ def test_a_malformed_worker_message_ends_that_analysis_only(service, client, roo
 
 
 def test_a_forged_known_memory_is_handed_on_and_taken_for_nothing(service, client, root):
-    """A well-formed result's `known_memory` is the worker's word: the service hands it to the next
-    worker, which reads what it can (analysis/known_memory.py) and measures everything itself."""
-    forged = {"code": {TINY: "0" * 64}, "device": "forged", "memory": [[8, {"start_bytes": -1}]], "no_growth": True}
+    """A well-formed result's `known_memory` is the worker's word: the service keeps it for the
+    next analysis of the same entry point, whose worker reads what it can
+    (analysis/known_memory.py) and measures everything itself."""
+    forged = {"code": {FORGES: "0" * 64}, "device": "forged", "memory": [[8, {"start_bytes": -1}]], "no_growth": True}
     (root / "forges" / "message.msgpack").write_bytes(
         msgpack.packb({"type": "result", "document": {"models": None}, "known_memory": forged})
     )
     _, method, _ = client.analyze(FORGES)
     assert method == "analysis"  # accepted: a map, whatever it holds
-    _, method, final = client.analyze(TINY)
-    assert method == "analysis", final
-    assert final["document"]["reused"] is None and final["document"]["models"] is not None
+    # The same entry point, now a model that trains: its worker is handed the forged map.
+    entry, model = root / "forges" / "entry_point.py", root / "forges" / "model.py"
+    forging = entry.read_text()
+    try:
+        entry.write_text((root / "tiny" / "entry_point.py").read_text())
+        model.write_text((root / "tiny" / "model.py").read_text())
+        _, method, final = client.analyze(FORGES)
+        assert method == "analysis", final
+        assert final["document"]["reused"] is None and final["document"]["models"] is not None
+    finally:
+        entry.write_text(forging)
+        model.unlink()

@@ -5,8 +5,8 @@ change to the model re-profiles too. The memory of the other batch sizes, and wh
 keep memory for good, do not change with that literal: measured again, the probes took 0.03 s
 (the default example), 0.2 s (CNN), 0.45 s (transformer) and 0.9 s (the small GPT) of a warm
 analysis, the check for memory kept 3 iterations more. So the service passes the last complete
-analysis's `KnownMemory` to the next (docs/protocol.md), and that analysis takes from it what
-still holds, and says so in the document (`reused`):
+analysis's `KnownMemory` to the next of the same entry point (docs/protocol.md), and that analysis
+takes from it what still holds, and says so in the document (`reused`):
 
 - only where the code is unchanged: the same project files, hashed, with the batch-size literal
   left out (entry/code_digest.py), on the same device and torch;

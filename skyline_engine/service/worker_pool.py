@@ -55,6 +55,9 @@ log = logging.getLogger("skyline.service")
 # or forged stream, and is refused before it is decoded: a forged array header of 12 million
 # items, decoded under the former 256 MiB cap alone, grew the service from 22 MB to 1.77 GB.
 MAX_WORKER_MESSAGE_BYTES = 16 << 20
+# The entry points whose last analysis's known memory the service keeps (a worker hands on at most
+# a quarter of MAX_WORKER_MESSAGE_BYTES; the transformer example's took 51 KiB, the small GPT's 59).
+KNOWN_ENTRY_POINTS = 4
 MAX_WORKER_ARRAY_ITEMS = 100_000
 MAX_WORKER_MAP_ITEMS = 10_000
 MAX_WORKER_STRING_BYTES = 1 << 20
@@ -398,13 +401,29 @@ class WorkerPool:
         # The installed modules the last complete analysis imported: the next spare imports them
         # while it waits (measure/import_ahead.py).
         self._import_ahead: tuple[str, ...] = ()
-        # What the last complete analysis measured of the memory (the worker's `known_memory`), for
-        # the next analysis to take from where its code is unchanged (analysis/known_memory.py).
-        self.known_memory: dict[str, Any] | None = None
+        # What the last complete analysis of each entry point measured of the memory (the worker's
+        # `known_memory`), for the next analysis of it to take from where its code is unchanged
+        # (analysis/known_memory.py); the last KNOWN_ENTRY_POINTS entry points', oldest first.
+        self._known_memory: dict[str, dict[str, Any]] = {}
 
     def imported(self, modules: list[str]) -> None:
         """A complete analysis's installed modules (the worker's `imports`), for the next spare."""
         self._import_ahead = tuple(modules)
+
+    def known_memory(self, entry_point: str) -> dict[str, Any] | None:
+        """What the last complete analysis of `entry_point` handed on, if any."""
+        with self._lock:
+            return self._known_memory.get(entry_point)
+
+    def measured(self, entry_point: str, known_memory: dict[str, Any] | None) -> None:
+        """A complete analysis's `known_memory`, kept for the next analysis of `entry_point` (none
+        kept where it handed none on)."""
+        with self._lock:
+            self._known_memory.pop(entry_point, None)
+            if known_memory is not None:
+                self._known_memory[entry_point] = known_memory
+            while len(self._known_memory) > KNOWN_ENTRY_POINTS:
+                del self._known_memory[next(iter(self._known_memory))]
 
     def start_spare(self) -> None:
         with self._lock:
@@ -550,7 +569,8 @@ class Job:
                 if self.stopped:  # cancelled while the worker was taken: stop() saw none to kill
                     self._worker.kill()
                 # Read now, once the analysis before has ended: it holds the device until then.
-                self.worker.send_job({**self.request, "known_memory": self.pool.known_memory})
+                known = self.pool.known_memory(str(self.request.get("entry_point")))
+                self.worker.send_job({**self.request, "known_memory": known})
                 self._follow()
         except Exception:  # a bug here must not leave the worker running (or a zombie) or the pool short
             log.exception("analysis %d: following the worker failed", self.analysis_id)
@@ -638,7 +658,7 @@ class Job:
             self._deadline = time.monotonic() + EXIT_GRACE_S  # it exits by itself, or is killed then
             if kind == "result":
                 self.pool.imported(message.get("imports", []))  # before release() starts the next spare
-                self.pool.known_memory = message.get("known_memory")
+                self.pool.measured(str(self.request.get("entry_point")), message.get("known_memory"))
                 self.listener.on_result(self, message["document"])
             else:
                 self.listener.on_error(self, Failure.from_dict(message))
