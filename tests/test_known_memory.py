@@ -191,6 +191,13 @@ def test_known_memory_survives_the_trip_and_garbage_is_ignored(project):
     assert KnownMemory.from_dict(known.to_dict()) == known
     for garbage in (None, 3, "x", {}, {**known.to_dict(), "memory": [[0, {}]]}, {**known.to_dict(), "code": []}):
         assert KnownMemory.from_dict(garbage) is None
+    # Files outside the project, which hashing would read (for ever, /dev/zero).
+    for path in ("/dev/zero", "../../dev/zero"):
+        assert KnownMemory.from_dict({**known.to_dict(), "code": {path: "0" * 64}}) is None
+    (project / "device").symlink_to("/dev/zero")
+    assert not dataclasses.replace(known, code={**known.code, "device": "0" * 64}).unchanged(
+        project, None, known.device
+    )
 
 
 def test_the_projects_loaded_files_are_files_of_the_project_only(project, monkeypatch):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from skyline_engine.analysis.probing import SETTLED_RESIDUAL
@@ -60,6 +60,8 @@ class KnownMemory:
         the user's code: anything is possible)."""
         try:
             code = {str(path): str(digest) for path, digest in data["code"].items()}
+            if not all(_inside_the_project(path) for path in code):
+                return None
             memory = {}
             for batch_size, profile in data["memory"][:MAX_BATCH_SIZES]:
                 if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -98,6 +100,13 @@ class KnownMemory:
                 return False
             predicted = model(batch_size)
         return abs(predicted - measured.peak_bytes) <= SETTLED_RESIDUAL * max(measured.peak_bytes, 1)
+
+
+def _inside_the_project(path: str) -> bool:
+    """Whether `path` names a file under the project root, as a digest does: a forged one could name
+    /dev/zero, whose hashing would never end."""
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not PurePosixPath(path).is_absolute() and ".." not in parts
 
 
 @dataclass

@@ -22,10 +22,13 @@ CodeDigest = dict[str, str]
 
 def code_digest(root: Path, paths: Iterable[str], literal: BatchSizeLocation | None) -> CodeDigest | None:
     """The digest of `paths` (relative to `root`) as they are now, `literal`'s digits left out
-    where it can be rewritten; None when one of them cannot be read."""
+    where it can be rewritten; None when one of them is not a file that can be read (a device
+    such as /dev/zero would be read for ever)."""
     digest = {}
     for path in sorted(set(paths)):
         try:
+            if not (root / path).is_file():
+                return None
             data = (root / path).read_bytes()
         except OSError:
             return None
