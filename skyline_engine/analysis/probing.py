@@ -143,11 +143,7 @@ class Probing:
         if self._beyond_a_failure(batch_size):
             return False
         try:
-            profile = self.known(batch_size)
-            if profile is None:
-                self.progress(phase, fraction)
-                profile = self.measure_memory_only(batch_size)
-            self.memory_only[batch_size] = profile
+            self.memory_only[batch_size] = self.memory_of(batch_size, phase, fraction, self.measure_memory_only)
             return True
         except OutOfMemoryAtBatchSize:
             self.notes.append(
@@ -241,8 +237,16 @@ class Probing:
 
     def _measure(self, batch_size: int) -> None:
         self._tried.add(batch_size)
+        phase, fraction = f"measuring the memory of batch size {batch_size}", 0.4 + 0.1 * len(self.memory)
+        self.memory[batch_size] = self.memory_of(batch_size, phase, fraction)
+
+    def memory_of(
+        self, batch_size: int, phase: str, fraction: float, measure: MeasureMemory | None = None
+    ) -> MemoryProfile:
+        """The memory of `batch_size`: known (`known`), else measured by `measure` (`measure_memory`
+        unless given), the progress saying so with `phase` and `fraction`."""
         profile = self.known(batch_size)
         if profile is None:
-            self.progress(f"measuring the memory of batch size {batch_size}", 0.4 + 0.1 * len(self.memory))
-            profile = self.measure_memory(batch_size)
-        self.memory[batch_size] = profile
+            self.progress(phase, fraction)
+            profile = (measure or self.measure_memory)(batch_size)
+        return profile

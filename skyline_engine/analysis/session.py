@@ -450,10 +450,9 @@ class _Analysis:
         memory = {users.batch_size: users.memory}
         for batch_size in sizes:
             try:
-                known = self.known_memory(runner, batch_size)
-                if known is None:
-                    self.progress(f"measuring the memory of batch size {batch_size}", 0.92)
-                memory[batch_size] = known or self.memory_at(runner, batch_size)
+                memory[batch_size] = probing.memory_of(
+                    batch_size, f"measuring the memory of batch size {batch_size}", 0.92
+                )
             except OutOfMemoryAtBatchSize:
                 notes.append(f"Batch size {batch_size} ran out of memory: stay below it on this device.")
                 not_timed[batch_size] = "it ran out of memory (see the warnings)"
