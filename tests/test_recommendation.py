@@ -292,6 +292,38 @@ def test_a_probe_off_the_line_either_way_ends_the_trusted_range_at_the_largest_t
     )
 
 
+def test_a_probe_off_the_line_still_faster_than_the_largest_measured_is_recommended_measured():
+    # A line whose knee lies far past the timed batch sizes: 1,024 was suggested and probed.
+    timed = line(1 / 100, 1.5, 64, 128, 256)
+    cut = dataclasses.replace(fit(timed), line_bends_at=1024)
+    assert candidate(cut, 128).batch_size == 256
+    yours = sample(128, 2.78)
+    # 20 % below the line's throughput at 1,024 (11.74 ms), yet 1.52 times yours beside it, where
+    # 256 ran 1.37 times yours in the models' rounds: the probe, measured, whichever way the line
+    # was judged (the analyses whose probe held to the line advise it too).
+    below = sample(1024, 11.74 / 0.8)
+    advice = recommend(cut, 128, timed, [yours, below])
+    assert advice.batch_size == 1024 and advice.measured
+    assert advice.samples_per_second == below.samples_per_second
+    assert advice.users_samples_per_second == yours.samples_per_second
+    assert advice.reason == (
+        "the fastest measured: throughput at 1,024 did not follow the run-time line (see the warnings), so nothing "
+        "past 256 is predicted, but 1,024 itself ran faster than 256 did, each timed beside yours"
+    )
+    # 40 % below: slower against yours than 256 ran, which stays the recommendation.
+    slow = sample(1024, 11.74 / 0.6)
+    assert recommend(cut, 128, timed, [yours, slow]).batch_size == 256
+    # Your batch size the largest measured: the probe where it ran faster than yours, beyond the noise.
+    below_yours = dataclasses.replace(fit(line(1 / 100, 1.5, 64, 128)), line_bends_at=1024)
+    assert candidate(below_yours, 128).batch_size is None
+    advice = recommend(below_yours, 128, timed[:2], [yours, below])
+    assert advice.batch_size == 1024
+    assert advice.reason.endswith("but 1,024 itself ran faster than yours, timed beside it")
+    # Samples per step fixed at a number the probe does not divide: no probe.
+    per_step = dataclasses.replace(fit(timed, samples_per_step=1280), line_bends_at=1024)
+    assert recommend(per_step, 128, timed, [yours, below]).batch_size == 256
+
+
 def test_the_confirming_rounds_are_decided_once_each_comparison_clears_its_threshold_by_three_errors():
     headline = sample(128, 2.75)  # the user's, timed alone
     on_the_line = 1024 / 64 + 0.75
@@ -562,6 +594,9 @@ def test_a_real_analysis_whose_probe_runs_above_the_line_cuts_the_trusted_range_
     assert models["line_bends_at"] == 1024 and models["trusted_range"] == [64, 256]
     (warning,) = [w for w in document["warnings"] if w.startswith("Batch size 1,024, timed beside yours")]
     assert "ran 50% above the throughput the run-time line predicts there" in warning
+    # 1,024 itself ran 2.4 times 128 beside it, 256 1.3 times: the probe, measured, is the advice.
+    advice, checks = models["recommendation"], {s["batch_size"]: s for s in models["checks"]}
+    assert advice["batch_size"] == 1024 and advice["samples_per_second"] == checks[1024]["samples_per_second"]
     assert [
         p["run_time_ms"] is not None and p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 1024
     ] == [True]

@@ -28,7 +28,8 @@ below it or above it (`line_miss`), the range ends at the largest timed batch si
 `line_bends_at`), as it does where no probe there can be timed within the budget
 (`range_unprobed`); where the probe held to the line short of the range's end (the largest the
 budget could time, or the suggestion), the range ends at the probe (`range_probed_to`): nothing
-further was checked.
+further was checked. A probe that missed the line was still measured: where it ran faster than the
+largest timed, each against the user's batch size beside it, it is the suggestion (`_past_the_bend`).
 
 The rounds that time the suggestion and the probe stop once they decide these comparisons
 (`comparisons_decided`): each estimate further than DECIDED_BY standard errors from the
@@ -84,6 +85,10 @@ class Candidate:
 
     batch_size: int | None
     why: str
+    # The probe past the largest measured batch size whose throughput missed the run-time line
+    # (`line_bends_at`), where the suggestion fell back to the largest measured for it: a
+    # measurement too, weighed against it (`recommend`, `_past_the_bend`).
+    bent_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,8 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
             f"the largest measured: throughput at {models.line_bends_at:,} did not follow the run-time line (see the "
             f"warnings), so nothing past {measured:,} is predicted"
         )
-        return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
+        chosen = _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
+        return dataclasses.replace(chosen, bent_at=models.line_bends_at)
     if high == models.range_probed_to:
         why = (
             f"the largest checked: the run-time line held at {high:,}, and nothing past it was timed to check it; "
@@ -314,7 +320,7 @@ def recommend(
     why a batch size could not be timed (it ran out of memory, the user's code failed there). The
     candidate's measurement is compared with the user's from the same rounds (`timed`: how they
     were timed, as the reasons say it)."""
-    chosen = candidate(models, users)
+    chosen = _past_the_bend(candidate(models, users), models, users, samples, checks)
     batch_size = chosen.batch_size
     if batch_size is None:
         return Recommendation.none(chosen.why)
@@ -352,6 +358,43 @@ def recommend(
             "faster at all; re-run on a quieter machine"
         )
     return Recommendation(batch_size, theirs.samples_per_second, True, chosen.why, yours.samples_per_second, timed)
+
+
+def _past_the_bend(
+    chosen: Candidate, models: BatchSizeModels, users: int, samples: Sequence[Sample], checks: Sequence[Sample]
+) -> Candidate:
+    """Where the suggestion fell back to the largest measured because the probe past it missed the
+    run-time line (`Candidate.bent_at`), the probe where it ran faster, relative to the user's
+    batch size in its own rounds, than the fallback did in its rounds (the ratios cancel the drift
+    between rounds): the probe was measured too, though the line predicts nothing there. Whether a
+    probe near the line reads just below it or just within the noise must not change the advice:
+    five quiet analyses of the default example advised 1,024, four with the line holding there and
+    one with 1,024 read 14 % below it, which advised 256, 26 % faster than 128, while 1,024 had run
+    35 % faster beside it. Where the samples per step are fixed, only a probe that divides them."""
+    bend = chosen.bent_at
+    per_step = models.samples_per_step
+    if bend is None or (per_step and per_step % bend):
+        return chosen
+    probe = _timed_together(bend, users, (), checks)
+    fallback = None if chosen.batch_size is None else _timed_together(chosen.batch_size, users, samples, checks)
+    if probe is None or (chosen.batch_size is not None and fallback is None):
+        return chosen
+
+    def gain(pair: tuple[Sample, Sample] | None) -> float:  # over yours in the same rounds; yours: 1
+        return 1.0 if pair is None else pair[0].samples_per_second / pair[1].samples_per_second
+
+    if gain(probe) <= gain(fallback):
+        return chosen
+    faster = (
+        "than yours, timed beside it"
+        if fallback is None
+        else f"than {fallback[0].batch_size:,} did, each timed beside yours"
+    )
+    return Candidate(
+        bend,
+        f"the fastest measured: throughput at {bend:,} did not follow the run-time line (see the warnings), so "
+        f"nothing past {models.measured_batch_sizes[-1]:,} is predicted, but {bend:,} itself ran faster {faster}",
+    )
 
 
 def beside_your_headline(recommendation: Recommendation, headline: Sample) -> Recommendation:
