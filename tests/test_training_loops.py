@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from engine_helpers import SERVE_QUICK, analysed, marked_line
+from skyline_engine.entry.loader import load_entry_point
+from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.render.terminal import render_report
 
 pytestmark = pytest.mark.slow  # an analysis each
@@ -401,3 +403,74 @@ def test_iterations_whose_calls_all_step_alike_are_not_told_they_differ(entry):
     # each call, a model run several times each call: every call does the same work.
     doc = analysed_loop(entry, predict=False)
     assert not any(w.startswith(DIFFERING_CALLS) for w in doc["warnings"])
+
+
+WARMED_UP = """
+import torch
+
+CALLS = []
+
+
+class MomentumFromItsSecondStep(torch.optim.Optimizer):
+    # The user's own optimizer: plain SGD at its first step, momentum made at its second.
+    def __init__(self, params, grows):
+        super().__init__(params, {"lr": 0.01})
+        self.grows = grows
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                state["step"] = state.get("step", torch.zeros(())) + 1
+                if self.grows and state["step"] >= 2:
+                    state.setdefault("momentum", torch.zeros_like(p)).mul_(0.9).add_(p.grad)
+                p.add_(state.get("momentum", p.grad), alpha=-group["lr"])
+
+
+def skyline_model_provider():
+    return torch.nn.Linear(16, 4)
+
+
+def skyline_input_provider(batch_size=8):
+    return (torch.randn(batch_size, 16),)
+
+
+def skyline_iteration_provider(model):
+    optimizer = OPTIMIZER
+
+    def iteration(x):
+        CALLS.append(1)
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+    return iteration
+"""
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "warm_up_calls"),
+    [
+        # torch's own make all their state in their first step: one warm-up iteration.
+        ("torch.optim.AdamW(model.parameters())", 1),
+        # Another's state may grow at its second step: one more iteration checks it did not ...
+        ("MomentumFromItsSecondStep(model.parameters(), grows=False)", 2),
+        # ... or, where it did, runs on until it stays the same size 3 calls in a row.
+        ("MomentumFromItsSecondStep(model.parameters(), grows=True)", 2 + 3),
+    ],
+)
+def test_the_warm_up_runs_a_second_iteration_only_where_the_optimizers_state_may_still_grow(
+    tmp_path, optimizer, warm_up_calls
+):
+    entry = tmp_path / "entry_point.py"
+    entry.write_text(WARMED_UP.replace("OPTIMIZER", optimizer))
+    loaded = load_entry_point(entry, tmp_path)
+    try:
+        with IterationRunner(loaded, torch.device("cpu"), SERVE_QUICK) as runner, runner.at_batch_size(8) as run:
+            runner.warm_up(run)
+            assert len(loaded.module.CALLS) == warm_up_calls
+            # The memory measured next is the steady state's: the momentum counted where it grew.
+            assert runner.memory(run).peak_bytes == runner.memory(run).peak_bytes
+    finally:
+        loaded.unload()

@@ -6,7 +6,9 @@ of its last `history_size` (100) inner iterations, up to `max_iter` (20) of them
 state grows for its first 5 to 100 steps, and its step's time with it (the two-loop recursion
 walks the whole history). Measured before the history is full, a peak is neither what training
 sees nor comparable with another batch size's, measured after more steps, and the growth reads
-as a leak. So the warm-up runs on until a call leaves the optimizers' state as large as it was.
+as a leak. So the warm-up runs on until a call leaves the optimizers' state as large as it was;
+it trusts torch's own optimizers but LBFGS to make all their state in their first step, and
+checks any other's with one more call (measure/iteration.py, `warm_up`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ class StepsSeen:
         for optimizer in list(self._optimizers):
             storages.update(_state_storages(optimizer))
         return sum(storages.values())
+
+    def state_made_in_first_step(self) -> bool:
+        """Whether every optimizer seen is one of torch's own that makes all its state in its first
+        step: all but LBFGS (see the module docstring). Another's state may still grow."""
+        return all(
+            type(optimizer).__module__.startswith("torch.optim.") and not isinstance(optimizer, torch.optim.LBFGS)
+            for optimizer in list(self._optimizers)
+        )
 
     def history_filling(self) -> bool:
         """Whether an optimizer that keeps a history of a set length (`history_size` in its param
