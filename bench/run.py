@@ -676,8 +676,13 @@ def _warm(warm: dict) -> str:
     first, complete, target = warm["save_to_first_result_s"], warm["save_to_complete_s"], warm["complete_target_s"]
     key = warm.get("key")
     after_key = f"; after a batch-size key {key['save_to_complete_s']:.2f} s" if key else ""
+    met = first <= TARGETS["save_to_first_result_s"]
+    # No per-line number before an iteration has made the optimizer's state and one more is recorded.
+    floor = (
+        "" if met else f"; its floor {2 * warm['bare_iteration_ms'] / 1000:.2f} s (a warm-up and a recorded iteration)"
+    )
     return (
-        f"{first:.2f} s, {mark(first <= TARGETS['save_to_first_result_s'])} "
+        f"{first:.2f} s, {mark(met)}{floor} "
         f"| {complete:.2f} s (≤ {target:.2f} s), {mark(complete <= target)}; the timing rules' floor "
         f"{warm['timing_floor_s']:.2f} s{after_key}"
     )
