@@ -367,10 +367,11 @@ def _past_the_bend(
     run-time line (`Candidate.bent_at`), the probe where it ran faster, relative to the user's
     batch size in its own rounds, than the fallback did in its rounds (the ratios cancel the drift
     between rounds): the probe was measured too, though the line predicts nothing there. Whether a
-    probe near the line reads just below it or just within the noise must not change the advice:
-    five quiet analyses of the default example advised 1,024, four with the line holding there and
-    one with 1,024 read 14 % below it, which advised 256, 26 % faster than 128, while 1,024 had run
-    35 % faster beside it. Where the samples per step are fixed, only a probe that divides them."""
+    probe near the line reads just below it or just within the noise must not change the advice: of
+    five quiet analyses of the default example, four found the line holding at 1,024 and advised
+    it; one read 1,024 14 % below the line and advised 256, 26 % faster than 128, where 1,024 had
+    run 35 % faster than 128 beside it. Where the samples per step are fixed, only a probe that
+    divides them."""
     bend = chosen.bent_at
     per_step = models.samples_per_step
     if bend is None or (per_step and per_step % bend):
