@@ -429,7 +429,7 @@ class MomentumFromItsSecondStep(torch.optim.Optimizer):
 
 
 def skyline_model_provider():
-    return torch.nn.Linear(16, 4)
+    return MODEL
 
 
 def skyline_input_provider(batch_size=8):
@@ -449,22 +449,27 @@ def skyline_iteration_provider(model):
 """
 
 
+LINEAR = "torch.nn.Linear(16, 4)"
+
+
 @pytest.mark.parametrize(
-    ("optimizer", "warm_up_calls"),
+    ("optimizer", "model", "warm_up_calls"),
     [
         # torch's own make all their state in their first step: one warm-up iteration.
-        ("torch.optim.AdamW(model.parameters())", 1),
+        ("torch.optim.AdamW(model.parameters())", LINEAR, 1),
         # Another's state may grow at its second step: one more iteration checks it did not ...
-        ("MomentumFromItsSecondStep(model.parameters(), grows=False)", 2),
+        ("MomentumFromItsSecondStep(model.parameters(), grows=False)", LINEAR, 2),
         # ... or, where it did, runs on until it stays the same size 3 calls in a row.
-        ("MomentumFromItsSecondStep(model.parameters(), grows=True)", 2 + 3),
+        ("MomentumFromItsSecondStep(model.parameters(), grows=True)", LINEAR, 2 + 3),
+        # A TorchScript part optimizes in its second call the graph it profiled in its first.
+        ("torch.optim.AdamW(model.parameters())", f"torch.nn.Sequential(torch.jit.script({LINEAR}))", 2),
     ],
 )
 def test_the_warm_up_runs_a_second_iteration_only_where_the_optimizers_state_may_still_grow(
-    tmp_path, optimizer, warm_up_calls
+    tmp_path, optimizer, model, warm_up_calls
 ):
     entry = tmp_path / "entry_point.py"
-    entry.write_text(WARMED_UP.replace("OPTIMIZER", optimizer))
+    entry.write_text(WARMED_UP.replace("OPTIMIZER", optimizer).replace("MODEL", model))
     loaded = load_entry_point(entry, tmp_path)
     try:
         with IterationRunner(loaded, torch.device("cpu"), SERVE_QUICK) as runner, runner.at_batch_size(8) as run:

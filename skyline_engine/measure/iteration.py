@@ -333,12 +333,22 @@ class IterationRunner:
     def _steady_after_first_run(self, steps: StepsSeen) -> bool:
         """Whether the first iteration (`steps`: the optimizer steps it ran) left the steady state,
         so that no second warm-up iteration is due to check that the optimizers' state stopped
-        growing: on the CPU (CUDA tunes and loads kernels per shape in the first), uncompiled
-        (torch.compile may compile again once the optimizer's state exists), where an optimizer
-        stepped and every one that did makes all its state in its first step
-        (measure/optimizer_state.py). The second iteration was a sixth of the small GPT's time to
-        its first per-line result (0.17 of 0.71 s)."""
-        return self.device.type == "cpu" and not self._compiled and steps.count > 0 and steps.state_made_in_first_step()
+        growing: on the CPU (CUDA tunes and loads kernels per shape in the first), where an
+        optimizer stepped and every one that did makes all its state in its first step
+        (measure/optimizer_state.py), and nothing is known to change after the first call: not
+        compiled (torch.compile may compile again once the optimizer's state exists), no
+        TorchScript module (its executor optimizes the graph it profiled in the first call), no
+        data-parallel training (DDP rebuilds its gradient buckets in the second call's forward).
+        The second iteration was a sixth of the small GPT's time to its first per-line result
+        (0.17 of 0.71 s)."""
+        return (
+            self.device.type == "cpu"
+            and steps.count > 0
+            and steps.state_made_in_first_step()
+            and not self._compiled
+            and not any(isinstance(module, torch.jit.ScriptModule) for module in self.model.modules())
+            and not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        )
 
     def _first_run_under_saved_tensor_hooks(self, run: Run) -> None:
         """The first iteration, under saved-tensor hooks that change nothing: where torch refuses
