@@ -191,10 +191,7 @@ def candidate(models: BatchSizeModels, users: int) -> Candidate:
         )
         return _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
     if models.line_bends_at:
-        why = (
-            f"the largest measured: throughput at {models.line_bends_at:,} did not follow the run-time line (see the "
-            f"warnings), so nothing past {measured:,} is predicted"
-        )
+        why = f"the largest measured: {_bent_line(models.line_bends_at, measured)}"
         chosen = _worth_timing(models, users, *_dividing(per_step, high, why), "the largest measured")
         return dataclasses.replace(chosen, bent_at=models.line_bends_at)
     if high == models.range_probed_to:
@@ -391,10 +388,15 @@ def _past_the_bend(
         if fallback is None
         else f"than {fallback[0].batch_size:,} did, each timed beside yours"
     )
-    return Candidate(
-        bend,
-        f"the fastest measured: throughput at {bend:,} did not follow the run-time line (see the warnings), so "
-        f"nothing past {models.measured_batch_sizes[-1]:,} is predicted, but {bend:,} itself ran faster {faster}",
+    why = f"the fastest measured: {_bent_line(bend, models.measured_batch_sizes[-1])}, but {bend:,} itself ran faster"
+    return Candidate(bend, f"{why} {faster}")
+
+
+def _bent_line(bend: int, measured: int) -> str:
+    """Why nothing past the largest `measured` batch size is predicted: the probe at `bend` missed the line."""
+    return (
+        f"throughput at {bend:,} did not follow the run-time line (see the warnings), so nothing past {measured:,} is "
+        "predicted"
     )
 
 
