@@ -31,7 +31,7 @@ Run = Callable[[], None]
 # The breakdown combines at least MIN_RECORDED_ITERATIONS recorded iterations (each operation's
 # fastest time in them, attribute/breakdown.py), slow ones too, within RECORDING_LIMIT_MS of
 # iteration time; fast ones up to MAX_RECORDED_ITERATIONS within RECORDING_BUDGET_MS, and on a
-# busy machine up to BUSY_RECORDED_ITERATIONS, within RECORDING_LIMIT_MS. From one recorded
+# busy machine up to BUSY_RECORDED_ITERATIONS, within BUSY_RECORDING_LIMIT_MS. From one recorded
 # iteration, the shares of a 140 ms iteration's lines swung by up to 19 points between
 # back-to-back analyses on a busy machine (a small GPT's loss line: 28, 11, 8, 9 %). Under two
 # busy processes on two cores, OpenMP's threads wait for a core in episodes (measure/
@@ -39,12 +39,18 @@ Run = Callable[[], None]
 # processes, took their own time plus about 7.7 or 15 ms in runs of consecutive operations and
 # iterations (an MLP product 1.1 ms clean read 14.9, 5.6, 15.6, 15.6, 16.5 ms in five iterations
 # in a row). The fastest of the first 5 put its top lines' shares 11.6, 0.1, 4.6 and 4.0 points
-# apart between the two processes; the fastest of 15, 4.2, 0.5, 0.7 and 4.1.
+# apart between the two processes; the fastest of 15, 4.2, 0.5, 0.7 and 4.1. Slow iterations
+# need them too: where a busy machine slowed the GPT's iterations to 1.3 s, 10 s held 7, and its
+# head line read 35.3, 32.6 and 41.3 % over three analyses (bench/fidelity-busy.md). In five fresh
+# processes of 15 recorded iterations each, the fastest of the first 7 put the top three lines
+# 4.7, 3.7 and 7.2 points apart, of 10, 1.8, 2.9 and 2.5, of 15, 2.1, 1.4 and 1.1 (their mean
+# or median, 6 to 22); no rule that stopped once the shares held still did as well.
 MIN_RECORDED_ITERATIONS = 3
 MAX_RECORDED_ITERATIONS = 5
 BUSY_RECORDED_ITERATIONS = 15
 RECORDING_BUDGET_MS = 200.0
 RECORDING_LIMIT_MS = 10_000.0
+BUSY_RECORDING_LIMIT_MS = 20_000.0
 
 
 class IterationRecording:
@@ -198,11 +204,11 @@ def recorded_iterations(run_time_ms: float, busy: bool = False) -> int:
     """How many recorded iterations the breakdown combines, for iterations of `run_time_ms`: at
     least MIN_RECORDED_ITERATIONS where they fit RECORDING_LIMIT_MS (one where not even two do),
     more for fast ones, up to MAX_RECORDED_ITERATIONS within RECORDING_BUDGET_MS; on a `busy`
-    machine, BUSY_RECORDED_ITERATIONS, or as many as fit RECORDING_LIMIT_MS."""
+    machine, BUSY_RECORDED_ITERATIONS, or as many as fit BUSY_RECORDING_LIMIT_MS."""
     run_time_ms = max(run_time_ms, 1e-3)
-    fit = int(RECORDING_LIMIT_MS // run_time_ms)
     if busy:
-        return max(1, min(BUSY_RECORDED_ITERATIONS, fit))
+        return max(1, min(BUSY_RECORDED_ITERATIONS, int(BUSY_RECORDING_LIMIT_MS // run_time_ms)))
+    fit = int(RECORDING_LIMIT_MS // run_time_ms)
     fast = min(MAX_RECORDED_ITERATIONS, int(RECORDING_BUDGET_MS // run_time_ms))
     return max(1, min(max(MIN_RECORDED_ITERATIONS, fast), fit))
 
