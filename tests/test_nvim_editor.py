@@ -242,6 +242,12 @@ def test_the_update_has_its_own_column_in_the_tree_where_the_iteration_has_one(e
         "kernel",
         "time)",
     ]
+    # On a busy CPU, that each is its thread's CPU time.
+    doc["attribution"]["device_time"] = "thread_cpu"
+    show(nvim, doc)
+    lines, _ = float_lines(nvim)
+    title = next(line for line in lines if line.startswith("Operations"))
+    assert title.startswith("Operations (CPU time, CPU busy)") and title.split()[-2:] == ["forward", "backward"]
     assert_no_traceback(nvim)
 
 

@@ -25,7 +25,12 @@ from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.kernels import KernelCapture
 from skyline_engine.attribute.recorder import OperationRecord, Recording
-from skyline_engine.attribute.recording import RECORDING_LIMIT_MS, IterationRecording, recorded_iterations
+from skyline_engine.attribute.recording import (
+    BUSY_RECORDING_LIMIT_MS,
+    RECORDING_LIMIT_MS,
+    IterationRecording,
+    recorded_iterations,
+)
 from skyline_engine.entry.loader import load_entry_point
 from skyline_engine.measure.iteration import IterationRunner
 from skyline_engine.measure.memory import MemoryProfile
@@ -186,10 +191,15 @@ class Recorded:
 
 
 def recorded(
-    project: Path, loop: str, iterations: int = 1, kernel_capture: Callable[[], KernelCapture] | None = None
+    project: Path,
+    loop: str,
+    iterations: int = 1,
+    kernel_capture: Callable[[], KernelCapture] | None = None,
+    busy: bool = False,
 ) -> Recorded:
     """`iterations` (1 to 3) recorded iterations of the entry point `PROVIDERS` + `loop`; with
-    `kernel_capture`, each operation's kernels captured as on CUDA (tests/test_kernels.py)."""
+    `kernel_capture`, each operation's kernels captured as on CUDA (tests/test_kernels.py); `busy`:
+    the more recorded as on a machine other processes kept busy."""
     (project / ENTRY).write_text(PROVIDERS + textwrap.dedent(loop), encoding="utf-8")
     entry = load_entry_point(project / ENTRY, project)
     device = torch.device("cpu")
@@ -200,8 +210,9 @@ def recorded(
         iteration_recording = IterationRecording(creation, runner.model, device, kernel_capture=kernel_capture)
         memory, _ = iteration_recording.record_first(run, runner.clock, runner.live_tensors)
         if iterations > 1:
-            # As many as fit RECORDING_LIMIT_MS, where that is fewer than the minimum (recorded_iterations).
-            iteration_recording.record_more(run, run_time_ms=RECORDING_LIMIT_MS // iterations)
+            # As many as fit the recording limit, where that is fewer than the minimum (recorded_iterations).
+            limit_ms = BUSY_RECORDING_LIMIT_MS if busy else RECORDING_LIMIT_MS
+            iteration_recording.record_more(run, run_time_ms=limit_ms // iterations, busy=busy)
     recording = iteration_recording.recorder.recording
     assert len(recording.iteration_starts) == iterations
     return Recorded(recording, iteration_recording.micro_batches(BATCH_SIZE), memory, iteration_recording)
@@ -451,6 +462,61 @@ def test_an_operation_that_waited_for_a_cpu_keeps_its_unimpeded_time(tmp_path, w
     waiting = [result.recording.iterations()[index][0] for index in waited_in]
     breakdown = broken_down_with(result, lambda index, op: 100.0 if any(op is w for w in waiting) else 1.0)
     assert breakdown.attribution.operations_ms == pytest.approx(1.0 * len(result.recording.iterations()[0]))
+
+
+# An operation that spends 20 ms off the CPU, as one that waited for a core does: an operator of
+# the test's own (a namespace per test, which torch registers once per process).
+NAPS = """
+import time
+import uuid
+
+_library = torch.library.Library(f"skyline_naps_{uuid.uuid4().hex}", "DEF")
+_library.define("nap(Tensor x) -> Tensor")
+
+
+def _nap(x):
+    time.sleep(0.02)
+    return x.clone()
+
+
+_library.impl("nap", _nap, "CPU")
+nap = getattr(torch.ops, _library.ns).nap
+""" + STEPS.replace("        model(x).sum().backward()  # MODEL\n", "        model(nap(x)).sum().backward()  # NAP\n")
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_on_a_busy_cpu_an_operation_takes_its_threads_cpu_time_not_its_wait(tmp_path, busy):
+    result = recorded(tmp_path, NAPS, iterations=2, busy=busy)
+    naps = [op for ops in result.recording.iterations() for op in marked(ops, tmp_path, "NAP") if op.name == "nap"]
+    assert len(naps) == 2 and all(op.duration_ms >= 20.0 and op.cpu_ms < 5.0 for op in naps)
+    assert all(0 <= op.cpu_ms <= op.duration_ms for op in result.recording.operations)
+    result.recording.wall_ns = 0  # the Python between operations aside: nothing scaled
+    breakdown = result.iterations.breakdown(NO_SCALING, result.memory.peak_bytes)
+    (line,) = [entry for entry in breakdown.lines if entry.line == naps[0].context[1]]
+    if busy:  # the line's operations at their CPU time: the nap's wait left out
+        assert breakdown.attribution.device_time == "thread_cpu"
+        assert line.forward_ms < 10.0
+    else:  # at their wall time
+        assert breakdown.attribution.device_time is None
+        assert line.forward_ms >= 20.0
+
+
+def test_a_collective_keeps_its_wall_time(tmp_path):
+    # Its time is a wait for other processes, which no CPU time shows: a one-process gloo group.
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        loop = STEPS.replace(
+            "        optimizer.step()\n",
+            "        torch.distributed.all_reduce(x)  # COLLECTIVE\n        optimizer.step()\n",
+        )
+        result = recorded(tmp_path, loop, iterations=2, busy=True)
+    finally:
+        dist.destroy_process_group()
+    collectives = [op for ops in result.recording.iterations() for op in marked(ops, tmp_path, "COLLECTIVE")]
+    assert collectives and all(op.cpu_ms is None for op in collectives)
+    assert all(op.cpu_ms is not None for op in result.recording.operations if op not in collectives)
 
 
 def test_iterations_that_ran_different_operations_keep_their_mean(tmp_path):

@@ -148,7 +148,7 @@ class ScriptLike(LoggedSource):
     [
         (LoggedSource, 0.0, 3),  # a slow iteration: the minimum
         (LoggedSource, 0.1, 3),
-        (LoggedSource, 0.6, 14),  # busy: as many as fit the recording limit (15 at most)
+        (LoggedSource, 0.6, 15),  # busy: 15 (as many as fit the busy recording limit, where fewer)
         (ScriptLike, 0.6, 3),  # a source whose iterations may run out: no more
     ],
 )

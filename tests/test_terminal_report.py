@@ -47,6 +47,7 @@ def document(
     device=None,
     checks=None,
     between_ms=None,
+    device_time=None,
 ):
     """At each measured batch size b: `times`, and a peak of 1000 b + 8,000,000 bytes in the
     forward and backward pass (`reserved` more bytes held by a CUDA allocator, when given); its
@@ -55,7 +56,8 @@ def document(
     the batch sizes `failing`; with `samples_per_step`, it accumulates to that many samples a step,
     and `times` are one micro-batch's; `device` a torch device other than the CPU; `checks`, the
     time at each batch size the confirming step timed beside the user's ({batch size: ms});
-    `between_ms`, the Python between its operations at their fastest (None: not measured)."""
+    `between_ms`, the Python between its operations at their fastest (None: not measured);
+    `device_time`, what an operation's time is (`attribution.device_time`)."""
 
     def measurement(b: int, ms: float) -> Sample:
         reserved_bytes = None if reserved is None else 1000 * b + 8_000_000 + reserved
@@ -79,7 +81,7 @@ def document(
         [],
         [],
         Untracked(0.0, 0),
-        Attribution(1, recorded_ms, recorded_ms, None, 1.0, between_operations_ms=between_ms),
+        Attribution(1, recorded_ms, recorded_ms, None, 1.0, between_operations_ms=between_ms, device_time=device_time),
     )
     return build_document(
         project_root="/nowhere",
@@ -483,6 +485,12 @@ def test_an_iteration_that_waited_beyond_its_operations_and_python_shares_the_wa
     quiet = document(run_time(1 / 64, 0.75), recorded_ms=2.0, between_ms=1.0)
     assert quiet["attribution"]["scaled_by"] == 1.0
     assert not any(w.startswith("The measured iteration took") for w in quiet["warnings"])
+    # On a busy CPU the operations' times are their threads' CPU time, and the warning says so.
+    busy = document(run_time(1 / 64, 0.75), recorded_ms=0.5, between_ms=0.25, device_time="thread_cpu")
+    assert any(
+        w.startswith("The measured iteration took 3.7× as long as its operations (each its thread's CPU time")
+        for w in busy["warnings"]
+    )
 
 
 def test_on_a_gpu_the_slowdown_while_recorded_is_the_hosts_launch_in_each_span():
@@ -561,9 +569,10 @@ def test_the_memory_model_lists_only_lines_that_hold_the_peak_up_to_the_largest_
 @pytest.mark.parametrize(
     ("device_time", "said"),
     [(None, "(one iteration; share"), ("kernels", "(one iteration, the GPU's kernel time; share"),
-     ("spans", "(one iteration, spans on the GPU's stream; share")],
+     ("spans", "(one iteration, spans on the GPU's stream; share"),
+     ("thread_cpu", "(one iteration, each operation's CPU time: the CPU was busy; share")],
 )  # fmt: skip
-def test_the_lines_title_says_what_a_lines_time_is_on_a_gpu(device_time, said):
+def test_the_lines_title_says_what_a_lines_time_is_on_a_gpu_or_a_busy_cpu(device_time, said):
     doc = document(run_time(1 / 64, 0.75))
     doc["lines"] = [_line(30, 0.5, 0.0)]
     doc["attribution"]["device_time"] = device_time

@@ -293,5 +293,5 @@
 ---@field mode string `"recorded"` or `"eager_replay"`
 ---@field untracked_in_steps_fraction number?
 ---@field between_operations_ms number? the Python between operations at their fastest (CPU)
----@field device_time string? CUDA: `"kernels"` (each operation's kernels' time) or `"spans"`
+---@field device_time string? CUDA: `"kernels"` (each operation's kernels' time) or `"spans"`; a busy CPU: `"thread_cpu"`
 ---@field device_time_fallback string? why spans where kernel time could not be had

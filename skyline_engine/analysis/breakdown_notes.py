@@ -5,6 +5,7 @@ figures are the document's own."""
 from __future__ import annotations
 
 from skyline_engine.attribute.breakdown import EAGER_REPLAY, Breakdown
+from skyline_engine.attribute.kernels import THREAD_CPU
 
 # Below this, the recorded operations ran notably slower than the measured iteration; above
 # NOTABLE_WAIT, the measured iteration notably slower than they and the Python between them.
@@ -41,8 +42,13 @@ def breakdown_notes(breakdown: Breakdown, on_gpu: bool = False, script: bool = F
             "makes operations longer and the difference smaller."
         )
     elif scale > NOTABLE_WAIT:
+        operations = (
+            "its operations (each its thread's CPU time: the CPU was busy)"
+            if breakdown.attribution.device_time == THREAD_CPU
+            else "its operations"
+        )
         notes.append(
-            f"The measured iteration took {scale:.1f}× as long as its operations and the Python between them took "
+            f"The measured iteration took {scale:.1f}× as long as {operations} and the Python between them took "
             "at their fastest while recorded: they waited, for a CPU that other processes kept busy (see the "
             "warnings) or for something the recorded iterations did not run. That time is shared out over the lines "
             "in proportion to their own, so that each line's share is its share of the unimpeded iteration: compare "

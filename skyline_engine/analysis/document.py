@@ -272,7 +272,7 @@ class AttributionDict(TypedDict):
     mode: str  # "recorded" or "eager_replay"
     untracked_in_steps_fraction: float | None
     between_operations_ms: float | None
-    device_time: str | None  # "kernels" or "spans" on CUDA; None on the CPU
+    device_time: str | None  # "kernels" or "spans" on CUDA; "thread_cpu" on a busy CPU, else None
     device_time_fallback: str | None
 
 

@@ -30,6 +30,7 @@ import torch
 
 from skyline_engine.attribute.creation import CreationSites, Stack
 from skyline_engine.attribute.frames import Context
+from skyline_engine.attribute.kernels import THREAD_CPU
 from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, Recording
 from skyline_engine.measure.memory import tensor_bytes
@@ -565,9 +566,18 @@ def scale_to_iteration(operations_ms: float, between_ms: float | None, run_time_
 
 def _per_iteration(recording: Recording, iterations: int) -> list[OperationRecord]:
     """Copies of the records of `iterations` recorded iterations, scaled to one iteration: each
-    operation's time is its typical time (`_typical`), shared out over its iterations."""
+    operation's time is its typical time (`_typical`), shared out over its iterations. On a busy
+    CPU, its time is the CPU time of the thread that ran it (`OperationRecord.cpu_ms`): its
+    fastest wall time still waited for a core where an operation is long. Under two busy
+    processes the small GPT's short operations reached their quiet wall time at their fastest of
+    15 iterations (its MLP line 42-44 ms against 44.5 quiet) and its long ones did not (the head's
+    product and the loss, 123-141 and 65-75 ms against 44 and 27): its head line read 40-43 % of
+    the iteration, 24 % quiet. The thread's CPU time leaves out the time it waited for a core, and
+    the time it slept at a parallel region's end while another thread of the region waited: under
+    the same load the head's products read 19.0-19.5, 13.4-13.6 and 12.2-12.4 ms of CPU time, 18.7,
+    13.4 and 12.1 ms of wall time quiet (where the two agree on every operation)."""
     operations = recording.operations
-    durations = _typical(recording, "duration_ms")
+    durations = _typical(recording, "cpu_ms" if recording.device_time == THREAD_CPU else "duration_ms")
     copies = {
         # Bytes too are divided exactly: one tensor saved in each of 3 iterations, divided per
         # record with //, lost a byte of its 65,536 (the sums are rounded where they are written).
@@ -598,11 +608,17 @@ def _typical(recording: Recording, measured: str) -> list[float]:
     median of three kept such waits: under two busy processes, the transformer example's MLP line
     took 40, 20 and 10 % of the operations' time in three back-to-back analyses, and 38, 39, 40 and
     33 % in four with the fastest. The time waited is the iteration's and stays in `untracked`.
-    Iterations that differ keep their own times."""
+    Iterations that differ keep their own times. Where `measured` is None (`cpu_ms` of a
+    collective), the operation's wall time."""
+
+    def time_of(op: OperationRecord) -> float:
+        value = getattr(op, measured)
+        return op.duration_ms if value is None else value
+
     runs = recording.iterations()
     if not runs or recording.iteration_starts[0] != 0 or len({tuple(map(_identity, run)) for run in runs}) != 1:
-        return [getattr(op, measured) for op in recording.operations]
-    fastest = [min(getattr(op, measured) for op in same) for same in zip(*runs)]
+        return [time_of(op) for op in recording.operations]
+    fastest = [min(time_of(op) for op in same) for same in zip(*runs)]
     return fastest * len(runs)
 
 

@@ -35,9 +35,12 @@ _DEVICE_WORK = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _LAUNCHES = frozenset({"cuda_runtime", "cuda_driver"})
 _RANGES = "user_annotation"  # a record_function range on a host thread (its device twin is gpu_user_annotation)
 
-# `attribution.device_time`: what an operation's time is on a GPU.
+# `attribution.device_time`: what an operation's time is on a GPU; on a busy CPU, the CPU time of
+# the thread that ran it (attribute/breakdown.py, `_per_iteration`), and on a quiet one (None) its
+# wall time.
 KERNELS = "kernels"
 SPANS = "spans"
+THREAD_CPU = "thread_cpu"
 
 
 def range_name(serial: int) -> str:

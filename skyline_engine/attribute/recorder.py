@@ -38,8 +38,8 @@ import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter_ns  # bound now: user code may replace time's (freezegun)
-from typing import Any, Callable, Protocol, TypeVar
+from time import perf_counter_ns, thread_time_ns  # bound now: user code may replace time's (freezegun)
+from typing import Any, Callable, NamedTuple, Protocol, TypeVar
 
 import torch
 from torch._ops import OpOverload
@@ -68,6 +68,10 @@ _SCALER_CODES = frozenset(
 # Sequence number of nodes that have none (AccumulateGrad): their work is attributed by call site.
 _NO_SEQUENCE = (1 << 64) - 1
 
+# Collectives called by the user's code (torch.distributed's and its functional ones'): they wait
+# for other processes, and their wall time is their cost.
+_WAITING_NAMESPACES = frozenset({"c10d", "_c10d_functional"})
+
 
 @dataclass
 class OperationRecord:
@@ -91,6 +95,10 @@ class OperationRecord:
     # On CUDA with kernel times (attribute/kernels.py): the CUDA-event span around it, while
     # `duration_ms` is its kernels' device time; None elsewhere.
     span_ms: float | None = None
+    # On the CPU: the CPU time of the thread that ran it, over its `duration_ms` (its share of a
+    # parallel region's work and its wait at the region's end, not the time it waited for a
+    # core: attribute/breakdown.py takes it on a busy machine); None elsewhere.
+    cpu_ms: float | None = None
 
     @property
     def context(self) -> Context | None:
@@ -104,27 +112,45 @@ class ModuleCall:
 
 
 class _Timer(Protocol):
-    """Marks the moments around each operation; `assign` gives a record its start and duration,
-    at once or (CUDA) when `resolve` reads the device's clock."""
+    """Marks the moments around each operation (`start`, then `end`); `assign` gives a record its
+    start and duration, at once or (CUDA) when `resolve` reads the device's clock."""
 
-    def mark(self) -> Any: ...
+    def start(self) -> Any: ...
+    def end(self) -> Any: ...
     def assign(self, record: OperationRecord, start: Any, end: Any) -> None: ...
     def resolve(self) -> None: ...
 
 
+class _CpuMark(NamedTuple):
+    wall_ns: int
+    thread_ns: int
+    reading_ns: int = 0  # what reading the thread's clock took before `wall_ns`: the recorder's own work
+
+
 class _CpuTimer:
-    """Wall time around each operation."""
+    """Wall time around each operation, and the CPU time of the thread running it. Reading the
+    thread's CPU clock is a system call (0.6 us here, against 0.05 us for the wall clock): it is
+    read outside the wall clock's marks, so that the wall time holds none of it."""
 
     def __init__(self) -> None:
         self.origin = perf_counter_ns()
 
     @staticmethod
-    def mark() -> int:
-        return perf_counter_ns()
+    def start() -> _CpuMark:
+        before_ns = perf_counter_ns()
+        thread_ns = thread_time_ns()
+        wall_ns = perf_counter_ns()
+        return _CpuMark(wall_ns, thread_ns, wall_ns - before_ns)
 
-    def assign(self, record: OperationRecord, start: int, end: int) -> None:
-        record.start_ms = (start - self.origin) / 1e6
-        record.duration_ms = (end - start) / 1e6
+    @staticmethod
+    def end() -> _CpuMark:
+        wall_ns = perf_counter_ns()
+        return _CpuMark(wall_ns, thread_time_ns())
+
+    def assign(self, record: OperationRecord, start: _CpuMark, end: _CpuMark) -> None:
+        record.start_ms = (start.wall_ns - self.origin) / 1e6
+        record.duration_ms = (end.wall_ns - start.wall_ns) / 1e6
+        record.cpu_ms = min(record.duration_ms, (end.thread_ns - start.thread_ns) / 1e6)
 
     def resolve(self) -> None:
         pass
@@ -135,14 +161,16 @@ class _CudaTimer:
     recording never synchronises."""
 
     def __init__(self) -> None:
-        self.origin = self.mark()
+        self.origin = self.start()
         self.pending: list[tuple[OperationRecord, torch.cuda.Event, torch.cuda.Event]] = []
 
     @staticmethod
-    def mark() -> torch.cuda.Event:
+    def start() -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
+
+    end = start
 
     def assign(self, record: OperationRecord, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
         self.pending.append((record, start, end))
@@ -196,8 +224,9 @@ class Recording:
     steps_operations_ns: int = 0
     recorder_ns: int = 0
     steps_recorder_ns: int = 0
-    # On CUDA: what the operations' times are (KERNELS or SPANS, attribute/kernels.py), and why
-    # spans where kernel time could not be had; None on the CPU (wall time).
+    # What the operations' times are (attribute/kernels.py): on CUDA, KERNELS or SPANS, and why
+    # spans where kernel time could not be had; on the CPU, None (wall time), or THREAD_CPU where
+    # other processes kept its cores busy (each operation's `cpu_ms`).
     device_time: str | None = None
     device_time_fallback: str | None = None
 
@@ -465,18 +494,20 @@ class OperationRecorder(TorchDispatchMode):
         next_sequence = torch._C._autograd._get_sequence_nr()
         ranges = self.kernel_ranges
         if ranges is None:
-            start = self.timer.mark()
+            start = self.timer.start()
             out = func(*args, **kwargs)
-            end = self.timer.mark()  # before any of the recorder's own work
+            end = self.timer.end()  # before any of the recorder's own work
         else:
             serial = next(self._serials)
             # The range holds the span's events, so that its own host work stays out of the span.
             with record_function(range_name(serial)):
-                start = self.timer.mark()
+                start = self.timer.start()
                 out = func(*args, **kwargs)
-                end = self.timer.mark()
+                end = self.timer.end()
         record = self._record(func, node, next_sequence, args, kwargs)
         self.timer.assign(record, start, end)
+        if func.namespace in _WAITING_NAMESPACES:
+            record.cpu_ms = None  # its time is a wait for other processes, which CPU time leaves out
         if ranges is not None:
             ranges[serial] = record
         if self.memory is not None:
@@ -487,21 +518,23 @@ class OperationRecorder(TorchDispatchMode):
             self._note_made(out, args, kwargs, record)
         if record.phase == OPTIMIZER:
             self._updates.note_outputs(out)
-        if isinstance(start, int):  # the CPU's clock (Recording.wall_ns)
-            self._note_times(record, start, end)
+        if isinstance(start, _CpuMark):  # the CPU's clock (Recording.wall_ns)
+            self._note_times(record, start, end.wall_ns)
         return out
 
-    def _note_times(self, record: OperationRecord, start: int, end: int) -> None:
-        """The operation's time, the Python before it, and the recorder's own work after it, inside
-        a step or not: the rest of the wall time is the Python between operations. (The recorder's
-        own work counted as that Python made a step of 40 long products read as mostly Python.)"""
-        record.gap_before_ms = max(0, start - self._resumed_ns - self._hooks_ns) / 1e6
+    def _note_times(self, record: OperationRecord, start: _CpuMark, end: int) -> None:
+        """The operation's time, the Python before it, and the recorder's own work around it (its
+        clocks read before, all of it after), inside a step or not: the rest of the wall time is
+        the Python between operations. (The recorder's own work counted as that Python made a
+        step of 40 long products read as mostly Python.)"""
+        before = start.wall_ns - start.reading_ns
+        record.gap_before_ms = max(0, before - self._resumed_ns - self._hooks_ns) / 1e6
         resumed = perf_counter_ns()
-        own = resumed - end
+        own = resumed - end + start.reading_ns
         self._resumed_ns, self._hooks_ns = resumed, 0
         self.recording.recorder_ns += own
         if self._steps_running:
-            self.recording.steps_operations_ns += end - start
+            self.recording.steps_operations_ns += end - start.wall_ns
             self.recording.steps_recorder_ns += own
 
     def _record(

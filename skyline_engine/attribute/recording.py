@@ -17,7 +17,7 @@ import torch
 
 from skyline_engine.attribute.breakdown import RECORDED, Breakdown, OperationSite, build_breakdown
 from skyline_engine.attribute.creation import CreationSites
-from skyline_engine.attribute.kernels import SPANS, KernelCapture
+from skyline_engine.attribute.kernels import SPANS, THREAD_CPU, KernelCapture
 from skyline_engine.attribute.memory_growth import MemoryGrowth, memory_growth
 from skyline_engine.attribute.other_tensors import ACTIVATION, GRADIENT, Lifetimes, OtherTensor
 from skyline_engine.attribute.recorder import OperationRecord, OperationRecorder
@@ -107,7 +107,10 @@ class IterationRecording:
 
     def record_more(self, run: Run, run_time_ms: float, busy: bool = False) -> None:
         """More recorded iterations after the first, for the breakdown to combine: as many as
-        `recorded_iterations` says for iterations of `run_time_ms` (`busy`: on a busy machine)."""
+        `recorded_iterations` says for iterations of `run_time_ms` (`busy`: on a busy machine,
+        where on the CPU each operation's time becomes its thread's CPU time, THREAD_CPU)."""
+        if busy and self.device.type == "cpu":
+            self.recorder.recording.device_time = THREAD_CPU
         more = recorded_iterations(run_time_ms, busy) - 1
         if more <= 0:
             return

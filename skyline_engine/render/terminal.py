@@ -313,8 +313,13 @@ HOTTEST_TITLE = (
     "Hottest lines, then those holding most memory (one iteration{time}; share: the line's own operations, with "
     "calls: also what runs beneath it)"
 )
-# What a line's time is on a GPU (`attribution.device_time`); on the CPU, wall time, said by nothing.
-DEVICE_TIME = {"kernels": ", the GPU's kernel time", "spans": ", spans on the GPU's stream"}
+# What a line's time is on a GPU and on a busy CPU (`attribution.device_time`); on a quiet CPU, wall
+# time, said by nothing.
+DEVICE_TIME = {
+    "kernels": ", the GPU's kernel time",
+    "spans": ", spans on the GPU's stream",
+    "thread_cpu": ", each operation's CPU time: the CPU was busy",
+}
 # Beside the hottest lines by time: those holding at least this share of the peak memory, this many at most.
 MEMORY_SHARE = 0.05
 HOLDING_LINES = 5

@@ -19,9 +19,14 @@ local MIN_TREE_BAR = 4 -- narrower, a bar says little: the tree shows its times 
 -- The last row: the iteration's time that no operation took, and what it is, in the place column.
 local UNTRACKED = 'untracked'
 local BETWEEN = 'between operations'
--- The tree's title, which on a GPU says what an operation's time is (`attribution.device_time`).
+-- The tree's title, which on a GPU and on a busy CPU says what an operation's time is
+-- (`attribution.device_time`).
 local TITLE = 'Operations'
-local DEVICE_TIME = { kernels = 'Operations (GPU kernel time)', spans = 'Operations (GPU stream spans)' }
+local DEVICE_TIME = {
+  kernels = 'Operations (GPU kernel time)',
+  spans = 'Operations (GPU stream spans)',
+  thread_cpu = 'Operations (CPU time, CPU busy)',
+}
 
 ---@class skyline.float.TreeRow
 ---@field node skyline.OperationNode
