@@ -6,6 +6,7 @@ A step skipped, repeated or moved shows in the log; the outcomes show what each 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from skyline_engine.attribute.creation import CreationSites
 from skyline_engine.attribute.frames import CallSites
 from skyline_engine.attribute.recording import IterationRecording, recorded_iterations
 from skyline_engine.entry.user_frames import ProjectFiles
-from skyline_engine.measure.contention import CpuContention
+from skyline_engine.measure.contention import BUSY_MACHINE, CpuContention
 from skyline_engine.measure.memory import LiveTensors, MemoryProfile, measure_memory
 from skyline_engine.measure.timing import CpuClock, TimingStats
 
@@ -153,10 +154,16 @@ class ScriptLike(LoggedSource):
     ],
 )
 def test_a_busy_machine_records_more_of_a_slow_iteration(source_class, others_share, iterations):
-    source = source_class(timed=SLOW)
+    timed = dataclasses.replace(SLOW, cpu_ms=300.0)  # the thread's CPU time of a timed iteration
+    source = source_class(timed=timed)
     result, _ = measured(source, contention=lambda: Contention(others_share))
-    assert result.breakdown.attribution.recorded_iterations == iterations
-    assert result.sample.timing == SLOW
+    attribution = result.breakdown.attribution
+    assert attribution.recorded_iterations == iterations
+    assert result.sample.timing == timed
+    # Where the recorded operations took their thread's CPU time, so does the bound on the Python
+    # between them (attribute/breakdown.py): busy, and recording as busy.
+    busy = others_share >= BUSY_MACHINE and source.records_while_busy
+    assert (attribution.device_time, attribution.iteration_cpu_ms) == (("thread_cpu", 300.0) if busy else (None, None))
 
 
 def test_in_cycles_the_iteration_is_timed_memory_measured_and_recorded_again():
