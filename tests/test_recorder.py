@@ -4,8 +4,9 @@ gradients after the step; the CPU timer's times; gradient accumulation told from
 iteration itself (Recording.micro_batches: the model called k times, k gradients accumulated into
 its parameters and each optimizer stepping once is k micro-batches per step, calls inside a step
 (a closure) aside, and calls that split one batch between them, or all take the same one, too;
-anything else is one); several recorded iterations broken down (each operation's median time where
-they ran the same operations)."""
+anything else is one); several recorded iterations broken down (each operation's fastest time where
+they ran the same operations; on a busy CPU, its thread's CPU time, and the Python between operations
+bounded by a timed iteration's)."""
 
 from __future__ import annotations
 
