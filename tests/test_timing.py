@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import time
 
 import pytest
 
@@ -14,7 +13,6 @@ from skyline_engine.analysis.session import remeasure_while_poor_fit
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.timing import (
     MIN_DECIDING_BLOCKS,
-    CpuClock,
     InterleavedTiming,
     TimingBudget,
     measure_iteration_time,
@@ -293,15 +291,3 @@ def test_micro_batches_that_differ_by_batch_size_are_judged_one_micro_batch_each
     assert clock.blocks == blocks
     remeasure_while_poor_fit(timing, max_s=0.2)
     assert clock.blocks > blocks
-
-
-def test_on_the_cpu_a_block_is_timed_by_the_wall_clock_and_the_threads_cpu_time():
-    # An iteration that spends 2 ms off the CPU, as one that waited for a core does: the fastest
-    # block's CPU time leaves the wait out (attribute/breakdown.py bounds the Python between the
-    # recorded operations by it on a busy CPU); a clock of device time reads none.
-    budget = dataclasses.replace(TimingBudget(), min_run_s=0.02, max_run_s=0.05, min_iterations=3)
-    stats = measure_iteration_time(lambda: time.sleep(0.002), CpuClock(), budget)
-    assert stats.run_time_ms >= 2.0
-    assert stats.cpu_ms is not None and stats.cpu_ms < 1.0
-    injected = LoadedClock(lambda n: 1.0)
-    assert measure_iteration_time(lambda: injected.ran.append(SIZES[0]), injected, budget).cpu_ms is None

@@ -295,4 +295,3 @@
 ---@field between_operations_ms number? the Python between operations at their fastest (CPU)
 ---@field device_time string? CUDA: `"kernels"` (each operation's kernels' time) or `"spans"`; a busy CPU: `"thread_cpu"`
 ---@field device_time_fallback string? why spans where kernel time could not be had
----@field iteration_cpu_ms number? a busy CPU: the CPU time of the thread that ran a timed iteration

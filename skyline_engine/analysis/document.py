@@ -274,7 +274,6 @@ class AttributionDict(TypedDict):
     between_operations_ms: float | None
     device_time: str | None  # "kernels" or "spans" on CUDA; "thread_cpu" on a busy CPU, else None
     device_time_fallback: str | None
-    iteration_cpu_ms: float | None  # on a busy CPU, a timed iteration's CPU time; else None
 
 
 class TimelineEntryDict(TypedDict):

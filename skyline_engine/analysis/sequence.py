@@ -144,12 +144,7 @@ def measure_batch_size(
     elif source.records_more:
         recording.record_more(source.run_recorded, timing.run_time_ms, others.busy and source.records_while_busy)
     breakdown = recording.breakdown(
-        source.recorded_run_time_ms(timing),
-        memory.peak_bytes,
-        timeline,
-        mode,
-        program_peak=memory.program,
-        iteration_cpu_ms=timing.cpu_ms,
+        source.recorded_run_time_ms(timing), memory.peak_bytes, timeline, mode, program_peak=memory.program
     )
     return BatchSizeMeasurement(Sample(batch_size, timing, memory, micro_batches), breakdown, growth, waits)
 

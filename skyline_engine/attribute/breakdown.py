@@ -259,10 +259,6 @@ class Attribution:
     # ("spans"), and why spans where kernels were wanted; None on the CPU (wall time).
     device_time: str | None = None
     device_time_fallback: str | None = None
-    # On a busy CPU (device_time THREAD_CPU): the CPU time of the thread that ran a timed
-    # iteration, the unimpeded iteration that bounds the Python between operations where the
-    # measured one waited (`scale_to_iteration`); None elsewhere.
-    iteration_cpu_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -276,7 +272,6 @@ class Attribution:
             "between_operations_ms": self.between_operations_ms,
             "device_time": self.device_time,
             "device_time_fallback": self.device_time_fallback,
-            "iteration_cpu_ms": self.iteration_cpu_ms,
         }
 
 
@@ -351,8 +346,7 @@ class Breakdown:
         and `untracked` add up to the document's iteration (no line's share above 100 %)."""
         attribution = self.attribution
         recorded_ms = attribution.operations_ms / attribution.scaled_by
-        between_ms, cpu_ms = attribution.between_operations_ms, attribution.iteration_cpu_ms
-        scale = scale_to_iteration(recorded_ms, between_ms, run_time_ms, cpu_ms) / attribution.scaled_by
+        scale = scale_to_iteration(recorded_ms, attribution.between_operations_ms, run_time_ms) / attribution.scaled_by
         attributed_ms = attribution.user_lines_ms * scale
         return replace(
             self,
@@ -408,7 +402,6 @@ def build_breakdown(
     held: Mapping[str, torch.nn.Module] | None = None,
     other_tensors: list[OtherTensor] | None = None,
     alive_at_peak: Mapping[str, int] | None = None,
-    iteration_cpu_ms: float | None = None,
 ) -> Breakdown:
     """The breakdown of the recorded iterations, per iteration. With `timeline`, the first recorded
     iteration's operations too; `mode` says how they were obtained (RECORDED, EAGER_REPLAY). The
@@ -416,16 +409,13 @@ def build_breakdown(
     one). `held`: the modules the iteration keeps beside the model, by name, whose weights count
     too (an EMA copy, a teacher). `other_tensors`: the other tensors alive at `peak_memory_operation`;
     `alive_at_peak`: the bytes of activations and gradients alive there (Lifetimes.alive_at), None
-    where the peak's operation is not known (then every activation and gradient counts).
-    `iteration_cpu_ms`: the CPU time a timed iteration took (TimingStats.cpu_ms), which bounds the
-    Python between operations on a busy CPU (`scale_to_iteration`)."""
+    where the peak's operation is not known (then every activation and gradient counts)."""
     iterations = len(recording.iteration_starts)
     first_iteration = _timeline(recording.first_iteration()) if timeline else None
     operations = _per_iteration(recording, iterations)
     recorded_ms = sum(op.duration_ms for op in operations)
     between_ms = _between_operations(recording, iterations) if mode == RECORDED else None
-    cpu_ms = iteration_cpu_ms if recording.device_time == THREAD_CPU else None
-    scale = scale_to_iteration(recorded_ms, between_ms, run_time_ms, cpu_ms)
+    scale = scale_to_iteration(recorded_ms, between_ms, run_time_ms)
     for op in operations:
         op.duration_ms *= scale
     lines = _line_totals(operations, _iteration_of_each(recording))
@@ -461,7 +451,6 @@ def build_breakdown(
             between_operations_ms=between_ms,
             device_time=recording.device_time,
             device_time_fallback=recording.device_time_fallback,
-            iteration_cpu_ms=cpu_ms,
         ),
         timeline=first_iteration,
         peak_memory_operation=peak_memory_operation,
@@ -550,9 +539,7 @@ def _timeline(operations: list[OperationRecord]) -> list[TimelineEntry]:
     ]
 
 
-def scale_to_iteration(
-    operations_ms: float, between_ms: float | None, run_time_ms: float, iteration_cpu_ms: float | None = None
-) -> float:
+def scale_to_iteration(operations_ms: float, between_ms: float | None, run_time_ms: float) -> float:
     """The factor the operations' times (`operations_ms` an iteration, each at its fastest) are
     scaled by to fit the measured iteration (`attribution.scaled_by`), so that lines and
     `untracked` add up to it.
@@ -568,20 +555,12 @@ def scale_to_iteration(
     ms: with the wait left to `untracked`, its top line's share was 12, 5 and 2 %. The Python
     between operations counts at most what the measured iteration leaves beside them (the
     recorder's own work makes the recorded gaps longer than the unrecorded ones), so that on a
-    quiet machine nothing is scaled up. On a busy CPU the measured iteration waited and bounds
-    nothing: the thread's CPU time of a timed iteration (`iteration_cpu_ms`) does, the unimpeded
-    iteration. The recorded gaps hold the recorder's dispatch of each operation: on a quiet
-    machine the default example's added up to 1.5 ms an iteration of 2.8, 0.2 ms of it the Python
-    between operations, and under two busy processes, bounded by nothing, they put its top line at
-    42 % of the iteration, 60-62 % quiet; bounded so, at 53-60 % in five analyses (42-46 % in two
-    more whose threads spun at every parallel region, waiting for a core: their CPU time holds
-    the spinning, bounds little, and the analysis warns of it)."""
+    quiet machine nothing is scaled up."""
     if operations_ms <= 0 or run_time_ms <= 0:
         return 1.0
     if between_ms is None:
         return run_time_ms / operations_ms if operations_ms > run_time_ms else 1.0
-    bound_ms = run_time_ms if iteration_cpu_ms is None else min(run_time_ms, iteration_cpu_ms)
-    unimpeded_ms = operations_ms + min(between_ms, max(0.0, bound_ms - operations_ms))
+    unimpeded_ms = operations_ms + min(between_ms, max(0.0, run_time_ms - operations_ms))
     return run_time_ms / unimpeded_ms
 
 

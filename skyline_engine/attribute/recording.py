@@ -182,13 +182,11 @@ class IterationRecording:
         timeline: bool = False,
         mode: str = RECORDED,
         program_peak: bool = False,
-        iteration_cpu_ms: float | None = None,
     ) -> Breakdown:
         """`program_peak`: `peak_memory_bytes` is the program's own (a compiled model on CUDA,
         measure/memory.py), not the recorded eager replay's: the replay's peak, its operation and
         what was alive there describe another moment; the peak's parts are then the weights, the
-        optimizer's state and the rest. `iteration_cpu_ms`: the CPU time a timed iteration took
-        (build_breakdown)."""
+        optimizer's state and the rest."""
         replayed = not program_peak
         return build_breakdown(
             self.recorder.recording,
@@ -202,7 +200,6 @@ class IterationRecording:
             held=self._held,
             other_tensors=self._other_tensors if replayed else [],
             alive_at_peak=self._alive_at_peak if replayed else {GRADIENT: 0, ACTIVATION: 0},
-            iteration_cpu_ms=iteration_cpu_ms,
         )
 
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from time import perf_counter, perf_counter_ns, thread_time_ns  # bound now: user code may replace time's (freezegun)
-from typing import Any, Callable, Protocol
+from time import perf_counter, perf_counter_ns  # bound now: user code may replace time's (freezegun)
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -50,26 +50,12 @@ class Clock(Protocol):
 
 
 class CpuClock:
-    """Wall-clock time of a block of iterations, and the CPU time of the thread that ran it (the
-    last block's, `cpu_ms`): what the block took unimpeded where other processes kept the cores
-    busy (attribute/breakdown.py, `scale_to_iteration`)."""
-
-    def __init__(self) -> None:
-        self.cpu_ms: float | None = None
+    """Wall-clock time of a block of iterations."""
 
     def time_ms(self, run_block: Callable[[], None]) -> float:
-        thread_ns = thread_time_ns()
         start = perf_counter_ns()
         run_block()
-        end = perf_counter_ns()
-        self.cpu_ms = (thread_time_ns() - thread_ns) / 1e6
-        return (end - start) / 1e6
-
-
-def _cpu_ms(clock: Clock) -> float | None:
-    """The CPU time of the block `clock` timed last; None from a clock that reads none (the GPU's
-    device time, a test's injected clock)."""
-    return getattr(clock, "cpu_ms", None)
+        return (perf_counter_ns() - start) / 1e6
 
 
 class CudaClock:
@@ -145,15 +131,13 @@ class TimingStats:
     spread of the blocks' times per iteration (interquartile range), how many iterations and
     blocks were timed, and how well the blocks pin the mean down (`relative_error`: the standard
     error of their mean relative to it, inf from fewer than two blocks; 0 for a time given, not
-    timed: a test's); on the CPU, the fastest block's CPU time per iteration of the thread that
-    ran it (`cpu_ms`, None where not read)."""
+    timed: a test's)."""
 
     run_time_ms: float
     iqr_ms: float
     iterations: int
     block_size: int
     relative_error: float = 0.0
-    cpu_ms: float | None = None
 
 
 class BlockTimes:
@@ -174,7 +158,6 @@ class BlockTimes:
         # An iteration long enough to be its own block is already an observation; a shorter one
         # only sized the blocks.
         self.per_iteration: list[float] = [first_ms] if self.block_size == 1 else []
-        self.cpu_per_iteration: list[float | None] = [_cpu_ms(clock)] if self.block_size == 1 else []
         self.spent_ms = first_ms
         # Where the blocks the estimate is made of start (`time_again`).
         self._window_start = 0
@@ -187,8 +170,6 @@ class BlockTimes:
         block_ms = self.clock.time_ms(block)
         self.spent_ms += block_ms
         self.per_iteration.append(block_ms / self.block_size)
-        cpu_ms = _cpu_ms(self.clock)
-        self.cpu_per_iteration.append(None if cpu_ms is None else cpu_ms / self.block_size)
 
     @property
     def iterations(self) -> int:
@@ -202,11 +183,8 @@ class BlockTimes:
     @property
     def window(self) -> list[float]:
         """The blocks' times per iteration that the estimate is made of."""
-        return self._windowed(self.per_iteration)
-
-    def _windowed(self, values: list[Any]) -> list[Any]:
-        recent = values[self._window_start :]
-        return recent if len(recent) >= MIN_WINDOW_BLOCKS else values
+        recent = self.per_iteration[self._window_start :]
+        return recent if len(recent) >= MIN_WINDOW_BLOCKS else self.per_iteration
 
     def relative_error(self) -> float:
         """How well the blocks pin the mean iteration's time down: the standard error of their
@@ -225,13 +203,7 @@ class BlockTimes:
         # Every block runs `block_size` iterations: the mean of their times per iteration is the
         # total time over the iterations.
         iterations = len(window) * self.block_size
-        cpu = self._windowed(self.cpu_per_iteration)
-        # The fastest block's, as each recorded operation's time is its fastest: a block whose
-        # threads spun at parallel regions while waiting for a core burns CPU time too.
-        cpu_ms = None if not cpu or None in cpu else float(min(cpu))
-        return TimingStats(
-            float(np.mean(window)), float(q3 - q1), iterations, self.block_size, self.relative_error(), cpu_ms
-        )
+        return TimingStats(float(np.mean(window)), float(q3 - q1), iterations, self.block_size, self.relative_error())
 
 
 class InterleavedTiming:
