@@ -519,10 +519,10 @@ class OperationRecorder(TorchDispatchMode):
         if record.phase == OPTIMIZER:
             self._updates.note_outputs(out)
         if isinstance(start, _CpuMark):  # the CPU's clock (Recording.wall_ns)
-            self._note_times(record, start, end.wall_ns)
+            self._note_times(record, start, end)
         return out
 
-    def _note_times(self, record: OperationRecord, start: _CpuMark, end: int) -> None:
+    def _note_times(self, record: OperationRecord, start: _CpuMark, end: _CpuMark) -> None:
         """The operation's time, the Python before it, and the recorder's own work around it (its
         clocks read before, all of it after), inside a step or not: the rest of the wall time is
         the Python between operations. (The recorder's own work counted as that Python made a
@@ -530,11 +530,11 @@ class OperationRecorder(TorchDispatchMode):
         before = start.wall_ns - start.reading_ns
         record.gap_before_ms = max(0, before - self._resumed_ns - self._hooks_ns) / 1e6
         resumed = perf_counter_ns()
-        own = resumed - end + start.reading_ns
+        own = resumed - end.wall_ns + start.reading_ns
         self._resumed_ns, self._hooks_ns = resumed, 0
         self.recording.recorder_ns += own
         if self._steps_running:
-            self.recording.steps_operations_ns += end - start.wall_ns
+            self.recording.steps_operations_ns += end.wall_ns - start.wall_ns
             self.recording.steps_recorder_ns += own
 
     def _record(
