@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import CUDA_COUNT_SLACK_BYTES, MemoryProfile
+from skyline_engine.measure.timing import TimingStats
 from skyline_engine.predict.batch_models import POOR_FIT_R2, BatchSizeModels, prediction_ladder
 from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PER_OPERATION, PER_PHASE, PeakMemoryModel, PhaseCurve, fit_peak_memory
@@ -341,6 +343,57 @@ def test_a_fixed_number_of_samples_per_step_runs_fewer_micro_batches_at_larger_b
     assert (
         capped.trusted_range_end == "the samples per optimizer step, beyond which a step runs less than one micro-batch"
     )
+
+
+def check(batch_size, ms, micro_batches=1):
+    """A batch size timed after the models were fitted (the confirming step's), at `ms` an iteration."""
+    return Sample(batch_size, TimingStats(ms, 0.0, 20, 1), profile(batch_size, OPTIMIZER_DOMINATED), micro_batches)
+
+
+def test_predictions_past_the_largest_timed_follow_what_was_timed_there():
+    # The line 0.01 ms × b + 1 ms through 64, 128 and 256; 1,024 then timed at 15.0 ms (the line
+    # says 11.24), 128 again at 2.5 ms (below the largest timed: the line stays there).
+    sizes = (64, 128, 256)
+    memory = {b: profile(b, OPTIMIZER_DOMINATED) for b in sizes}
+    models = with_run_time(BatchSizeModels.fit(sizes, [0.01 * b + 1.0 for b in sizes], memory, 1 << 30), 0.01, 1.0)
+    checked = models.with_checks([check(128, 2.5), check(1024, 15.0)])
+    assert checked.timed_past == ((1024, 15.0),)
+    for b in (1, 64, 128, 256):
+        assert checked.predict(b) == models.predict(b)
+    # From the line's 3.56 ms at 256 to the 15.0 measured at 1,024, in a straight segment.
+    assert checked.predict(512).run_time_ms == pytest.approx(3.56 + (15.0 - 3.56) * 256 / 768)
+    assert checked.predict(1024).run_time_ms == pytest.approx(15.0)
+    # Beyond it, the line moved up by 1,024's miss (3.76 ms): throughput still nears 1 / slope.
+    assert checked.predict(4096).run_time_ms == pytest.approx(0.01 * 4096 + 1.0 + 3.76)
+    assert checked.predict(512).samples_per_second == pytest.approx(512 / checked.predict(512).run_time_ms * 1000)
+    # Two checks past 256: a segment to each.
+    twice = models.with_checks([check(512, 8.0), check(1024, 15.0)])
+    assert twice.predict(384).run_time_ms == pytest.approx(3.56 + (8.0 - 3.56) / 2)
+    assert twice.predict(768).run_time_ms == pytest.approx((8.0 + 15.0) / 2)
+    # The document carries the checks: its models predict the same.
+    written = {
+        **checked.to_dict(),
+        "samples": samples_of(sizes, [0.01 * b + 1.0 for b in sizes]),
+        "checks": [check(128, 2.5).to_dict(), check(1024, 15.0).to_dict()],
+        "memory_samples": [],
+    }
+    again = BatchSizeModels.from_dict(written, 1 << 30)
+    assert again.timed_past == checked.timed_past
+    for b in (200, 512, 1024, 4096):
+        assert again.predict(b).run_time_ms == pytest.approx(checked.predict(b).run_time_ms, rel=1e-12)
+
+
+def test_with_samples_per_step_a_check_past_the_timed_ones_counts_one_micro_batch():
+    # 256 samples a step, one micro-batch on the line 0.1 ms × b + 1 ms at 8, 16 and 32; 128 timed
+    # at 2 micro-batches of 15 ms each (the line says 13.8 a micro-batch).
+    sizes = (8, 16, 32)
+    memory = {b: profile(b, [(FORWARD_BACKWARD, 1000, 5000)]) for b in sizes}
+    models = BatchSizeModels.fit(sizes, (1.8, 2.6, 4.2), memory, 10**9, samples_per_step=256)
+    checked = models.with_checks([check(128, 30.0, micro_batches=2)])
+    assert checked.timed_past == ((128, 15.0),)
+    assert checked.predict(128).run_time_ms == pytest.approx(30.0)
+    assert checked.predict(128).samples_per_second == pytest.approx(256 / 30.0 * 1000)
+    assert checked.predict(64).run_time_ms == pytest.approx(4 * (4.2 + (15.0 - 4.2) * 32 / 96))
 
 
 def test_the_best_batch_size_divides_the_samples_per_step():

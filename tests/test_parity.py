@@ -205,6 +205,29 @@ MODEL_CASES = [
         },
         [20, 21],
     ),
+    # batch sizes timed past the largest timed after the models were fitted: predictions past 8 follow
+    # them, one segment to each, and the line moved by the last one's miss beyond (the user's 4
+    # again, below 8, changes nothing)
+    (
+        {
+            **document_models((0.5, 2.0), (10.0, 0.0), 1000, measured=(2, 4, 8)),
+            "checks": [
+                {"batch_size": 4, "run_time_ms": 4.1, "micro_batches": 1},
+                {"batch_size": 32, "run_time_ms": 21.0, "micro_batches": 1},
+                {"batch_size": 16, "run_time_ms": 11.0, "micro_batches": 1},
+            ],
+        },
+        [4, 8, 9, 16, 20, 32, 33, 100],
+    ),
+    # accumulation to 256 samples a step, 128 timed at two micro-batches of 2 ms
+    (
+        {
+            **document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536),
+            "samples_per_step": 256,
+            "checks": [{"batch_size": 128, "run_time_ms": 4.0, "micro_batches": 2}],
+        },
+        [64, 100, 128, 200, 256],
+    ),
     # gradient accumulation: four micro-batches of b samples per iteration
     ({**document_models((0.0136, 0.26), (1032.0, 8470000.0), 25275969536), "micro_batches": 4}, [1, 64, 1000]),
     # accumulation to 256 samples a step: the line is one micro-batch's, b runs 256 / b of them

@@ -575,6 +575,10 @@ def test_a_real_analysis_whose_line_bends_past_the_timed_batch_sizes_cuts_the_tr
     assert models["line_bends_at"] == 1024
     assert models["trusted_range"] == [64, 256]
     assert [p["extrapolated"] for p in document["predictions"] if p["batch_size"] == 512] == [True]
+    # Between 256 and the probe, the prediction follows the probe's time (16.86 ms), not the line
+    # (6.12 ms at 512), from the line's 3.56 ms at 256.
+    (row,) = [p for p in document["predictions"] if p["batch_size"] == 512]
+    assert row["run_time_ms"] == pytest.approx(3.56 + (bending(1024) - 3.56) / 3)
     (warning,) = [w for w in document["warnings"] if w.startswith("Batch size 1,024, timed beside yours")]
     assert "ran 33% below the throughput the run-time line predicts there" in warning
     assert "the trusted range ends at 256, the largest timed" in warning

@@ -58,6 +58,49 @@ function M.time_predictable(time)
     )
 end
 
+--- The run-time line's time at batch size `b` (ms; one micro-batch's with `samples_per_step`),
+--- corrected past the largest timed batch size toward the checks timed there, as the engine's
+--- BatchSizeModels.run_time_at does: between two of them (the first from the line's own time at
+--- the largest timed), on the straight segment through them; beyond the last, the line moved by
+--- the last one's miss.
+---@param models skyline.Models
+---@param b integer
+---@return number
+function M.run_time_at(models, b)
+  local time = models.run_time_ms
+  local function line(x)
+    return time.slope * x + time.bias
+  end
+  local largest = -math.huge
+  for _, sample in ipairs(models.samples or {}) do
+    largest = math.max(largest, sample.batch_size)
+  end
+  local per_step = models.samples_per_step ~= vim.NIL and models.samples_per_step or nil
+  local anchors = {}
+  for _, check in ipairs(models.checks or {}) do
+    if check.batch_size > largest then
+      -- With samples per step the line is one micro-batch's time, and so is the check's in it.
+      local ms = per_step and check.run_time_ms / (check.micro_batches or 1) or check.run_time_ms
+      table.insert(anchors, { check.batch_size, ms })
+    end
+  end
+  if #anchors == 0 or b <= largest then
+    return line(b)
+  end
+  table.sort(anchors, function(x, y)
+    return x[1] < y[1]
+  end)
+  table.insert(anchors, 1, { largest, line(largest) })
+  for i = 2, #anchors do
+    local low, high = anchors[i - 1], anchors[i]
+    if b <= high[1] then
+      return low[2] + (high[2] - low[2]) * (b - low[1]) / (high[1] - low[1])
+    end
+  end
+  local last = anchors[#anchors]
+  return line(b) + last[2] - line(last[1])
+end
+
 --- The figures at one batch size, as `predict` and `at` give them.
 ---@class skyline.Figures
 ---@field batch_size integer
@@ -79,7 +122,7 @@ function M.predict(models, b)
     return nil
   end
   local time = models.run_time_ms
-  local run_time_ms = time.slope * b + time.bias
+  local run_time_ms = M.run_time_at(models, b)
   if not M.time_predictable(time) or run_time_ms <= 0 then
     run_time_ms = nil
   end

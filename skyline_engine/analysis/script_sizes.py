@@ -308,6 +308,7 @@ class ScriptConfirming:
         if checks:
             self._check_the_range(checks, probe)
             checks = self._confirm_what_the_cut_suggests(checks)
+        self.models = self.models.with_checks(checks)
         recommendation = recommend(self.models, self.users, self.samples, checks, self.not_timed, TIMED_IN_TURN)
         recommendation = in_both_orders(recommendation, self.users, self.samples, checks)
         return Confirmed(self.models, checks, recommendation, self.notes)

@@ -431,6 +431,7 @@ class _Analysis:
         if probe in by_size and self.batch_size in by_size:
             models, missed = range_checked(models, by_size[self.batch_size], by_size[probe], ", timed beside yours,")
             notes.extend([missed] if missed else [])
+        models = models.with_checks(checks)
         recommendation = recommend(models, self.batch_size, samples, checks, not_timed)
         return Confirmed(models, checks, recommendation, notes)
 
