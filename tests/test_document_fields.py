@@ -223,7 +223,8 @@ def test_the_shape_check_sees_a_value_that_breaks_it(documents):
     changed["predictions"][0]["fits"] = 1
     changed["predictions"][0]["measured"] = {"batch_size": 8}  # an object, but not a measurement
     del changed["timeline"]  # the one field that may be left out
-    missing = ["micro_batches", "peak_memory_bytes", "peak_memory_phase", "peak_memory_reserved_bytes"]
+    missing = ["micro_batches", "page_faults_per_iteration", "peak_memory_bytes", "peak_memory_phase"]
+    missing += ["peak_memory_reserved_bytes"]
     missing += ["repetitions", "run_time_iqr_ms", "run_time_ms", "samples_per_second"]
     assert [problem.split(":")[0] for problem in mismatches(changed, DocumentDict)] == [
         "document.device.extra",

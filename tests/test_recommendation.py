@@ -42,6 +42,7 @@ from skyline_engine.predict.recommendation import (
     beside_your_headline,
     candidate,
     comparisons_decided,
+    in_your_trainings_state,
     line_miss,
     line_miss_note,
     noise,
@@ -128,6 +129,34 @@ def test_a_suggestion_no_faster_than_your_batch_size_timed_alone_is_not_recommen
     )
     # Faster than the headline by more than the noise: it stands.
     assert beside_your_headline(advice, sample(128, 128 / 50_000 * 1000)) is advice
+
+
+def faulting(b: int, ms: float, faults: float | None) -> Sample:
+    """Batch size `b` timed at `ms` an iteration, with `faults` minor page faults an iteration."""
+    return Sample(b, TimingStats(ms, 0.0, 20, 1, page_faults=faults), memory(b))
+
+
+def test_a_comparison_in_a_state_your_training_does_not_reach_is_not_recommended():
+    # The CNN example: 32 took 12.2 ms alone with 2,585 faults an iteration, 9.0 ms beside the
+    # others with none; 64 beside it, 17% faster a sample.
+    advice = Recommendation(64, 64 / 15.4 * 1000, True, "the knee", 32 / 9.0 * 1000)
+    alone, beside = faulting(32, 12.2, 2585.0), faulting(32, 9.0, 0.0)
+    withheld = in_your_trainings_state(advice, alone, beside)
+    assert withheld.batch_size is None and withheld.samples_per_second is None
+    assert withheld.reason == (
+        "yours (32) took 12.2 ms an iteration timed alone, as your training runs it, with 2,585 page faults an "
+        "iteration, and 9.00 ms beside the other batch sizes, with 0: once a larger batch size ran, glibc's malloc "
+        "stopped handing memory back to the kernel, and the batch sizes compared there ran faster than their own "
+        "training would; profile with --batch-size 64 to time 64 as its training runs"
+    )
+    # It stands where the faults hardly differ (the default example's 128: 128 alone, 64 beside), where
+    # they differ but the time does not (within the noise), or where they were not counted.
+    assert in_your_trainings_state(advice, faulting(32, 12.2, 128.0), faulting(32, 9.0, 64.0)) is advice
+    assert in_your_trainings_state(advice, faulting(32, 9.8, 2585.0), beside) is advice
+    assert in_your_trainings_state(advice, faulting(32, 12.2, 2585.0), faulting(32, 9.0, 1500.0)) is advice
+    assert in_your_trainings_state(advice, faulting(32, 12.2, None), beside) is advice
+    none = Recommendation.none("yours ran fastest")
+    assert in_your_trainings_state(none, alone, beside) is none
 
 
 def test_times_that_spread_too_much_to_place_the_line_suggest_nothing():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import mmap
 
 import pytest
 
@@ -13,6 +14,7 @@ from skyline_engine.analysis.session import remeasure_while_poor_fit
 from skyline_engine.measure.contention import CpuContention
 from skyline_engine.measure.timing import (
     MIN_DECIDING_BLOCKS,
+    CpuClock,
     InterleavedTiming,
     TimingBudget,
     measure_iteration_time,
@@ -291,3 +293,28 @@ def test_micro_batches_that_differ_by_batch_size_are_judged_one_micro_batch_each
     assert clock.blocks == blocks
     remeasure_while_poor_fit(timing, max_s=0.2)
     assert clock.blocks > blocks
+
+
+def test_each_block_counts_the_page_faults_its_iterations_took():
+    # Real faults, not timing: an iteration that maps 4 MiB of fresh memory and touches every
+    # page takes at least 1,024 minor page faults; one that rewrites memory it already has, none
+    # of its own. The clock is the real one, but no time is asserted.
+    pages = 1024
+
+    def fresh_pages() -> None:
+        region = mmap.mmap(-1, pages * mmap.PAGESIZE)
+        for page in range(pages):
+            region[page * mmap.PAGESIZE] = 1
+        region.close()
+
+    kept = bytearray(pages * mmap.PAGESIZE)
+
+    def same_pages() -> None:
+        for page in range(pages):
+            kept[page * mmap.PAGESIZE] = 1
+
+    budget = TimingBudget(min_run_s=0.0, max_run_s=0.05, min_block_ms=1.0, min_blocks=3)
+    faulting = measure_iteration_time(fresh_pages, CpuClock(), budget)
+    quiet = measure_iteration_time(same_pages, CpuClock(), budget)
+    assert faulting.page_faults is not None and faulting.page_faults >= pages
+    assert quiet.page_faults is not None and quiet.page_faults < pages / 8

@@ -53,6 +53,7 @@
 ---@field peak_memory_bytes integer
 ---@field peak_memory_phase string `"forward_backward"`, `"optimizer"` or `"other"`
 ---@field peak_memory_reserved_bytes integer? CUDA: the caching allocator's peak; nil on the CPU
+---@field page_faults_per_iteration number? minor page faults while timed; nil where not timed
 
 ---@class skyline.Reused
 ---@field memory_batch_sizes integer[] whose memory was taken, not measured again

@@ -21,7 +21,12 @@ from skyline_engine.measure.iteration import Sample
 from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.measure.runtime import runtime_note
 from skyline_engine.predict.batch_models import BatchSizeModels, prediction_ladder
-from skyline_engine.predict.recommendation import Recommendation, beside_your_headline, recommend
+from skyline_engine.predict.recommendation import (
+    Recommendation,
+    beside_your_headline,
+    in_your_trainings_state,
+    recommend,
+)
 
 
 def build_document(
@@ -73,6 +78,9 @@ def build_document(
         if recommendation is None:
             recommendation = recommend(models, batch_size, samples, checks)
         recommendation = beside_your_headline(recommendation, headline)
+        # The user's batch size as the recommendation compared it: from the confirming rounds, else the models'.
+        beside = {**measured, **{s.batch_size: s for s in checks}}[batch_size]
+        recommendation = in_your_trainings_state(recommendation, headline, beside)
     return AnalysisDocument(
         project_root=project_root,
         entry_point=entry_point,

@@ -62,6 +62,7 @@ class MeasurementDict(TypedDict):
     peak_memory_bytes: int
     peak_memory_phase: PeakPhase
     peak_memory_reserved_bytes: int | None
+    page_faults_per_iteration: float | None
 
 
 class LineFitDict(TypedDict):

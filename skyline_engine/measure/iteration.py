@@ -182,6 +182,7 @@ class Sample:
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_phase": self.memory.peak_phase,
             "peak_memory_reserved_bytes": self.memory.reserved_peak_bytes,
+            "page_faults_per_iteration": self.timing.page_faults,
         }
 
 

@@ -11,6 +11,12 @@ for a shared machine:
   bending one (measured on the CNN example under two busy processes: R² of the time line 0.99 and
   held-out errors 2-10 % interleaved, against 7-17 % timing one batch size after another).
 
+Each block also counts the minor page faults the process took (`TimingStats.page_faults`): pages
+the kernel maps in at first touch, as glibc's malloc hands large blocks back and takes them again.
+A batch size's own training can take thousands an iteration where the same batch size, timed after
+a larger one ran in the process, takes none (measure/allocator.py), so they tell whether two times
+were taken in the state the user's training runs in.
+
 The estimate is the mean time per iteration over the timed blocks: what a training log reports
 (its total time over its iterations), so a number the user's own training reproduces. The lower
 quartile, used before, read 6-18 % below plain training loops in fresh processes on a quiet
@@ -29,6 +35,7 @@ not need them.
 from __future__ import annotations
 
 import math
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter, perf_counter_ns  # bound now: user code may replace time's (freezegun)
@@ -138,6 +145,14 @@ class TimingStats:
     iterations: int
     block_size: int
     relative_error: float = 0.0
+    # Minor page faults an iteration, over the same blocks as the time (the process's: every
+    # thread's); None where not counted (a time given, not timed).
+    page_faults: float | None = None
+
+
+def minor_page_faults() -> int:
+    """The minor page faults this process has taken so far, every thread's (getrusage)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 class BlockTimes:
@@ -152,12 +167,15 @@ class BlockTimes:
         of whole cycles (measure/work_per_call.py)."""
         self.run = run
         self.clock = clock
+        faults = minor_page_faults()
         first_ms = clock.time_ms(run)
+        first_faults = minor_page_faults() - faults
         size = block_size or max(1, math.ceil(min_block_ms / max(first_ms, 1e-3)))
         self.block_size = math.ceil(size / cycle) * cycle
         # An iteration long enough to be its own block is already an observation; a shorter one
         # only sized the blocks.
         self.per_iteration: list[float] = [first_ms] if self.block_size == 1 else []
+        self.faults_per_iteration: list[float] = [first_faults] if self.block_size == 1 else []
         self.spent_ms = first_ms
         # Where the blocks the estimate is made of start (`time_again`).
         self._window_start = 0
@@ -167,7 +185,9 @@ class BlockTimes:
             for _ in range(self.block_size):
                 self.run()
 
+        faults = minor_page_faults()
         block_ms = self.clock.time_ms(block)
+        self.faults_per_iteration.append((minor_page_faults() - faults) / self.block_size)
         self.spent_ms += block_ms
         self.per_iteration.append(block_ms / self.block_size)
 
@@ -183,8 +203,12 @@ class BlockTimes:
     @property
     def window(self) -> list[float]:
         """The blocks' times per iteration that the estimate is made of."""
-        recent = self.per_iteration[self._window_start :]
-        return recent if len(recent) >= MIN_WINDOW_BLOCKS else self.per_iteration
+        return self.per_iteration[self._window_first :]
+
+    @property
+    def _window_first(self) -> int:
+        recent = len(self.per_iteration) - self._window_start
+        return self._window_start if recent >= MIN_WINDOW_BLOCKS else 0
 
     def relative_error(self) -> float:
         """How well the blocks pin the mean iteration's time down: the standard error of their
@@ -203,7 +227,10 @@ class BlockTimes:
         # Every block runs `block_size` iterations: the mean of their times per iteration is the
         # total time over the iterations.
         iterations = len(window) * self.block_size
-        return TimingStats(float(np.mean(window)), float(q3 - q1), iterations, self.block_size, self.relative_error())
+        faults = float(np.mean(self.faults_per_iteration[self._window_first :]))
+        return TimingStats(
+            float(np.mean(window)), float(q3 - q1), iterations, self.block_size, self.relative_error(), faults
+        )
 
 
 class InterleavedTiming:
