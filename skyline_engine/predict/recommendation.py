@@ -426,29 +426,37 @@ def beside_your_headline(recommendation: Recommendation, headline: Sample) -> Re
 
 
 def in_your_trainings_state(recommendation: Recommendation, headline: Sample, beside: Sample) -> Recommendation:
-    """The recommendation, unless the batch sizes it compared ran in a state the user's training
-    does not reach: the user's batch size, timed alone (`headline`, as its training runs), took
-    FAULTS_APART more minor page faults an iteration than beside the other batch sizes (`beside`,
-    its time in the rounds the recommendation compared), at least FAULTS_RATIO times as many, and
-    ran slower by the noise. Once a larger batch size's blocks were freed, glibc's malloc keeps
-    memory it would hand back to the kernel (measure/allocator.py), and every batch size timed after
-    that runs faster than its own training does: the CNN example's 32 took 12.2 ms an iteration
-    alone with 2,585 faults, 9.0 ms beside 16 and 64 with none; one of 5 quiet analyses advised 64,
-    17 % faster than 32 beside it, where plain loops in fresh processes ran 64 10 % slower a sample
-    than 32. None where the faults were not counted."""
-    chosen = recommendation.batch_size
+    """The recommendation, unless it was measured in a state of glibc's malloc that the user's
+    training does not reach and its gain is no more than that state alone made: the user's batch
+    size, timed alone (`headline`, as its training runs), took FAULTS_APART more minor page faults an
+    iteration than beside the other batch sizes (`beside`, in the rounds the recommendation
+    compared), at least FAULTS_RATIO times as many, and ran slower there by the noise; the
+    recommended batch size's gain over it beside must then clear that slowdown by the noise too.
+    Once a larger batch size's blocks were freed, glibc's malloc keeps memory it would hand back to
+    the kernel (measure/allocator.py), and every batch size timed after that runs faster than its
+    own training does, a larger one not in proportion: the CNN example's 32 took 12.2 ms an
+    iteration alone with 2,585 faults, 9.0 ms beside 16 and 64 with none; one of 5 quiet analyses
+    advised 64, 17 % faster than 32 beside it, where plain loops in fresh processes ran 64 10 %
+    slower a sample than 32. The default example's 128 took 3.6 ms alone with 434 faults, 2.8 ms
+    beside with none, and 1,024 ran 58 % faster beside it (plain loops: 512 46 % faster a sample
+    than 128): its advice stands. None where the faults were not counted."""
+    chosen, rate = recommendation.batch_size, recommendation.samples_per_second
     alone, there = headline.timing.page_faults, beside.timing.page_faults
-    if chosen is None or alone is None or there is None:
+    if chosen is None or rate is None or alone is None or there is None:
         return recommendation
+    slowdown = headline.run_time_ms / beside.run_time_ms
     faulted_apart = alone - there >= FAULTS_APART and alone >= FAULTS_RATIO * there
-    if not faulted_apart or headline.run_time_ms < beside.run_time_ms * (1 + NOISE_FLOOR):
+    gain = rate / (recommendation.users_samples_per_second or beside.samples_per_second)
+    if not faulted_apart or slowdown < 1 + NOISE_FLOOR or gain >= slowdown * (1 + NOISE_FLOOR):
         return recommendation
     return Recommendation.none(
-        f"yours ({headline.batch_size:,}) took {format_ms(headline.run_time_ms)} an iteration timed alone, as your "
-        f"training runs it, with {alone:,.0f} page faults an iteration, and {format_ms(beside.run_time_ms)} beside the "
-        f"other batch sizes, with {there:,.0f}: once a larger batch size ran, glibc's malloc stopped handing memory "
-        "back to the kernel, and the batch sizes compared there ran faster than their own training would; profile "
-        f"with --batch-size {chosen} to time {chosen:,} as its training runs"
+        f"{chosen:,}, which the models suggest, ran {gain - 1:.0%} faster than yours ({headline.batch_size:,}) "
+        f"beside it, but yours took {format_ms(headline.run_time_ms)} an iteration timed alone, as your training "
+        f"runs it, with {alone:,.0f} page faults an iteration, and {format_ms(beside.run_time_ms)} beside the other "
+        f"batch sizes, with {there:,.0f}: once a larger batch size ran, glibc's malloc stopped handing memory back "
+        f"to the kernel, which alone made yours run {slowdown - 1:.0%} faster, and a gain that does not clear that "
+        f"by {NOISE_FLOOR:.0%} may not hold in training; profile with --batch-size {chosen} to time {chosen:,} as "
+        "its training runs"
     )
 
 
