@@ -25,6 +25,7 @@ from skyline_engine.predict.recommendation import (
     Recommendation,
     beside_your_headline,
     in_your_trainings_state,
+    malloc_states,
     recommend,
 )
 
@@ -70,6 +71,7 @@ def build_document(
     headline = iteration or measured[batch_size]
     fitted = breakdown.fitted_to(breakdown_time_ms or headline.run_time_ms)
     predictions = []
+    states = None
     if models is not None:
         # The user's batch size shows the document's iteration, as every front end's headline does.
         shown = {**{s.batch_size: s for s in checks}, **measured, batch_size: headline}
@@ -79,8 +81,8 @@ def build_document(
             recommendation = recommend(models, batch_size, samples, checks)
         recommendation = beside_your_headline(recommendation, headline)
         # The user's batch size as the recommendation compared it: from the confirming rounds, else the models'.
-        beside = {**measured, **{s.batch_size: s for s in checks}}[batch_size]
-        recommendation = in_your_trainings_state(recommendation, headline, beside)
+        states = malloc_states(headline, {**measured, **{s.batch_size: s for s in checks}}[batch_size])
+        recommendation = in_your_trainings_state(recommendation, states, [*samples, *checks])
     return AnalysisDocument(
         project_root=project_root,
         entry_point=entry_point,
@@ -93,6 +95,7 @@ def build_document(
         warnings=[
             *breakdown_notes(fitted, on_gpu=device.torch_device.type == "cuda", script=script),
             *warnings,
+            *([states.warning()] if states and states.shows else []),
             *([note] if (note := runtime_note(runtime_changes or [])) else []),
         ],
         samples=sorted(samples, key=lambda s: s.batch_size),
