@@ -204,7 +204,7 @@ class BatchSizeModels:
             line_bends_at=None if models.get("line_bends_at") is None else int(models["line_bends_at"]),
             range_unprobed=bool(models.get("range_unprobed", False)),
             range_probed_to=None if models.get("range_probed_to") is None else int(models["range_probed_to"]),
-        ).timed_beside(
+        ).with_timed_past(
             (int(s["batch_size"]), float(s["run_time_ms"]), int(s.get("micro_batches", 1)))
             for s in models.get("checks", [])
         )
@@ -212,9 +212,9 @@ class BatchSizeModels:
     def with_checks(self, checks: Sequence[Sample]) -> BatchSizeModels:
         """These models with the confirming step's `checks` past the largest timed batch size as
         `timed_past`."""
-        return self.timed_beside((s.batch_size, s.run_time_ms, s.micro_batches) for s in checks)
+        return self.with_timed_past((s.batch_size, s.run_time_ms, s.micro_batches) for s in checks)
 
-    def timed_beside(self, checks: Iterable[tuple[int, float, int]]) -> BatchSizeModels:
+    def with_timed_past(self, checks: Iterable[tuple[int, float, int]]) -> BatchSizeModels:
         """These models with the `checks` (batch size, iteration ms, micro-batches) past the largest
         timed batch size as `timed_past`. With samples per step the line is one micro-batch's, and
         so is a check's time in it."""

@@ -31,6 +31,11 @@ budget could time, or the suggestion), the range ends at the probe (`range_probe
 further was checked. A probe that missed the line was still measured: where it ran faster than the
 largest timed, each against the user's batch size beside it, it is the suggestion (`_past_the_bend`).
 
+Where the user's batch size ran in another state of glibc's malloc alone than beside the others
+(`malloc_states`: far more page faults alone), the recommendation must also hold in the state its
+own training runs in (`in_your_trainings_state`): a batch size timed after a larger one ran is
+faster than its own training, and a larger one not in proportion.
+
 The rounds that time the suggestion and the probe stop once they decide these comparisons
 (`comparisons_decided`): each estimate further than DECIDED_BY standard errors from the
 threshold it is held against. The comparisons themselves are made as before, from the rounds'
@@ -54,8 +59,9 @@ from skyline_engine.units import format_ms, format_rate
 # measurements compared spread more.
 NOISE_FLOOR = 0.10
 # The user's batch size ran in another state of glibc's malloc alone than beside the other batch
-# sizes (`in_your_trainings_state`) where it took at least this many more minor page faults an
-# iteration alone (the default example's 128: 128 alone, 64 after 1,024 ran, the same time)...
+# sizes (`malloc_states`) where it took at least this many more minor page faults an iteration
+# alone (the default example's 128 in bench/allocator_state.py: 128 alone, 64 after 1,024 ran, the
+# same time)...
 FAULTS_APART = 100
 # ... and at least this many times as many.
 FAULTS_RATIO = 2.0
