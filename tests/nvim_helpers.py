@@ -308,12 +308,38 @@ def expected_grade(record: dict, iteration: dict, mid: float = 0.05, high: float
     return "SkylineCostHigh" if share >= high else "SkylineCostMid" if share >= mid else "SkylineCostLow"
 
 
+def documented_run_time(models: dict, batch_size: int) -> float:
+    """The run-time line's time at `batch_size` as docs/analysis-document.md gives it: past the
+    largest batch size in `samples`, corrected toward the `checks` there (one micro-batch's time
+    with `samples_per_step`), on straight segments, and beyond the last the line moved by its miss."""
+    time = models["run_time_ms"]
+
+    def line(b: float) -> float:
+        return time["slope"] * b + time["bias"]
+
+    largest = max(s["batch_size"] for s in models["samples"])
+    per_step = models.get("samples_per_step")
+    past = sorted(
+        (c["batch_size"], c["run_time_ms"] / c.get("micro_batches", 1) if per_step else c["run_time_ms"])
+        for c in models.get("checks", [])
+        if c["batch_size"] > largest
+    )
+    if not past or batch_size <= largest:
+        return line(batch_size)
+    points = [(largest, line(largest)), *past]
+    for (low, low_ms), (high, high_ms) in zip(points, points[1:]):
+        if batch_size <= high:
+            return low_ms + (high_ms - low_ms) * (batch_size - low) / (high - low)
+    last, last_ms = points[-1]
+    return line(batch_size) + last_ms - line(last)
+
+
 def predict(models: dict, batch_size: int) -> dict:
     """docs/analysis-document.md's formulas, independently of the plugin's Lua: the peak is the
     highest of the memory model's lines; no time where the run-time line is not positive, does not
     grow or fits the measurements poorly (R² below 0.95 and a time missed by more than 1 %)."""
     time = models["run_time_ms"]
-    run_time_ms = time["slope"] * batch_size + time["bias"]
+    run_time_ms = documented_run_time(models, batch_size)
     fits = time.get("r2") is None or time["r2"] >= 0.95 or time.get("max_relative_residual", 1.0) <= 0.01
     predictable = time["slope"] > 0 and fits and run_time_ms > 0
     memory = max(line["slope"] * batch_size + line["bias"] for line in models["peak_memory_bytes"]["phases"])

@@ -14,6 +14,7 @@ import pytest
 
 import skyline_engine
 from engine_helpers import marked_line
+from nvim_helpers import documented_run_time
 from service_client import (
     ServiceProcess,
     copy_project,
@@ -111,7 +112,7 @@ def test_predict_answers_from_the_latest_models(client):
     # The formulas of docs/analysis-document.md, applied here to the document's models.
     line = models["run_time_ms"]
     if line["slope"] > 0 and (line["r2"] >= 0.95 or line["max_relative_residual"] <= 0.01):
-        run_time_ms = line["slope"] * 64 + line["bias"]
+        run_time_ms = documented_run_time(models, 64)
         assert prediction["run_time_ms"] == pytest.approx(run_time_ms, rel=1e-12)
         assert prediction["samples_per_second"] == pytest.approx(64 / run_time_ms * 1000, rel=1e-12)
     else:  # a busy machine's noise: the line predicts no time
