@@ -310,8 +310,9 @@ def expected_grade(record: dict, iteration: dict, mid: float = 0.05, high: float
 
 def documented_run_time(models: dict, batch_size: int) -> float:
     """The run-time line's time at `batch_size` as docs/analysis-document.md gives it: past the
-    largest batch size in `samples`, corrected toward the `checks` there (one micro-batch's time
-    with `samples_per_step`), on straight segments, and beyond the last the line moved by its miss."""
+    largest batch size in `samples`, corrected toward the `checks` there whose blocks spread at most
+    25 % (one micro-batch's time with `samples_per_step`), on straight segments, and beyond the last
+    the line moved by its miss."""
     time = models["run_time_ms"]
 
     def line(b: float) -> float:
@@ -322,7 +323,7 @@ def documented_run_time(models: dict, batch_size: int) -> float:
     past = sorted(
         (c["batch_size"], c["run_time_ms"] / c.get("micro_batches", 1) if per_step else c["run_time_ms"])
         for c in models.get("checks", [])
-        if c["batch_size"] > largest
+        if c["batch_size"] > largest and c.get("run_time_iqr_ms", 0.0) <= 0.25 * c["run_time_ms"]
     )
     if not past or batch_size <= largest:
         return line(batch_size)

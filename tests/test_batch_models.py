@@ -366,6 +366,10 @@ def test_predictions_past_the_largest_timed_follow_what_was_timed_there():
     # Beyond it, the line moved up by 1,024's miss (3.76 ms): throughput still nears 1 / slope.
     assert checked.predict(4096).run_time_ms == pytest.approx(0.01 * 4096 + 1.0 + 3.76)
     assert checked.predict(512).samples_per_second == pytest.approx(512 / checked.predict(512).run_time_ms * 1000)
+    # A check whose blocks spread more than a quarter of its mean corrects nothing.
+    noisy = Sample(1024, TimingStats(15.0, 4.0, 20, 1), profile(1024, OPTIMIZER_DOMINATED))
+    assert models.with_checks([noisy]).timed_past == ()
+    assert models.with_checks([noisy]).predict(512) == models.predict(512)
     # Two checks past 256: a segment to each.
     twice = models.with_checks([check(512, 8.0), check(1024, 15.0)])
     assert twice.predict(384).run_time_ms == pytest.approx(3.56 + (8.0 - 3.56) / 2)

@@ -17,7 +17,13 @@ from skyline_engine.cli.arguments import parse_size
 from skyline_engine.cli.serve import parse_listen
 from skyline_engine.entry.batch_size import find_batch_size_location
 from skyline_engine.entry.contract import BATCH_SIZE_PARAMETER, INPUT_PROVIDER, PROVIDERS
-from skyline_engine.predict.batch_models import CLOSE_FIT_RESIDUAL, POOR_FIT_R2, BatchSizeModels, usable_memory_bytes
+from skyline_engine.predict.batch_models import (
+    CLOSE_FIT_RESIDUAL,
+    MAX_SPREAD,
+    POOR_FIT_R2,
+    BatchSizeModels,
+    usable_memory_bytes,
+)
 from skyline_engine.render.terminal import NOTABLE_OTHER_TENSOR
 from skyline_engine.service import protocol
 from skyline_engine.service.params import MAX_BATCH_SIZE
@@ -45,7 +51,7 @@ def test_shared_constants(nvim):
         "local c = require('skyline.constants')\n"
         "return {PROVIDERS = c.PROVIDERS, INPUT_PROVIDER = c.INPUT_PROVIDER,"
         " BATCH_SIZE_PARAMETER = c.BATCH_SIZE_PARAMETER, MAX_BATCH_SIZE = c.MAX_BATCH_SIZE,"
-        " POOR_FIT_R2 = c.POOR_FIT_R2, CLOSE_FIT_RESIDUAL = c.CLOSE_FIT_RESIDUAL}"
+        " POOR_FIT_R2 = c.POOR_FIT_R2, CLOSE_FIT_RESIDUAL = c.CLOSE_FIT_RESIDUAL, MAX_SPREAD = c.MAX_SPREAD}"
     )
     assert lua["PROVIDERS"] == list(PROVIDERS)
     assert lua["INPUT_PROVIDER"] == INPUT_PROVIDER
@@ -53,6 +59,7 @@ def test_shared_constants(nvim):
     assert lua["MAX_BATCH_SIZE"] == MAX_BATCH_SIZE
     assert lua["POOR_FIT_R2"] == POOR_FIT_R2
     assert lua["CLOSE_FIT_RESIDUAL"] == CLOSE_FIT_RESIDUAL
+    assert lua["MAX_SPREAD"] == MAX_SPREAD
 
 
 def test_shared_vocabulary(nvim):
@@ -215,9 +222,11 @@ MODEL_CASES = [
                 {"batch_size": 4, "run_time_ms": 4.1, "micro_batches": 1},
                 {"batch_size": 32, "run_time_ms": 21.0, "micro_batches": 1},
                 {"batch_size": 16, "run_time_ms": 11.0, "micro_batches": 1},
+                # its blocks spread 30 % of their mean: no correction
+                {"batch_size": 24, "run_time_ms": 40.0, "run_time_iqr_ms": 12.0, "micro_batches": 1},
             ],
         },
-        [4, 8, 9, 16, 20, 32, 33, 100],
+        [4, 8, 9, 16, 20, 24, 32, 33, 100],
     ),
     # accumulation to 256 samples a step, 128 timed at two micro-batches of 2 ms
     (

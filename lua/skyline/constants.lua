@@ -2,7 +2,7 @@
 -- fails when they drift apart. Python: skyline_engine.entry.contract (PROVIDERS,
 -- BATCH_SIZE_PARAMETER), skyline_engine.service.params (MAX_BATCH_SIZE),
 -- skyline_engine.service.tokens (default_token_path), skyline_engine.predict.batch_models
--- (POOR_FIT_R2, CLOSE_FIT_RESIDUAL), skyline_engine.vocabulary (the phases, the kinds of tensors and
+-- (POOR_FIT_R2, CLOSE_FIT_RESIDUAL, MAX_SPREAD), skyline_engine.vocabulary (the phases, the kinds of tensors and
 -- how both read).
 local M = {}
 
@@ -21,6 +21,9 @@ M.MAX_BATCH_SIZE = 2147483647
 -- misses no measured time by more than CLOSE_FIT_RESIDUAL (a time that barely grows scores a low R²).
 M.POOR_FIT_R2 = 0.95
 M.CLOSE_FIT_RESIDUAL = 0.01
+-- A check past the timed batch sizes whose blocks spread more than this share of their mean (IQR)
+-- does not correct the predictions there.
+M.MAX_SPREAD = 0.25
 
 -- The document's names for the parts of an iteration, and how they read (skyline_engine/vocabulary.py).
 M.FORWARD_BACKWARD = 'forward_backward'

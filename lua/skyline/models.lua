@@ -59,7 +59,8 @@ function M.time_predictable(time)
 end
 
 --- The run-time line's time at batch size `b` (ms; one micro-batch's with `samples_per_step`),
---- corrected past the largest timed batch size toward the checks timed there, as the engine's
+--- corrected past the largest timed batch size toward the checks timed there (those precise to
+--- MAX_SPREAD), as the engine's
 --- BatchSizeModels.run_time_at does: between two of them (the first from the line's own time at
 --- the largest timed), on the straight segment through them; beyond the last, the line moved by
 --- the last one's miss.
@@ -76,9 +77,10 @@ function M.run_time_at(models, b)
     largest = math.max(largest, sample.batch_size)
   end
   local per_step = models.samples_per_step ~= vim.NIL and models.samples_per_step or nil
+  local max_spread = require('skyline.constants').MAX_SPREAD
   local anchors = {}
   for _, check in ipairs(models.checks or {}) do
-    if check.batch_size > largest then
+    if check.batch_size > largest and (check.run_time_iqr_ms or 0) <= max_spread * check.run_time_ms then
       -- With samples per step the line is one micro-batch's time, and so is the check's in it.
       local ms = per_step and check.run_time_ms / (check.micro_batches or 1) or check.run_time_ms
       table.insert(anchors, { check.batch_size, ms })

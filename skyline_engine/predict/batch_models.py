@@ -50,6 +50,13 @@ CURVED_RESIDUAL = 0.10
 # the examples' peaks exactly (0.0 %); an iteration that kept memory from earlier iterations (a
 # leak too small to withhold the models) or allocated by the batch size in steps misses by more.
 CURVED_MEMORY_RESIDUAL = 0.10
+# The models suggest nothing where a timed batch size's blocks spread by more than this share of
+# their mean (IQR): the line through such times, and its knee, are the machine's load. (The
+# default example on a 2-core machine kept busy by other test runs, three analyses back to back:
+# spreads of 11-17 % gave a knee at 467; 105-252 %, a knee at 2,841, and 1,024 measured 9.5×
+# faster than 128 in rounds where 128 ran at a third of its earlier speed.) Nor does a check past
+# the timed batch sizes that spread more correct the predictions (`timed_past`).
+MAX_SPREAD = 0.25
 # Predictions are trusted up to this multiple of the largest measured batch size.
 TRUSTED_FACTOR = 4
 # The throughput knee: the batch size where throughput reaches this share of its asymptote.
@@ -136,8 +143,10 @@ class BatchSizeModels:
     # the probe reached that end.
     range_probed_to: int | None = None
     # Batch sizes timed past the largest timed one after the models were fitted (the confirming
-    # step's checks), with their times in the line's terms (ms: one micro-batch's with
-    # `samples_per_step`), in order: predictions past the largest timed follow them (`run_time_at`).
+    # step's checks, each precise to MAX_SPREAD), with their times in the line's terms (ms: one
+    # micro-batch's with `samples_per_step`), in order: predictions past the largest timed follow
+    # them (`run_time_at`). A check that spread more is left out: the demo's 1,024, its blocks
+    # spreading 29 % with the user's beside it, put 512 at 9.4 ms where plain loops take 8.3-8.7.
     # The default example's line through 64, 128 and 256 samples said 7.5 ms at 512, between its
     # 256 (4.3 ms) and its probe at 1,024 (15.4 ms, 12 % above the line): plain loops took 8.1.
     timed_past: tuple[tuple[int, float], ...] = ()
@@ -205,24 +214,29 @@ class BatchSizeModels:
             range_unprobed=bool(models.get("range_unprobed", False)),
             range_probed_to=None if models.get("range_probed_to") is None else int(models["range_probed_to"]),
         ).with_timed_past(
-            (int(s["batch_size"]), float(s["run_time_ms"]), int(s.get("micro_batches", 1)))
+            (
+                int(s["batch_size"]),
+                float(s["run_time_ms"]),
+                float(s.get("run_time_iqr_ms", 0.0)),
+                int(s.get("micro_batches", 1)),
+            )
             for s in models.get("checks", [])
         )
 
     def with_checks(self, checks: Sequence[Sample]) -> BatchSizeModels:
         """These models with the confirming step's `checks` past the largest timed batch size as
         `timed_past`."""
-        return self.with_timed_past((s.batch_size, s.run_time_ms, s.micro_batches) for s in checks)
+        return self.with_timed_past((s.batch_size, s.run_time_ms, s.timing.iqr_ms, s.micro_batches) for s in checks)
 
-    def with_timed_past(self, checks: Iterable[tuple[int, float, int]]) -> BatchSizeModels:
-        """These models with the `checks` (batch size, iteration ms, micro-batches) past the largest
-        timed batch size as `timed_past`. With samples per step the line is one micro-batch's, and
-        so is a check's time in it."""
+    def with_timed_past(self, checks: Iterable[tuple[int, float, float, int]]) -> BatchSizeModels:
+        """These models with the `checks` (batch size, iteration ms, its IQR, micro-batches) past the
+        largest timed batch size, and precise to MAX_SPREAD, as `timed_past`. With samples per step
+        the line is one micro-batch's, and so is a check's time in it."""
         largest = self.measured_batch_sizes[-1]
         past = sorted(
             (batch_size, run_time_ms / micro_batches if self.samples_per_step else run_time_ms)
-            for batch_size, run_time_ms, micro_batches in checks
-            if batch_size > largest
+            for batch_size, run_time_ms, iqr_ms, micro_batches in checks
+            if batch_size > largest and iqr_ms <= MAX_SPREAD * run_time_ms
         )
         return replace(self, timed_past=tuple(past))
 

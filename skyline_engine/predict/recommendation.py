@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyline_engine.measure.iteration import Sample
-from skyline_engine.predict.batch_models import BatchSizeModels, dividing_at_least, dividing_at_most
+from skyline_engine.predict.batch_models import MAX_SPREAD, BatchSizeModels, dividing_at_least, dividing_at_most
 from skyline_engine.units import format_ms, format_rate
 
 # A change of batch size must make training at least this much faster, measured, to clear the
@@ -68,12 +68,6 @@ FAULTS_RATIO = 2.0
 # Where the run-time line predicts nothing, measured times that fall by more than this share as
 # the batch size grows say the machine's speed changed while timing, not the model.
 FALLING_TIMES = 0.05
-# The models suggest nothing where a timed batch size's blocks spread by more than this share of
-# their mean (IQR): the line through such times, and its knee, are the machine's load. (The
-# default example on a 2-core machine kept busy by other test runs, three analyses back to back:
-# spreads of 11-17 % gave a knee at 467; 105-252 %, a knee at 2,841, and 1,024 measured 9.5×
-# faster than 128 in rounds where 128 ran at a third of its earlier speed.)
-MAX_SPREAD = 0.25
 # The confirming rounds stop once every comparison's estimate lies further than this many standard
 # errors from its threshold (the standard error of a ratio of two means: their relative errors
 # added in quadrature).
