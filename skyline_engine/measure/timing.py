@@ -203,12 +203,12 @@ class BlockTimes:
     @property
     def window(self) -> list[float]:
         """The blocks' times per iteration that the estimate is made of."""
-        return self.per_iteration[self._window_first :]
+        return self._windowed(self.per_iteration)
 
-    @property
-    def _window_first(self) -> int:
-        recent = len(self.per_iteration) - self._window_start
-        return self._window_start if recent >= MIN_WINDOW_BLOCKS else 0
+    def _windowed(self, values: list[float]) -> list[float]:
+        """The part of `values` (one per block, as `per_iteration`) the estimate is made of."""
+        recent = values[self._window_start :]
+        return recent if len(recent) >= MIN_WINDOW_BLOCKS else values
 
     def relative_error(self) -> float:
         """How well the blocks pin the mean iteration's time down: the standard error of their
@@ -227,7 +227,7 @@ class BlockTimes:
         # Every block runs `block_size` iterations: the mean of their times per iteration is the
         # total time over the iterations.
         iterations = len(window) * self.block_size
-        faults = float(np.mean(self.faults_per_iteration[self._window_first :]))
+        faults = float(np.mean(self._windowed(self.faults_per_iteration)))
         return TimingStats(
             float(np.mean(window)), float(q3 - q1), iterations, self.block_size, self.relative_error(), faults
         )
