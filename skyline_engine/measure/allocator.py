@@ -28,6 +28,12 @@ M_MMAP_THRESHOLD = -3
 
 MMAP_THRESHOLD_BYTES = 32 << 20
 TRIM_THRESHOLD_BYTES = 256 << 20
+# The same two thresholds set for a whole process from its environment, which glibc reads as it
+# starts: what a user's training can run with (the warning of two malloc states proposes it).
+SETTLED_ENVIRONMENT = {
+    "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
+    "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES),
+}
 
 
 @functools.cache
