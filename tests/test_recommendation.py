@@ -158,6 +158,12 @@ def test_a_gain_no_larger_than_a_malloc_state_your_training_never_reaches_is_not
     )
     assert states.warning().startswith("Yours (32) took 12.2 ms an iteration timed alone")
     assert "which alone made yours run 36% faster. The other batch sizes were timed in that state" in states.warning()
+    # And how the user's training gets that state (tests/test_allocator.py: glibc reads them so).
+    assert states.warning().endswith(
+        "Your training can run in that state: start it with MALLOC_MMAP_THRESHOLD_=33554432 "
+        "MALLOC_TRIM_THRESHOLD_=268435456 in its environment (glibc's own settings; jemalloc or tcmalloc keep memory "
+        "alike), and this analysis too, to time every batch size so."
+    )
     # A gain that clears the state's 36% by 10% stands (the default example's 1,024: 58% beside
     # 128, which ran 28% faster there).
     large = dataclasses.replace(advice, samples_per_second=1.5 * 32 / 9.0 * 1000)

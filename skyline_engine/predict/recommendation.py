@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skyline_engine.measure.allocator import SETTLED_ENVIRONMENT
 from skyline_engine.measure.iteration import Sample
 from skyline_engine.predict.batch_models import MAX_SPREAD, BatchSizeModels, dividing_at_least, dividing_at_most
 from skyline_engine.units import format_ms, format_rate
@@ -457,10 +458,18 @@ class MallocStates:
         told = self.told()
         return (
             f"{told[0].upper()}{told[1:]}, which alone made yours run {self.slowdown - 1:.0%} faster. The other batch "
-            "sizes were timed in that state, which their own training does not reach: their measured and predicted "
-            "times can read faster than their training would run (the CNN example's 64, timed there, 18 % below "
-            "plain loops in fresh processes); profile with --batch-size at one to time it alone, as its training runs."
+            "sizes were timed in that state, which their own training does not reach on glibc's defaults: their "
+            "measured and predicted times can read faster than their training would run (the CNN example's 64, "
+            "timed there, 18 % below plain loops in fresh processes); profile with --batch-size at one to time it "
+            f"alone, as its training runs. Your training can run in that state: start it with {_settled()} in its "
+            "environment (glibc's own settings; jemalloc or tcmalloc keep memory alike), and this analysis too, "
+            "to time every batch size so."
         )
+
+
+def _settled() -> str:
+    """The environment settings that keep glibc from handing memory back, as a user writes them."""
+    return " ".join(f"{name}={value}" for name, value in SETTLED_ENVIRONMENT.items())
 
 
 def _faults(sample: Sample) -> str:
