@@ -10,14 +10,21 @@ the minor page faults per iteration (getrusage): glibc hands large blocks back t
 kernel and faults them in again, until a larger block freed raises its thresholds for the rest
 of the process. An analysis times the models' batch sizes after larger ones have run (its memory
 probes, the interleaved rounds), so a difference here is one between the models' rounds and the
-user's own training at that batch size. Prints a table and writes it between the allocator-state
-markers of bench/results.md.
+user's own training at that batch size.
+
+Each round also runs the same child with glibc's thresholds set in its environment
+(MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, the values `--settle-runtime` pins): the user's
+training as they could run it, which is what the engine's warning of two malloc states proposes.
+The spread over the fresh processes (max - min over the median) says how far runs of the very same
+training differ with the state each process happens to reach. Prints a table and writes it
+between the allocator-state markers of bench/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -28,6 +35,8 @@ from typing import Callable
 
 from fidelity import MODELS
 from sections import write_section
+
+from skyline_engine.measure.allocator import SETTLED_ENVIRONMENT
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.md"
@@ -74,46 +83,79 @@ def child(entry: Path, larger: int) -> None:
     print(json.dumps({"batch_size": batch_size, "fresh": fresh, "after": after}))
 
 
+def one_child(entry: str, larger: int, settled: bool) -> dict:
+    """A fresh process of `child`; `settled`: with glibc's thresholds set in its environment."""
+    environment = {**os.environ, **(SETTLED_ENVIRONMENT if settled else {})}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", entry, str(larger)],
+        cwd=HERE.parent,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def nproc() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def spread(values: list[float]) -> float:
+    """Max - min over the median: how far fresh processes of the same loop differ."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
 def one_model(name: str, rounds: int) -> dict:
     entry, larger = MODELS[name], LARGER[name]
-    runs = []
-    for _ in range(rounds):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", entry, str(larger)],
-            cwd=HERE.parent,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs, settled = [], []
+    for count in range(rounds):  # the two environments alternate which runs first
+        for is_settled in (False, True) if count % 2 == 0 else (True, False):
+            (settled if is_settled else runs).append(one_child(entry, larger, is_settled))
     changes = [r["after"]["ms"] / r["fresh"]["ms"] - 1 for r in runs]
     return {
         "batch_size": runs[0]["batch_size"],
         "larger": larger,
         "fresh_ms": statistics.median(r["fresh"]["ms"] for r in runs),
         "fresh_faults": statistics.median(r["fresh"]["faults"] for r in runs),
+        "fresh_spread": spread([r["fresh"]["ms"] for r in runs]),
+        "fresh_faults_each": [r["fresh"]["faults"] for r in runs],
         "after_ms": statistics.median(r["after"]["ms"] for r in runs),
         "after_faults": statistics.median(r["after"]["faults"] for r in runs),
         "changes": changes,
+        "settled_ms": statistics.median(r["fresh"]["ms"] for r in settled),
+        "settled_faults": statistics.median(r["fresh"]["faults"] for r in settled),
+        "settled_spread": spread([r["fresh"]["ms"] for r in settled]),
     }
 
 
 def table(results: dict[str, dict], rounds: int) -> str:
+    settings = " ".join(f"{name}={value}" for name, value in SETTLED_ENVIRONMENT.items())
     lines = [
-        f"Plain loops on the CPU, glibc's default malloc, {rounds} fresh processes each, medians: the user's "
-        "batch size as its own training runs it (timed a second time, after the process settled in), then "
-        "after a few iterations of a larger one (the state an analysis's later rounds time it in); minor "
-        "page faults per iteration beside each (python bench/allocator_state.py).",
+        f"{time.strftime('%Y-%m-%d')}, {nproc()} cores. Plain loops on the CPU, {rounds} fresh processes each, "
+        "medians: the user's batch size as its own "
+        "training runs it on glibc's default malloc (timed a second time, after the process settled in; the "
+        "spread is max - min over the median across the processes, with each process's page faults), then "
+        "after a few iterations of a larger one (the state an analysis's later rounds time it in); and the "
+        f"same training in processes started with `{settings}` (glibc's own settings, what the engine's "
+        "warning of two malloc states proposes). Minor page faults per iteration beside each (python "
+        "bench/allocator_state.py).",
         "",
-        "| model | batch | its own training: ms (faults) | after the larger: ms (faults) | change (each process) |",
-        "|---|--:|--:|--:|---|",
+        "| model | batch | its own training: ms (faults), spread over processes (their faults) "
+        "| after the larger: ms (faults) | change (each process) | with glibc's thresholds set: ms (faults), spread "
+        "| change |",
+        "|---|--:|--:|--:|---|--:|--:|",
     ]
     for name, r in results.items():
         each = ", ".join(f"{c:+.0%}" for c in r["changes"])
+        faults_each = ", ".join(f"{f:,.0f}" for f in r["fresh_faults_each"])
         lines.append(
-            f"| {name} | {r['batch_size']} (then {r['larger']}) | {r['fresh_ms']:.2f} ({r['fresh_faults']:,.0f}) "
-            f"| {r['after_ms']:.2f} ({r['after_faults']:,.0f}) | {statistics.median(r['changes']):+.0%} ({each}) |"
+            f"| {name} | {r['batch_size']} (then {r['larger']}) | {r['fresh_ms']:.2f} ({r['fresh_faults']:,.0f}), "
+            f"±{r['fresh_spread']:.0%} ({faults_each}) "
+            f"| {r['after_ms']:.2f} ({r['after_faults']:,.0f}) | {statistics.median(r['changes']):+.0%} ({each}) "
+            f"| {r['settled_ms']:.2f} ({r['settled_faults']:,.0f}), ±{r['settled_spread']:.0%} "
+            f"| {r['settled_ms'] / r['fresh_ms'] - 1:+.0%} |"
         )
     return "\n".join(lines)
 
