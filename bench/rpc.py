@@ -12,7 +12,7 @@ import msgpack
 
 
 class Service:
-    def __init__(self, project_root: Path, device: str) -> None:
+    def __init__(self, project_root: Path, device: str, environment: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -28,6 +28,7 @@ class Service:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            env=environment,
         )
         self.events: list[tuple[float, list]] = []  # (arrival time, message)
         self._cond = threading.Condition()
