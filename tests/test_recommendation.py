@@ -195,7 +195,7 @@ def test_a_gain_no_larger_than_a_malloc_state_your_training_never_reaches_is_not
     advice = Recommendation(64, 1.2 * 32 / 12.1 * 1000, True, "the knee", 32 / 12.1 * 1000)
     withheld = in_your_trainings_state(advice, waited, [faulting(64, 20.2, 0.0)])
     assert withheld.batch_size is None
-    assert "which can make yours run up to 59% faster (the rest of the 1594% between the two is more than" in (
+    assert "which can make yours run up to 59% faster (the rest of the 1594% between the two times is more" in (
         withheld.reason
     )
     cleared = dataclasses.replace(advice, samples_per_second=1.8 * 32 / 12.1 * 1000)

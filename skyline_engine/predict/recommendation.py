@@ -471,7 +471,7 @@ class MallocStates:
             return f"which alone made yours run {self.slowdown - 1:.0%} faster"
         return (
             f"which can make yours run up to {self.faults_slowdown - 1:.0%} faster (the rest of the "
-            f"{self.slowdown - 1:.0%} between the two is more than its page faults can take)"
+            f"{self.slowdown - 1:.0%} between the two times is more than its page faults account for)"
         )
 
     def told(self) -> str:
@@ -528,7 +528,8 @@ def in_your_trainings_state(
     recommended batch size that took at least the page faults an iteration the user's took alone
     ran in such a state (it was the largest run so far): it must then be faster than the user's
     alone by the noise. Without one, its gain over the user's beside it must clear by the noise what
-    that state alone made the user's faster. One of 5 quiet analyses of the CNN example advised 64,
+    that state alone made the user's faster, as far as the page faults account for it
+    (`MallocStates.malloc_slowdown`). One of 5 quiet analyses of the CNN example advised 64,
     33 % faster than 32 beside it with no faults, where its own-state time in the models' rounds
     (19.6 ms, 2,944 faults an iteration) was 1 % faster than 32 alone (9.8 ms, 751), and plain
     loops in fresh processes ran 64 10 % slower a sample than 32. The default example's 128 took
