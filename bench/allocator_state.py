@@ -83,19 +83,25 @@ def child(entry: Path, larger: int) -> None:
     print(json.dumps({"batch_size": batch_size, "fresh": fresh, "after": after}))
 
 
-def one_child(entry: str, larger: int, settled: bool) -> dict:
-    """A fresh process of `child`; `settled`: with glibc's thresholds set in its environment."""
-    environment = {**os.environ, **(SETTLED_ENVIRONMENT if settled else {})}
+def fresh_child(script: str, arguments: list[str], timeout: float, environment: dict[str, str] | None = None) -> dict:
+    """`script --child ARGUMENTS` in a fresh process (from the repository's root): the JSON object
+    its last line prints."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", entry, str(larger)],
+        [sys.executable, script, "--child", *arguments],
         cwd=HERE.parent,
         env=environment,
         capture_output=True,
         text=True,
         check=True,
-        timeout=600,
+        timeout=timeout,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def one_child(entry: str, larger: int, settled: bool) -> dict:
+    """A fresh process of `child`; `settled`: with glibc's thresholds set in its environment."""
+    environment = {**os.environ, **(SETTLED_ENVIRONMENT if settled else {})}
+    return fresh_child(__file__, [entry, str(larger)], 600, environment)
 
 
 def nproc() -> int:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-from allocator_state import timed_with_faults
+from allocator_state import fresh_child, timed_with_faults
 from fidelity import MODELS
 from sections import write_section
 
@@ -44,15 +43,7 @@ def child(entry: Path, batch_size: int) -> None:
 
 
 def own_process(entry: str, batch_size: int) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", entry, str(batch_size)],
-        cwd=HERE.parent,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=900,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return fresh_child(__file__, [entry, str(batch_size)], 900)
 
 
 def main() -> None:
