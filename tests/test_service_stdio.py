@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +121,19 @@ def test_predict_answers_from_the_latest_models(client):
     peak = max(phase["slope"] * 64 + phase["bias"] for phase in models["peak_memory_bytes"]["phases"])
     assert prediction["peak_memory_bytes"] == pytest.approx(peak, rel=1e-12)
     assert prediction["fits"] is (peak <= models["usable_memory_bytes"])
+
+
+def test_the_service_checks_results_and_predicts_without_loading_torch(service, client):
+    """Only workers load torch: the service checks a result's models and answers `predict` with
+    numpy alone. (Checking the models imported torch into the service: an editor's first complete
+    analysis reached it 1.5-2 s after its worker had sent it, and a save meanwhile was measured
+    beside the import.)"""
+    _, method, final = client.analyze(TINY)
+    assert method == "analysis" and final["document"]["models"] is not None, final
+    assert client.request("predict", {"batch_size": 64})["peak_memory_bytes"] > 0
+    libraries = {line.split()[-1] for line in Path(f"/proc/{service.proc.pid}/maps").read_text().splitlines()}
+    assert any("msgpack" in path for path in libraries)  # the maps list the service's own libraries
+    assert not [path for path in libraries if "libtorch" in path]
 
 
 @pytest.mark.parametrize(

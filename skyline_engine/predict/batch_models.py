@@ -23,13 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skyline_engine.measure.iteration import Sample
-from skyline_engine.measure.memory import MemoryProfile
 from skyline_engine.predict.linear import LinearModel, fit_line
 from skyline_engine.predict.peak_memory import PeakMemoryModel, fit_peak_memory
 from skyline_engine.units import format_bytes
+
+if TYPE_CHECKING:  # types alone: the service reads models from documents without torch
+    from skyline_engine.measure.iteration import Sample
+    from skyline_engine.measure.memory import MemoryProfile
 
 # Memory kept free when deciding what fits: the device needs some for itself (CUDA context,
 # allocator fragmentation, the interpreter on CPU), which a tensor-level peak does not show.

@@ -33,11 +33,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from skyline_engine.measure.memory import MemoryProfile
+if TYPE_CHECKING:  # a type alone: the service reads models from documents without torch
+    from skyline_engine.measure.memory import MemoryProfile
 
 PER_OPERATION = "per_operation"
 PER_PHASE = "per_phase"
