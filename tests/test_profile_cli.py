@@ -367,3 +367,69 @@ def test_the_reports_width_is_columns_else_the_terminals_else_none():
     with os.fdopen(master) as _, os.fdopen(slave, "w") as terminal:
         assert report_width(terminal, {}) == 100
         assert report_width(terminal, {"COLUMNS": "72"}) == 72
+
+
+# A user's module that keeps a tensor alive from its import on (a dataset held in memory).
+KEEPS_A_TENSOR = """
+import torch
+
+DATASET = torch.randn(4096, 64)  # 1 MiB, alive through the whole analysis
+
+
+def skyline_model_provider():
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+
+def skyline_input_provider(batch_size=32):
+    return (DATASET[torch.randint(0, len(DATASET), (batch_size,))],)
+
+
+def skyline_iteration_provider(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(x):
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+    return iteration
+"""
+
+# The same analysis in a process that freezes nothing: `analyze` called as a function.
+ANALYZED_AS_A_FUNCTION = """
+import json, sys
+from pathlib import Path
+from skyline_engine.analysis.session import AnalysisRequest, analyze
+document = analyze(AnalysisRequest("entry_point.py", Path(sys.argv[1]), device="cpu")).to_dict()
+print(json.dumps(document))
+"""
+
+
+@pytest.mark.slow
+def test_the_programs_frozen_imports_hide_none_of_the_users_tensors(tmp_path):
+    """The program freezes what it imported before the user's code runs (measure/memory.py,
+    `freeze_imports`, without a collection): the memory it reports is, to the byte, what the same
+    analysis reports in a process that froze nothing, the tensor the user's module keeps included."""
+    (tmp_path / "entry_point.py").write_text(KEEPS_A_TENSOR)
+    out = tmp_path / "program.json"
+    result = run_skyline("profile", "entry_point.py", "--device", "cpu", "--json", out, "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    program = json.loads(out.read_text())
+    plain = subprocess.run(
+        [sys.executable, "-c", ANALYZED_AS_A_FUNCTION, str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
+    function = json.loads(plain.stdout.strip().splitlines()[-1])
+
+    def peaks(document):
+        return {s["batch_size"]: s["peak_memory_bytes"] for s in document["models"]["samples"]}
+
+    assert program["iteration"]["peak_memory_bytes"] >= 4096 * 64 * 4  # the dataset is counted
+    assert program["iteration"]["peak_memory_bytes"] == function["iteration"]["peak_memory_bytes"]
+    common = peaks(program).keys() & peaks(function).keys()
+    assert 32 in common
+    assert {b: peaks(program)[b] for b in common} == {b: peaks(function)[b] for b in common}

@@ -23,6 +23,7 @@ from skyline_engine.measure.runtime import settle_runtime
 from skyline_engine.processes import become_subreaper, kill_descendants
 
 if TYPE_CHECKING:  # torch is imported only once an analysis starts (a second or two)
+    from skyline_engine.analysis.document import AnalysisDocument
     from skyline_engine.analysis.session import AnalysisRequest
 
 BATCH_SIZE = positive_int("the batch size")
@@ -33,12 +34,16 @@ EXIT_ANALYSIS_ERROR = 1
 Output = tuple[Optional[str], str, Callable[[str, DocumentDict], None]]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, process_ends: bool = False) -> int:
+    """`process_ends`: the process ends with this command (the program, `run`), so what it imports
+    may stay in the collector's permanent generation for good (measure/memory.py, `freeze_imports`);
+    a process that goes on (a test calling this) must get its objects back."""
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # What follows the first `--` is the training script's own (argparse would match options there).
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
+    args.process_ends = process_ends
     if split < len(argv):
         if args.command == "serve":
             parser.error("`serve` takes no script arguments after `--`")
@@ -75,7 +80,7 @@ def _interrupted_at(exc: KeyboardInterrupt, args: argparse.Namespace) -> str | N
 def run() -> None:
     """The program: `skyline` and `python -m skyline_engine`."""
     become_subreaper()  # what the user's code starts stays below this process, even when it leaves
-    code = main()
+    code = main(process_ends=True)
     if launched_by_torchrun(os.environ):
         exit_without_finalizing(code)
     # The analysis is over: what the user's code started ends with it (a `sleep 3001` it started
@@ -206,7 +211,6 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
 def _run_profile(args: argparse.Namespace) -> int:
     from skyline_engine.cli.screen import report_width
     from skyline_engine.render.files import write_json_atomic
-    from skyline_engine.render.terminal import render_report
     from skyline_engine.render.trace import write_chrome_trace
 
     cwd = Path.cwd()
@@ -224,6 +228,8 @@ def _run_profile(args: argparse.Namespace) -> int:
     document = _analyze(
         args, cwd, batch_size, outputs, predict=True, timeline=bool(args.trace), write_batch_size=write_script
     )
+    from skyline_engine.render.terminal import render_report  # imports torch: after the progress says so
+
     sys.stdout.write(render_report(document, report_width(sys.stdout)))
     return 0
 
@@ -257,10 +263,11 @@ def _run_profile_as_rank(args: argparse.Namespace, cwd: Path, batch_size: int | 
 def _run_report(args: argparse.Namespace) -> int:
     from skyline_engine.cli.screen import report_width
     from skyline_engine.render.sqlite_report import write_memory_report, write_run_time_report
-    from skyline_engine.render.terminal import render_warnings
 
     write = write_run_time_report if args.command == "time" else write_memory_report
     document = _analyze(args, Path.cwd(), args.batch_size, [(args.output, "--output", write)], predict=False)
+    from skyline_engine.render.terminal import render_warnings  # imports torch: after the progress says so
+
     if not args.quiet:
         print(f"skyline: wrote {args.output}", file=sys.stderr)
     # The file's schema has no place for them, and a leak or a distorted breakdown changes what it means.
@@ -293,13 +300,34 @@ def _analyze(
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
         progress("loading PyTorch", 0.0)  # a second or two on a cold start: say so at once
-        from skyline_engine.analysis.session import analyze
-
+        analyze = _import_the_analysis(args.process_ends)
         document = analyze(_request(args, cwd, batch_size, predict, timeline, write_batch_size), progress).to_dict()
     finally:
         progress.finish()
     _write_outputs(wanted, document, cwd)
     return document
+
+
+def _import_the_analysis(process_ends: bool) -> Callable[..., AnalysisDocument]:
+    """The analysis, torch with it. Where the process ends with this analysis, torch, its compiler
+    (creating any optimizer imports it; the service's workers import it ahead too) and the engine
+    are imported with the collector off, then frozen before the user's code runs
+    (measure/memory.py, `freeze_imports`, which says what that saves)."""
+    if not process_ends:
+        from skyline_engine.analysis.session import analyze
+
+        return analyze
+    gc.disable()
+    try:
+        import torch._dynamo  # noqa: F401
+
+        from skyline_engine.analysis.session import analyze
+        from skyline_engine.measure.memory import freeze_imports
+
+        freeze_imports(collect=False)
+    finally:
+        gc.enable()  # as the program started it, before the user's code runs
+    return analyze
 
 
 def _write_outputs(wanted: Sequence[Output], document: DocumentDict, cwd: Path) -> None:

@@ -28,6 +28,7 @@ import argparse
 import copy
 import dataclasses
 import faulthandler
+import gc
 import os
 import signal
 import sys
@@ -164,19 +165,23 @@ def _warm_up(device_spec: str, ahead: list[str]) -> tuple[dict[str, Any], set[st
     """Import what every analysis needs, and the installed libraries the last analysis of this
     project imported (`ahead`); the device analyses will run on, described, and the modules the
     engine imported (those imported ahead are passed on again, as the user's code imports them)."""
-    import torch  # the point of a warm worker
-    import torch._dynamo  # noqa: F401 - creating any torch optimizer imports it: 1.1 s on 2 cores
+    gc.disable()  # while importing, until frozen (measure/memory.py, `freeze_imports`)
+    try:
+        import torch  # the point of a warm worker
+        import torch._dynamo  # noqa: F401 - creating any torch optimizer imports it: 1.1 s on 2 cores
 
-    import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
-    from skyline_engine.measure.device import describe_device, resolve_device
-    from skyline_engine.measure.import_ahead import import_ahead
-    from skyline_engine.measure.memory import freeze_imports
+        import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
+        from skyline_engine.measure.device import describe_device, resolve_device
+        from skyline_engine.measure.import_ahead import import_ahead
+        from skyline_engine.measure.memory import freeze_imports
 
-    device = describe_device(resolve_device(device_spec)).to_dict()
-    engines = set(sys.modules)
-    if ahead:
-        import_ahead(ahead, Path.cwd())  # the worker runs in the project root
-    freeze_imports()  # this worker runs one analysis, then ends
+        device = describe_device(resolve_device(device_spec)).to_dict()
+        engines = set(sys.modules)
+        if ahead:
+            import_ahead(ahead, Path.cwd())  # the worker runs in the project root
+        freeze_imports()  # this worker runs one analysis, then ends
+    finally:
+        gc.enable()  # as the worker started, before the user's code runs
     return device, engines
 
 
