@@ -5,7 +5,7 @@
 
 Each round runs every model in a fresh process of its own, one after another (the rounds
 interleave the models), in the user's environment, as `skyline profile ENTRY --device cpu`
-does: importing torch, importing the engine, then the analysis, its parts told apart by the
+does: importing torch, its compiler and the engine, then the analysis, its parts told apart by the
 progress it reports (the phase names, batch sizes left out) and by its partial documents (the
 first per-line result; the user's batch size timed in full). Prints, per model, the median
 seconds of each part over the rounds and its share of the whole, and writes the table between
@@ -15,6 +15,7 @@ the analysis-parts markers of bench/results.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import re
@@ -50,11 +51,20 @@ def child(entry: str) -> None:
         parts.append((part, now - mark[0]))
         mark[0] = now
 
-    import torch  # noqa: F401
+    # As the program imports them (cli/__init__.py, `_import_the_analysis`): the collector off,
+    # the imports frozen before the user's code runs.
+    gc.disable()
+    import torch
 
     ended("importing torch")
-    from skyline_engine.analysis.session import AnalysisRequest, analyze
+    import torch._dynamo  # noqa: F401
 
+    ended("importing its compiler")
+    from skyline_engine.analysis.session import AnalysisRequest, analyze
+    from skyline_engine.measure.memory import freeze_imports
+
+    freeze_imports(collect=False)
+    gc.enable()
     ended("importing the engine")
     current = ["loading the entry point"]
     partials = iter(PARTIAL_PARTS)
@@ -74,14 +84,18 @@ def child(entry: str) -> None:
 
 
 def measure(names: list[str], rounds: int) -> dict[str, list[dict]]:
-    from run import MODELS  # the bench's entry points; here, not at the top: run.py imports torch
+    # The bench's entry points, and the engine as installed (compiled once); here, not at the top:
+    # run.py imports torch.
+    from run import INSTALLED, MODELS, byte_compile_engine
 
+    byte_compile_engine()
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for round_ in range(rounds):
         for name in names:
             out = subprocess.run(
                 [sys.executable, __file__, "--child", MODELS[name]],
                 cwd=REPO,
+                env=INSTALLED,
                 capture_output=True,
                 text=True,
                 check=True,
