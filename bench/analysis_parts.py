@@ -15,7 +15,6 @@ the analysis-parts markers of bench/results.md.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import platform
 import re
@@ -51,20 +50,17 @@ def child(entry: str) -> None:
         parts.append((part, now - mark[0]))
         mark[0] = now
 
-    # As the program imports them (cli/__init__.py, `_import_the_analysis`): the collector off,
-    # the imports frozen before the user's code runs.
-    gc.disable()
-    import torch
+    from skyline_engine.measure.frozen_imports import imported_and_frozen
 
-    ended("importing torch")
-    import torch._dynamo  # noqa: F401
+    # As the program imports them (cli/__init__.py, `_import_the_analysis`).
+    with imported_and_frozen(collect=False):
+        import torch
 
-    ended("importing its compiler")
-    from skyline_engine.analysis.session import AnalysisRequest, analyze
-    from skyline_engine.measure.memory import freeze_imports
+        ended("importing torch")
+        import torch._dynamo  # noqa: F401
 
-    freeze_imports(collect=False)
-    gc.enable()
+        ended("importing its compiler")
+        from skyline_engine.analysis.session import AnalysisRequest, analyze
     ended("importing the engine")
     current = ["loading the entry point"]
     partials = iter(PARTIAL_PARTS)

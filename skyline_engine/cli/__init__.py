@@ -19,6 +19,7 @@ from skyline_engine.cli.arguments import DEVICE_HELP, SETTLE_RUNTIME_HELP, parse
 from skyline_engine.cli.progress import Progress
 from skyline_engine.entry.project_root import default_project_root
 from skyline_engine.errors import SkylineError
+from skyline_engine.measure.frozen_imports import imported_and_frozen
 from skyline_engine.measure.runtime import settle_runtime
 from skyline_engine.processes import become_subreaper, kill_descendants
 
@@ -312,21 +313,16 @@ def _import_the_analysis(process_ends: bool) -> Callable[..., AnalysisDocument]:
     """The analysis, torch with it. Where the process ends with this analysis, torch, its compiler
     (creating any optimizer imports it; the service's workers import it ahead too) and the engine
     are imported with the collector off, then frozen before the user's code runs
-    (measure/memory.py, `freeze_imports`, which says what that saves)."""
+    (measure/frozen_imports.py), without the collection the worker makes while it waits: the
+    analysis would wait for it."""
     if not process_ends:
         from skyline_engine.analysis.session import analyze
 
         return analyze
-    gc.disable()
-    try:
+    with imported_and_frozen(collect=False):
         import torch._dynamo  # noqa: F401
 
         from skyline_engine.analysis.session import analyze
-        from skyline_engine.measure.memory import freeze_imports
-
-        freeze_imports(collect=False)
-    finally:
-        gc.enable()  # as the program started it, before the user's code runs
     return analyze
 
 

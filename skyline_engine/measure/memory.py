@@ -59,12 +59,12 @@ def freeze_imports(collect: bool = True) -> None:
     `LiveTensors.frozen`'s, held the default example's first per-line result in a warm worker back
     by 0.2 s (0.23 s after the request, 0.03 s without it).
 
-    Both import with the collector off, then call this before turning it on again: collecting
-    torch's objects again and again as they were made, then once more at the analysis's start,
-    took 0.5-0.7 s of a cold `skyline profile` of the default example (4-5 s), 0.02 s after. The
-    worker collects first (`collect`), while it waits for its job; the command line, where the
-    analysis would wait for it, keeps what its imports left unreachable (8,800 objects, 7 MB, no
-    tensor among them: collecting them takes 0.13 s)."""
+    Both import with the collector off, then call this before turning it on again
+    (measure/frozen_imports.py): collecting torch's objects again and again as they were made,
+    then once more at the analysis's start, took 0.5-0.7 s of a cold `skyline profile` of the
+    default example (4-5 s), 0.02 s after. The worker collects first (`collect`), while it waits
+    for its job; the command line, where the analysis would wait for it, keeps what its imports
+    left unreachable (8,800 objects, 7 MB, no tensor among them: collecting them takes 0.13 s)."""
     if collect:
         gc.collect()
     _frozen_imports.tensors = [weakref.ref(t) for t in _tensors_among(gc.get_objects())]

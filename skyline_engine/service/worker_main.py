@@ -28,7 +28,6 @@ import argparse
 import copy
 import dataclasses
 import faulthandler
-import gc
 import os
 import signal
 import sys
@@ -165,23 +164,20 @@ def _warm_up(device_spec: str, ahead: list[str]) -> tuple[dict[str, Any], set[st
     """Import what every analysis needs, and the installed libraries the last analysis of this
     project imported (`ahead`); the device analyses will run on, described, and the modules the
     engine imported (those imported ahead are passed on again, as the user's code imports them)."""
-    gc.disable()  # while importing, until frozen (measure/memory.py, `freeze_imports`)
-    try:
+    from skyline_engine.measure.frozen_imports import imported_and_frozen
+
+    with imported_and_frozen(collect=True):  # this worker runs one analysis, then ends
         import torch  # the point of a warm worker
         import torch._dynamo  # noqa: F401 - creating any torch optimizer imports it: 1.1 s on 2 cores
 
         import skyline_engine.analysis.session  # noqa: F401 - the engine, ready for the job
         from skyline_engine.measure.device import describe_device, resolve_device
         from skyline_engine.measure.import_ahead import import_ahead
-        from skyline_engine.measure.memory import freeze_imports
 
         device = describe_device(resolve_device(device_spec)).to_dict()
         engines = set(sys.modules)
         if ahead:
             import_ahead(ahead, Path.cwd())  # the worker runs in the project root
-        freeze_imports()  # this worker runs one analysis, then ends
-    finally:
-        gc.enable()  # as the worker started, before the user's code runs
     return device, engines
 
 
